@@ -1,0 +1,31 @@
+"""midword's grammar engine: tokenizers as byte tables, the flat token trie, the derivative
+regex lexer, the Earley parser, grammar front ends, the matcher and fast-forward.
+
+Knows nothing of models or LSP. Attributes load lazily so `import midword.engine` stays
+cheap (numba is only imported by the modules that need it).
+"""
+
+from importlib import import_module
+
+_EXPORTS = {
+    "Tokenizer": ".tokenizer",
+    "TokenTrie": ".trie",
+    "Grammar": ".grammar",
+    "GrammarBuilder": ".grammar",
+    "GrammarError": ".limits",
+    "LimitExceeded": ".limits",
+    "Limits": ".limits",
+    "Matcher": ".matcher",
+    "MatcherError": ".matcher",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(module, __name__), name)
+    globals()[name] = value
+    return value

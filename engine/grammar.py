@@ -1,0 +1,271 @@
+"""The grammar every front end compiles to: lexemes (regular expressions) below, a CFG above.
+
+This is the lexer/parser split of seeds/what_makes_it_fast.md. Lexemes are regular
+expressions over bytes, matched greedily by the derivative lexer; rules are plain
+BNF over lexemes and nonterminals, parsed by the Earley parser. Front ends (Lark
+text, a single regex, JSON Schema) desugar their own operators (`*`, `+`, `?`,
+`{m,n}`, groups) into BNF with fresh nonterminals and hand over this flat form.
+
+Symbols are plain ints so the parser can keep them in numpy arrays: a nonterminal
+is its index (>= 0); lexeme `i` is the symbol `~i` (-1 - i, always negative).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Iterable, Sequence
+
+from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
+
+
+def lexeme_symbol(lexeme_id: int) -> int:
+    return ~lexeme_id
+
+
+def is_lexeme(symbol: int) -> bool:
+    return symbol < 0
+
+
+def lexeme_of(symbol: int) -> int:
+    return ~symbol
+
+
+@dataclass(frozen=True)
+class Lexeme:
+    """A terminal of the grammar.
+
+    `regex` uses midword's regex syntax (Python `re` syntax without backreferences,
+    lookaround or anchors, plus `&` and `~`); `literal` is set when the lexeme is an
+    exact byte string, which lets fast-forward and error messages show it plainly.
+    """
+
+    name: str
+    regex: str
+    literal: bytes | None = None
+    flags: str = ""
+
+
+@dataclass(frozen=True)
+class Rule:
+    lhs: int
+    rhs: tuple[int, ...]
+
+
+@dataclass
+class Grammar:
+    lexemes: list[Lexeme]
+    nonterminals: list[str]
+    rules: list[Rule]
+    start: int
+    # Regexes skipped between lexemes (Lark's %ignore), joined as one alternation.
+    ignore: list[str] = field(default_factory=list)
+
+    # Front ends ---------------------------------------------------------------
+    @classmethod
+    def from_lark(cls, text: str, *, start: str = "start") -> "Grammar":
+        from .lark import compile_lark
+
+        return compile_lark(text, start=start)
+
+    @classmethod
+    def from_regex(cls, regex: str, *, flags: str = "") -> "Grammar":
+        b = GrammarBuilder()
+        start = b.nonterminal("start")
+        b.rule(start, [b.lexeme("REGEX", regex, flags=flags)])
+        return b.build(start)
+
+    @classmethod
+    def from_json_schema(cls, schema, **options) -> "Grammar":
+        from .jsonschema import compile_json_schema
+
+        return compile_json_schema(schema, **options)
+
+    # Introspection ------------------------------------------------------------
+    def symbol_name(self, symbol: int) -> str:
+        if is_lexeme(symbol):
+            return self.lexemes[lexeme_of(symbol)].name
+        return self.nonterminals[symbol]
+
+    def size(self) -> int:
+        return sum(1 + len(r.rhs) for r in self.rules)
+
+    def fingerprint(self) -> str:
+        """A stable hash of the grammar's content: the key for compiled-grammar caches."""
+        h = hashlib.sha256()
+        for lx in self.lexemes:
+            h.update(repr((lx.regex, lx.literal, lx.flags)).encode())
+        h.update(b"|rules|")
+        for r in self.rules:
+            h.update(repr((r.lhs, r.rhs)).encode())
+        h.update(repr((self.start, self.ignore)).encode())
+        return h.hexdigest()
+
+    def __str__(self) -> str:
+        lines = []
+        for r in self.rules:
+            rhs = " ".join(self.symbol_name(s) for s in r.rhs) or "ε"
+            lines.append(f"{self.nonterminals[r.lhs]} -> {rhs}")
+        for i, lx in enumerate(self.lexemes):
+            lines.append(f"{lx.name} = /{lx.regex}/{lx.flags}")
+        for ig in self.ignore:
+            lines.append(f"%ignore /{ig}/")
+        return "\n".join(lines)
+
+
+class GrammarBuilder:
+    """Collects lexemes and rules; deduplicates identical lexemes."""
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS):
+        self.limits = limits
+        self.lexemes: list[Lexeme] = []
+        self._lexeme_index: dict[tuple[str, str], int] = {}
+        self.nonterminals: list[str] = []
+        self._nonterminal_index: dict[str, int] = {}
+        self.rules: list[Rule] = []
+        self._rule_set: set[Rule] = set()
+        self.ignore: list[str] = []
+        self._size = 0
+
+    def lexeme(self, name: str, regex: str, *, literal: bytes | None = None, flags: str = "") -> int:
+        """Symbol for a lexeme; the same regex (and flags) always yields the same symbol."""
+        key = (regex, flags)
+        idx = self._lexeme_index.get(key)
+        if idx is None:
+            idx = len(self.lexemes)
+            self.lexemes.append(Lexeme(name, regex, literal, flags))
+            self._lexeme_index[key] = idx
+        return lexeme_symbol(idx)
+
+    def literal(self, data: bytes | str, name: str | None = None) -> int:
+        if isinstance(data, str):
+            data = data.encode("utf-8")
+        return self.lexeme(name or _literal_name(data), regex_escape_bytes(data), literal=data)
+
+    def nonterminal(self, name: str, *, fresh: bool = False) -> int:
+        """Symbol for a nonterminal; `fresh=True` makes a new one even if the name exists."""
+        if not fresh and name in self._nonterminal_index:
+            return self._nonterminal_index[name]
+        base, n = name, 1
+        while name in self._nonterminal_index:
+            n += 1
+            name = f"{base}#{n}"
+        idx = len(self.nonterminals)
+        self.nonterminals.append(name)
+        self._nonterminal_index[name] = idx
+        return idx
+
+    def has_nonterminal(self, name: str) -> bool:
+        return name in self._nonterminal_index
+
+    def rule(self, lhs: int, rhs: Sequence[int]) -> None:
+        if lhs < 0:
+            raise ValueError("the left-hand side of a rule must be a nonterminal")
+        rule = Rule(lhs, tuple(rhs))
+        if rule in self._rule_set:
+            return
+        self._rule_set.add(rule)
+        self.rules.append(rule)
+        self._size += 1 + len(rule.rhs)
+        if self._size > self.limits.max_grammar_size:
+            raise LimitExceeded("max_grammar_size", self.limits.max_grammar_size, "grammar too large after desugaring")
+
+    def add_ignore(self, regex: str) -> None:
+        if regex not in self.ignore:
+            self.ignore.append(regex)
+
+    # Desugaring helpers shared by the front ends --------------------------------
+    def sequence_rule(self, name: str, alternatives: Iterable[Sequence[int]]) -> int:
+        nt = self.nonterminal(name, fresh=True)
+        for alt in alternatives:
+            self.rule(nt, alt)
+        return nt
+
+    def optional(self, symbol: int, name: str = "opt") -> int:
+        return self.sequence_rule(name, [[symbol], []])
+
+    def star(self, symbol: int, name: str = "star") -> int:
+        # Left recursion: Earley handles it in linear space, right recursion does not.
+        nt = self.nonterminal(name, fresh=True)
+        self.rule(nt, [])
+        self.rule(nt, [nt, symbol])
+        return nt
+
+    def plus(self, symbol: int, name: str = "plus") -> int:
+        nt = self.nonterminal(name, fresh=True)
+        self.rule(nt, [symbol])
+        self.rule(nt, [nt, symbol])
+        return nt
+
+    def repeat(self, symbol: int, lo: int, hi: int | None, name: str = "rep") -> int:
+        """`symbol{lo,hi}` (hi=None: unbounded) as BNF of size O(lo + hi)."""
+        if lo < 0 or (hi is not None and hi < lo):
+            raise GrammarError(f"bad repetition bounds {{{lo},{hi}}}")
+        parts: list[int] = [symbol] * lo
+        if hi is None:
+            parts.append(self.star(symbol, name))
+        else:
+            # Nested optionals: a (a (a)?)? keeps the grammar linear in hi - lo.
+            tail: int | None = None
+            for _ in range(hi - lo):
+                inner = [symbol] if tail is None else [symbol, tail]
+                tail = self.sequence_rule(name, [inner, []])
+            if tail is not None:
+                parts.append(tail)
+        return self.sequence_rule(name, [parts])
+
+    def build(self, start: int) -> Grammar:
+        g = Grammar(list(self.lexemes), list(self.nonterminals), list(self.rules), start, list(self.ignore))
+        validate(g)
+        return g
+
+
+def _literal_name(data: bytes) -> str:
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = repr(data)
+    return '"' + text + '"'
+
+
+def regex_escape_bytes(data: bytes) -> str:
+    """A regex (midword syntax) matching exactly `data`.
+
+    Printable ASCII is escaped when special, control characters become \\xNN.
+    """
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        # Not text: the lexer matches `Lexeme.literal` byte for byte; this string only names it.
+        return "(?#bytes:" + data.hex() + ")"
+    out = []
+    for ch in text:
+        o = ord(ch)
+        if o >= 0x80 or ch.isalnum() or ch == "_":
+            out.append(ch)
+        elif 0x20 < o < 0x7F:
+            out.append("\\" + ch)
+        else:
+            out.append(f"\\x{o:02x}")
+    return "".join(out)
+
+
+def validate(g: Grammar) -> None:
+    """Checks that every nonterminal has a rule and is reachable; names the culprit."""
+    if not (0 <= g.start < len(g.nonterminals)):
+        raise GrammarError("grammar has no start symbol")
+    has_rule = [False] * len(g.nonterminals)
+    for r in g.rules:
+        has_rule[r.lhs] = True
+        for s in r.rhs:
+            if is_lexeme(s):
+                if not (0 <= lexeme_of(s) < len(g.lexemes)):
+                    raise GrammarError(f"rule for {g.nonterminals[r.lhs]} names unknown lexeme {lexeme_of(s)}")
+            elif not (0 <= s < len(g.nonterminals)):
+                raise GrammarError(f"rule for {g.nonterminals[r.lhs]} names unknown nonterminal {s}")
+    for r in g.rules:
+        for s in r.rhs:
+            if not is_lexeme(s) and not has_rule[s]:
+                raise GrammarError(f"nonterminal {g.nonterminals[s]!r} (used by {g.nonterminals[r.lhs]!r}) has no rule")
+    if not has_rule[g.start]:
+        raise GrammarError(f"start symbol {g.nonterminals[g.start]!r} has no rule")

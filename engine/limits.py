@@ -1,0 +1,49 @@
+"""Bounds on work the engine may do for one grammar or one input.
+
+Adversarial grammars and inputs can make a derivative lexer or an Earley parser
+do unbounded work (exploding DFA, ambiguous grammars with huge rows). Every such
+loop checks one of these limits and raises `LimitExceeded`, naming the limit, so a
+caller gets a clear error instead of a hang.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class GrammarError(ValueError):
+    """A grammar (Lark text, regex, JSON Schema) that cannot be compiled.
+
+    The message names the place: a line and column, a regex offset or a JSON pointer.
+    """
+
+
+class LimitExceeded(RuntimeError):
+    """Work on a grammar or input went past one of the `Limits`."""
+
+    def __init__(self, limit: str, value: int, detail: str = ""):
+        self.limit = limit
+        self.value = value
+        msg = f"limit {limit}={value} exceeded"
+        if detail:
+            msg += f": {detail}"
+        super().__init__(msg)
+
+
+@dataclass(frozen=True)
+class Limits:
+    # Derivative steps spent computing one mask (lexer table misses).
+    lexer_fuel: int = 2_000_000
+    # Distinct lexer states (sets of lexeme derivatives) per grammar.
+    max_lexer_states: int = 200_000
+    # Distinct regex expressions hash-consed for one grammar.
+    max_regex_nodes: int = 2_000_000
+    # Earley items in a single row.
+    max_items_per_row: int = 50_000
+    # Total rules + symbols in a grammar after desugaring.
+    max_grammar_size: int = 500_000
+    # Parser steps (rows) spent computing one mask.
+    parser_fuel: int = 1_000_000
+
+
+DEFAULT_LIMITS = Limits()

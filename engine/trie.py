@@ -1,0 +1,330 @@
+"""The flat token trie: every vocabulary token's bytes in one prefix tree, laid out in
+DFS order in numpy arrays.
+
+Sorting the token byte strings lexicographically and emitting, for each one, the
+bytes past its longest common prefix with the previous token yields exactly the
+pre-order of the trie. So node `i` is followed by its first child, and its next
+sibling sits at `i + subtree_size[i]`: a walk never chases pointers, it scans the
+arrays forward and skips a whole subtree with one addition when a byte is rejected
+(seeds/what_makes_it_fast.md). Node 0 is the root (the empty string).
+
+Walks come in pairs: an `@njit` function over flat arrays and a plain-Python twin
+with the same signature, which tests compare on random inputs.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ._jit import njit
+
+TRIE_FORMAT_VERSION = 1
+
+
+def mask_words(vocab_size: int) -> int:
+    """uint32 words in a token bitmask for `vocab_size` tokens."""
+    return (vocab_size + 31) // 32
+
+
+@dataclass
+class TokenTrie:
+    node_byte: np.ndarray  # uint8[n]; node 0 (the root) has no byte
+    node_depth: np.ndarray  # int32[n]; the root is depth 0
+    subtree_size: np.ndarray  # int32[n]; next sibling = i + subtree_size[i]
+    tok_start: np.ndarray  # int32[n]; tokens ending at node i are node_tokens[tok_start[i]:tok_end[i]]
+    tok_end: np.ndarray  # int32[n]
+    node_tokens: np.ndarray  # int32[m]
+    token_node: np.ndarray  # int32[vocab_size]; the node where a token ends, -1 if not in the trie
+    vocab_size: int
+    fingerprint: str
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_byte.shape[0])
+
+    @property
+    def max_depth(self) -> int:
+        return int(self.node_depth.max()) if self.num_nodes else 0
+
+    # Construction -------------------------------------------------------------
+    @classmethod
+    def build(cls, token_bytes: list[bytes], excluded: frozenset[int] | set[int] = frozenset(), fingerprint: str | None = None) -> "TokenTrie":
+        """Builds the trie over `token_bytes[i]` for every id not in `excluded` and not empty."""
+        vocab_size = len(token_bytes)
+        ids = [i for i, b in enumerate(token_bytes) if b and i not in excluded]
+        ids.sort(key=token_bytes.__getitem__)
+        byte_chunks: list[bytes] = []
+        depth_chunks: list[np.ndarray] = []
+        end_node = np.empty(len(ids), dtype=np.int64)
+        n_nodes = 1
+        prev = b""
+        for k, tid in enumerate(ids):
+            cur = token_bytes[tid]
+            lcp = _common_prefix_len(prev, cur)
+            if lcp < len(cur):
+                byte_chunks.append(cur[lcp:])
+                depth_chunks.append(np.arange(lcp + 1, len(cur) + 1, dtype=np.int32))
+                n_nodes += len(cur) - lcp
+            end_node[k] = n_nodes - 1
+            prev = cur
+        node_byte = np.zeros(n_nodes, dtype=np.uint8)
+        node_depth = np.zeros(n_nodes, dtype=np.int32)
+        if byte_chunks:
+            node_byte[1:] = np.frombuffer(b"".join(byte_chunks), dtype=np.uint8)
+            node_depth[1:] = np.concatenate(depth_chunks)
+        subtree_size = np.empty(n_nodes, dtype=np.int32)
+        _fill_subtree_sizes(node_depth, subtree_size)
+        # Tokens are sorted by bytes, so duplicates (same bytes, other id) are adjacent
+        # and the per-node token lists are contiguous runs.
+        node_tokens = np.asarray(ids, dtype=np.int32)
+        tok_start = np.zeros(n_nodes, dtype=np.int32)
+        tok_end = np.zeros(n_nodes, dtype=np.int32)
+        if len(ids):
+            first = np.ones(len(ids), dtype=bool)
+            first[1:] = end_node[1:] != end_node[:-1]
+            starts = np.flatnonzero(first)
+            ends = np.append(starts[1:], len(ids))
+            tok_start[end_node[starts]] = starts
+            tok_end[end_node[starts]] = ends
+        token_node = np.full(vocab_size, -1, dtype=np.int32)
+        token_node[node_tokens] = end_node.astype(np.int32)
+        if fingerprint is None:
+            fingerprint = vocabulary_fingerprint(token_bytes, excluded)
+        return cls(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens, token_node, vocab_size, fingerprint)
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, *, cache_dir: str | os.PathLike | None = None) -> "TokenTrie":
+        """The trie of a `midword.engine.Tokenizer`, loaded from the on-disk cache when present."""
+        token_bytes = tokenizer.all_token_bytes()
+        excluded = frozenset(tokenizer.special_token_ids)
+        fingerprint = vocabulary_fingerprint(token_bytes, excluded)
+        path = _cache_path(cache_dir, fingerprint)
+        if path is not None and path.exists():
+            try:
+                return cls.load(path, fingerprint)
+            except (OSError, ValueError, KeyError):
+                pass  # a stale or truncated cache file is rebuilt below
+        trie = cls.build(token_bytes, excluded, fingerprint)
+        if path is not None:
+            try:
+                trie.save(path)
+            except OSError:
+                pass  # a read-only cache only costs the next process a rebuild
+        return trie
+
+    def save(self, path: str | os.PathLike) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            np.savez(
+                f,
+                version=np.int64(TRIE_FORMAT_VERSION),
+                node_byte=self.node_byte,
+                node_depth=self.node_depth,
+                subtree_size=self.subtree_size,
+                tok_start=self.tok_start,
+                tok_end=self.tok_end,
+                node_tokens=self.node_tokens,
+                token_node=self.token_node,
+                vocab_size=np.int64(self.vocab_size),
+            )
+        os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, fingerprint: str) -> "TokenTrie":
+        with np.load(path) as z:
+            if int(z["version"]) != TRIE_FORMAT_VERSION:
+                raise ValueError("trie cache format changed")
+            return cls(
+                z["node_byte"], z["node_depth"], z["subtree_size"], z["tok_start"], z["tok_end"],
+                z["node_tokens"], z["token_node"], int(z["vocab_size"]), fingerprint,
+            )
+
+    # Queries -------------------------------------------------------------------
+    def _tokens_at(self, node: int) -> list[int]:
+        return self.node_tokens[self.tok_start[node]:self.tok_end[node]].tolist()
+
+    def child(self, node: int, byte: int) -> int:
+        """The child of `node` along `byte`, or -1."""
+        depth = self.node_depth[node]
+        end = node + self.subtree_size[node]
+        c = node + 1
+        while c < end:
+            if self.node_byte[c] == byte:
+                return c
+            c += int(self.subtree_size[c])
+        return -1
+
+    def node_for(self, data: bytes) -> int:
+        """The node spelling `data`, or -1 when no token starts with `data`."""
+        node = 0
+        for b in data:
+            node = self.child(node, b)
+            if node < 0:
+                return -1
+        return node
+
+    def tokens_with_prefix(self, data: bytes) -> list[int]:
+        """All tokens whose bytes start with `data` (`data` itself included if a token)."""
+        node = self.node_for(data)
+        if node < 0:
+            return []
+        lo = self.tok_start[node:node + self.subtree_size[node]]
+        hi = self.tok_end[node:node + self.subtree_size[node]]
+        return [int(t) for a, b in zip(lo.tolist(), hi.tolist()) if b > a for t in self.node_tokens[a:b]]
+
+    def tokens_prefix_of(self, data: bytes) -> list[tuple[int, int]]:
+        """(length, token) for every token whose bytes are a non-empty prefix of `data`, shortest first."""
+        out = []
+        node = 0
+        for i, b in enumerate(data):
+            node = self.child(node, b)
+            if node < 0:
+                break
+            out.extend((i + 1, t) for t in self._tokens_at(node))
+        return out
+
+    def has_extension(self, data: bytes) -> bool:
+        """Whether some token is strictly longer than `data` and starts with it."""
+        node = self.node_for(data)
+        return node >= 0 and self.subtree_size[node] > 1
+
+    def walk_table(self, table: np.ndarray, start: int) -> tuple[np.ndarray, int]:
+        """Mask of tokens whose bytes drive `table` (state x 256 -> state, -1 dead) from `start`
+        without dying; returns (mask, nodes visited)."""
+        mask = np.zeros(mask_words(self.vocab_size), dtype=np.uint32)
+        visited = walk_table_jit(self.node_byte, self.node_depth, self.subtree_size, self.tok_start, self.tok_end,
+                                 self.node_tokens, table, start, mask)
+        return mask, int(visited)
+
+
+def _common_prefix_len(a: bytes, b: bytes) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+def vocabulary_fingerprint(token_bytes: list[bytes], excluded) -> str:
+    h = hashlib.sha256()
+    h.update(f"v{TRIE_FORMAT_VERSION}:{len(token_bytes)}:".encode())
+    for b in token_bytes:
+        h.update(len(b).to_bytes(4, "little"))
+        h.update(b)
+    h.update(b"excluded:" + ",".join(map(str, sorted(excluded))).encode())
+    return h.hexdigest()
+
+
+def cache_dir() -> Path:
+    """midword's on-disk cache: $MIDWORD_CACHE_DIR, else the user cache dir."""
+    env = os.environ.get("MIDWORD_CACHE_DIR")
+    if env:
+        return Path(env)
+    from platformdirs import user_cache_dir
+
+    return Path(user_cache_dir("midword"))
+
+
+def _cache_path(directory, fingerprint: str) -> Path | None:
+    if os.environ.get("MIDWORD_NO_DISK_CACHE"):
+        return None
+    base = Path(directory) if directory is not None else cache_dir()
+    return base / "tries" / f"{fingerprint[:32]}.npz"
+
+
+# Hot loops: njit functions and their plain-Python twins ------------------------------
+
+def fill_subtree_sizes_py(node_depth, subtree_size):
+    n = node_depth.shape[0]
+    # open_nodes holds the chain of ancestors still open; a node closes when a node of
+    # equal or smaller depth arrives.
+    open_nodes = np.empty(int(node_depth.max()) + 2 if n else 1, dtype=np.int64)
+    top = 0
+    for i in range(n):
+        d = node_depth[i]
+        while top > 0 and node_depth[open_nodes[top - 1]] >= d:
+            top -= 1
+            j = open_nodes[top]
+            subtree_size[j] = i - j
+        open_nodes[top] = i
+        top += 1
+    while top > 0:
+        top -= 1
+        j = open_nodes[top]
+        subtree_size[j] = n - j
+
+
+_fill_subtree_sizes = njit(fill_subtree_sizes_py)
+
+
+def walk_table_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens, table, start, mask):
+    """Sets the bit of every token whose bytes keep `table` alive from `start`; returns nodes visited."""
+    n = node_byte.shape[0]
+    states = np.empty(int(node_depth.max()) + 1 if n else 1, dtype=np.int64)
+    states[0] = start
+    visited = 0
+    i = 1
+    while i < n:
+        visited += 1
+        state = table[states[node_depth[i] - 1], node_byte[i]]
+        if state < 0:
+            i += subtree_size[i]
+            continue
+        states[node_depth[i]] = state
+        for k in range(tok_start[i], tok_end[i]):
+            t = node_tokens[k]
+            mask[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        i += 1
+    return visited
+
+
+walk_table_jit = njit(walk_table_py)
+
+
+def always_alive_table() -> np.ndarray:
+    """A one-state table that accepts every byte: a full walk, for benchmarks."""
+    return np.zeros((1, 256), dtype=np.int32)
+
+
+def benchmark(tokenizer, repeats: int = 5) -> dict:
+    """Figures for `midword bench trie`: build/load time and walk speed."""
+    token_bytes = tokenizer.all_token_bytes()
+    excluded = frozenset(tokenizer.special_token_ids)
+    t0 = time.perf_counter()
+    trie = TokenTrie.build(token_bytes, excluded)
+    build_s = time.perf_counter() - t0
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "trie.npz"
+        trie.save(path)
+        t0 = time.perf_counter()
+        TokenTrie.load(path, trie.fingerprint)
+        load_s = time.perf_counter() - t0
+    table = always_alive_table()
+    trie.walk_table(table, 0)  # compile
+    best = float("inf")
+    visited = 0
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        _, visited = trie.walk_table(table, 0)
+        best = min(best, time.perf_counter() - t0)
+    return {
+        "tokenizer": tokenizer.name,
+        "vocab_size": trie.vocab_size,
+        "nodes": trie.num_nodes,
+        "nodes_per_token": trie.num_nodes / max(1, len(trie.node_tokens)),
+        "build_s": build_s,
+        "load_s": load_s,
+        "walk_ms": best * 1e3,
+        "nodes_per_s": visited / best if best > 0 else float("inf"),
+        "ns_per_node": best * 1e9 / max(1, visited),
+    }

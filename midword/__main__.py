@@ -1,0 +1,5 @@
+import sys
+
+from midword.cli import main
+
+sys.exit(main())

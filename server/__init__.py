@@ -1,0 +1,1 @@
+"""Serving layer: LSP and HTTP front ends over midword.completion."""

@@ -1,0 +1,128 @@
+"""The flat token trie: layout, queries, disk cache, and the numba walk against its twin."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from midword.engine.trie import TokenTrie, fill_subtree_sizes_py, mask_words, walk_table_jit, walk_table_py
+
+vocab_strategy = st.lists(st.binary(min_size=0, max_size=6).map(lambda b: bytes(x % 4 + 97 for x in b)), min_size=1, max_size=120)
+
+
+def brute_walk(token_bytes, excluded, table, start):
+    allowed = set()
+    for t, data in enumerate(token_bytes):
+        if not data or t in excluded:
+            continue
+        s = start
+        for b in data:
+            s = table[s, b]
+            if s < 0:
+                break
+        else:
+            allowed.add(t)
+    return allowed
+
+
+def mask_set(mask, n):
+    return {t for t in range(n) if mask[t >> 5] >> (t & 31) & 1}
+
+
+@settings(max_examples=150, deadline=None)
+@given(vocab_strategy, st.sets(st.integers(0, 119)))
+def test_layout_and_queries_match_brute_force(token_bytes, excluded):
+    trie = TokenTrie.build(token_bytes, excluded, fingerprint="test")
+    live = {t for t, b in enumerate(token_bytes) if b and t not in excluded}
+    assert sorted(trie.node_tokens.tolist()) == sorted(live)
+    # one node per distinct non-empty prefix
+    prefixes = {token_bytes[t][:k] for t in live for k in range(1, len(token_bytes[t]) + 1)}
+    assert trie.num_nodes == len(prefixes) + 1
+    # the next sibling of every node is where the subtree ends
+    for i in range(1, trie.num_nodes):
+        j = i + trie.subtree_size[i]
+        assert j == trie.num_nodes or trie.node_depth[j] <= trie.node_depth[i]
+        assert all(trie.node_depth[k] > trie.node_depth[i] for k in range(i + 1, j))
+    for t in live:
+        assert trie.token_node[t] >= 0
+    for probe in [b"", b"a", b"ab", b"bca", b"dddd", b"abcdab"]:
+        expect = {t for t in live if token_bytes[t].startswith(probe)}
+        assert set(trie.tokens_with_prefix(probe)) == expect
+        expect_prefix = {(len(token_bytes[t]), t) for t in live if probe.startswith(token_bytes[t])}
+        assert set(trie.tokens_prefix_of(probe)) == expect_prefix
+        assert trie.has_extension(probe) == any(len(token_bytes[t]) > len(probe) and token_bytes[t].startswith(probe) for t in live)
+
+
+@settings(max_examples=150, deadline=None)
+@given(vocab_strategy, st.integers(1, 5), st.data())
+def test_walk_jit_equals_twin_and_brute_force(token_bytes, n_states, data):
+    trie = TokenTrie.build(token_bytes, fingerprint="test")
+    table = np.full((n_states, 256), -1, dtype=np.int32)
+    for s in range(n_states):
+        for b in b"abcd":
+            table[s, b] = data.draw(st.integers(-1, n_states - 1))
+    start = data.draw(st.integers(0, n_states - 1))
+    args = (trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens, table, start)
+    m_jit = np.zeros(mask_words(len(token_bytes)), dtype=np.uint32)
+    m_py = np.zeros_like(m_jit)
+    v_jit = walk_table_jit(*args, m_jit)
+    v_py = walk_table_py(*args, m_py)
+    assert v_jit == v_py
+    assert np.array_equal(m_jit, m_py)
+    assert mask_set(m_jit, len(token_bytes)) == brute_walk(token_bytes, set(), table, start)
+
+
+def test_subtree_sizes_twin():
+    depth = np.array([0, 1, 2, 2, 1, 2, 3, 1], dtype=np.int32)
+    out = np.empty_like(depth)
+    fill_subtree_sizes_py(depth, out)
+    assert out.tolist() == [8, 3, 1, 1, 3, 2, 1, 1]
+
+
+def test_duplicate_token_bytes_share_a_node():
+    trie = TokenTrie.build([b"ab", b"a", b"ab", b""], fingerprint="dup")
+    node = trie.node_for(b"ab")
+    assert sorted(trie.node_tokens[trie.tok_start[node]:trie.tok_end[node]].tolist()) == [0, 2]
+    mask, _ = trie.walk_table(np.zeros((1, 256), dtype=np.int32), 0)
+    assert mask_set(mask, 4) == {0, 1, 2}
+
+
+def test_disk_cache_roundtrip(tmp_path):
+    token_bytes = [b"user", b"userName", b"userId", b"Na", b"N"]
+    trie = TokenTrie.build(token_bytes, fingerprint="fp")
+    trie.save(tmp_path / "t.npz")
+    again = TokenTrie.load(tmp_path / "t.npz", "fp")
+    for name in ["node_byte", "node_depth", "subtree_size", "tok_start", "tok_end", "node_tokens", "token_node"]:
+        assert np.array_equal(getattr(trie, name), getattr(again, name))
+    assert again.tokens_with_prefix(b"user") == trie.tokens_with_prefix(b"user")
+
+
+@pytest.fixture(scope="module")
+def llama3():
+    from midword.engine.tokenizer import Tokenizer
+
+    return Tokenizer.from_pretrained("llama3")
+
+
+def test_llama3_trie_queries(llama3, tmp_path):
+    trie = TokenTrie.for_tokenizer(llama3, cache_dir=tmp_path)
+    assert 1.5 < trie.num_nodes / len(trie.node_tokens) < 3.5
+    user = set(trie.tokens_with_prefix(b"userN"))
+    spelled = {llama3.token_bytes(t) for t in user}
+    assert b"userName" in spelled and all(s.startswith(b"userN") for s in spelled)
+    prefixes = {llama3.token_bytes(t) for _, t in trie.tokens_prefix_of(b"userNa")}
+    assert {b"u", b"us", b"user"} <= prefixes
+    # special tokens stay out of the trie
+    for t in llama3.special_token_ids:
+        assert trie.token_node[t] == -1
+    # a second process (here: a second load) reads the cache instead of rebuilding
+    cached = TokenTrie.for_tokenizer(llama3, cache_dir=tmp_path)
+    assert np.array_equal(cached.node_byte, trie.node_byte)
+    assert list((tmp_path / "tries").iterdir())
+
+
+def test_llama3_full_walk_allows_every_token(llama3):
+    trie = TokenTrie.for_tokenizer(llama3)
+    mask, visited = trie.walk_table(np.zeros((1, 256), dtype=np.int32), 0)
+    assert visited == trie.num_nodes - 1
+    assert mask_set(mask, llama3.vocab_size) == set(trie.node_tokens.tolist())
