@@ -1,0 +1,89 @@
+"""Fast-forward: bytes the grammar forces, and their canonical tokens (seeds/fast_forward.md).
+
+Forced bytes are those every continuation must start with: while EOS is not allowed
+and exactly one byte is, that byte is forced.
+
+Turning them into tokens naively distorts the model (forcing `order` when the text
+will be `orderId` yields the rare pair `order` `Id`). So the forced bytes are
+tokenized with a few preceding bytes for context, and then trailing tokens are
+dropped while some vocabulary token that spans the end of the forced bytes is
+allowed by the grammar: those bytes may be tokenized differently once the model
+continues. Dropped bytes stay forced by the grammar, so nothing is lost.
+"""
+
+from __future__ import annotations
+
+from .mask import MaskWalker
+from .recognizer import Recognizer
+from .trie import TokenTrie
+
+MAX_FORCED_BYTES = 4096  # bound on one fast-forward, against grammars that force forever
+HEAL_TOKENS = 4  # how many trailing forced tokens token healing may take back
+CONTEXT_TOKENS = 4  # recent tokens re-tokenized with the forced bytes
+
+
+def forced_bytes(rec: Recognizer, state, limit: int = MAX_FORCED_BYTES) -> tuple[bytes, object]:
+    """(forced bytes, state after them) from `state`."""
+    out = bytearray()
+    while len(out) < limit and not rec.is_accepting(state):
+        allowed = rec.allowed_bytes(state)
+        if allowed.sum() != 1:
+            break
+        b = int(allowed.argmax())
+        out.append(b)
+        state = rec.step(state, b)
+    return bytes(out), state
+
+
+def forced_tokens(tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognizer, state,
+                  recent_tokens: list[int], forced: bytes | None = None) -> list[int]:
+    """Canonical fast-forward tokens from `state`, given the tokens generated so far."""
+    if forced is None:
+        forced, _ = forced_bytes(rec, state)
+    if not forced:
+        return []
+    tokens = _tokenize_in_context(tokenizer, forced, recent_tokens[-CONTEXT_TOKENS:])
+    if not tokens:
+        return []
+    token_bytes = tokenizer.token_bytes
+    tail = tokens[-HEAL_TOKENS:]
+    max_length = sum(len(token_bytes(t)) for t in tail)
+    end_state = rec.step_bytes(state, forced)
+    keep_upto = len(forced)
+    for idx in range(max(0, len(forced) - max_length), len(forced)):
+        node = trie.node_for(forced[idx:])
+        if node < 0 or trie.subtree_size[node] <= 1:
+            continue
+        # A token spelling forced[idx:] and then more: allowed iff some token below
+        # `node` survives the walk from the state after all forced bytes.
+        if walker.any_extension(end_state, node):
+            keep_upto = idx
+            break
+    kept: list[int] = []
+    length = 0
+    for t in tokens:
+        n = len(token_bytes(t))
+        if length + n > keep_upto:
+            break
+        kept.append(t)
+        length += n
+    return kept
+
+
+def _tokenize_in_context(tokenizer, forced: bytes, recent: list[int]) -> list[int]:
+    """Tokens of `forced` as the tokenizer would split them after the recent tokens.
+
+    When the last recent token would merge with the forced bytes (the boundary moves),
+    no prefix of forced tokens can be canonical without taking back a generated token,
+    so the context is dropped and the plain tokenization is used."""
+    if recent:
+        context = tokenizer.decode(recent)
+        tokens = tokenizer.encode(context + forced)
+        covered = 0
+        for k, t in enumerate(tokens):
+            if covered == len(context):
+                return tokens[k:]
+            if covered > len(context):
+                break
+            covered += len(tokenizer.token_bytes(t))
+    return tokenizer.encode(forced)

@@ -1,0 +1,148 @@
+"""The lexer: sets of lexeme derivatives, with every transition cached in a flat table.
+
+A lexer state is the set `{(lexeme i, regex R_i)}` of lexemes still possible after the
+bytes read since the lexeme began, where `R_i` is the derivative of lexeme i's regex
+by those bytes (seeds/what_makes_it_fast.md, "Lexer construction"). States are
+hash-consed to ints and transitions live in `table[state, byte]`, so walking the
+token trie is almost always one array lookup; the derivative engine runs only on a
+miss (-1 in the table).
+
+Lexing is greedy with one byte of lookahead: a lexeme ends when the next byte cannot
+extend any live lexeme and the current state accepts. Which lexemes may start is up
+to the parser: `initial_state(allowed)` builds the start state from the lexemes the
+current Earley row allows, plus the `%ignore` pseudo-lexeme (whitespace between
+lexemes), which the parser never sees.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .grammar import Grammar
+from .limits import DEFAULT_LIMITS, LimitExceeded, Limits
+from .regex import ExprSet
+
+DEAD = 0  # the empty state: no lexeme can continue
+UNKNOWN = -1  # table entry not computed yet
+NO_ACCEPT = -1  # lex_accept: the state accepts no lexeme
+IGNORE_ONLY = -2  # lex_accept: only the %ignore pseudo-lexeme accepts here
+
+
+class Lexer:
+    def __init__(self, grammar: Grammar, exprs: ExprSet | None = None, limits: Limits = DEFAULT_LIMITS):
+        self.limits = limits
+        self.exprs = exprs if exprs is not None else ExprSet(limits)
+        self.num_lexemes = len(grammar.lexemes)
+        self.lexeme_names = [lx.name for lx in grammar.lexemes]
+        self.lexeme_expr: list[int] = []
+        from .limits import GrammarError
+
+        for lx in grammar.lexemes:
+            try:
+                if lx.literal is not None:
+                    e = self.exprs.literal(lx.literal)
+                else:
+                    flags = lx.flags.replace("E", "")
+                    e = self.exprs.parse(lx.regex, flags, extended="E" in lx.flags)
+            except GrammarError as err:
+                raise GrammarError(f"in lexeme {lx.name}: {err}") from None
+            self.lexeme_expr.append(e)
+        # The %ignore pseudo-lexeme has index num_lexemes.
+        self.ignore_index = self.num_lexemes
+        if grammar.ignore:
+            parts = [self.exprs.parse(rx) for rx in grammar.ignore]
+            self.ignore_expr = self.exprs.alt(*parts)
+        else:
+            self.ignore_expr = ExprSet.NOTHING
+        self.has_ignore = self.ignore_expr != ExprSet.NOTHING and not self.exprs.is_empty(self.ignore_expr)
+        # Start states carry this marker (dropped by the first byte), so "no byte of the
+        # lexeme read yet" is never confused with a state that derivatives lead back to.
+        self.start_marker = self.num_lexemes + 1
+
+        self._state_index: dict[tuple[tuple[int, int], ...], int] = {}
+        self.states: list[tuple[tuple[int, int], ...]] = []
+        self.table = np.full((64, 256), UNKNOWN, dtype=np.int32)
+        self.accept = np.full(64, NO_ACCEPT, dtype=np.int32)
+        # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
+        self._lexset_index: dict[frozenset[int], int] = {}
+        self.lexsets: list[frozenset[int]] = []
+        self._initial_cache: dict[frozenset[int], int] = {}
+        self.fuel_used = 0
+        self._intern(())  # DEAD == 0
+        self.table[DEAD, :] = DEAD
+
+    # States ---------------------------------------------------------------------
+    def _intern(self, pairs: tuple[tuple[int, int], ...]) -> int:
+        sid = self._state_index.get(pairs)
+        if sid is not None:
+            return sid
+        sid = len(self.states)
+        if sid >= self.limits.max_lexer_states:
+            raise LimitExceeded("max_lexer_states", self.limits.max_lexer_states, "lexer DFA grew too large")
+        self.states.append(pairs)
+        self._state_index[pairs] = sid
+        if sid >= self.table.shape[0]:
+            grow = self.table.shape[0]
+            self.table = np.concatenate([self.table, np.full((grow, 256), UNKNOWN, dtype=np.int32)])
+            self.accept = np.concatenate([self.accept, np.full(grow, NO_ACCEPT, dtype=np.int32)])
+        real = frozenset(i for i, e in pairs if i < self.num_lexemes and self.exprs.nullable(e))
+        if real:
+            self.accept[sid] = self.lexset_id(real)
+        elif any(i == self.ignore_index and self.exprs.nullable(e) for i, e in pairs):
+            self.accept[sid] = IGNORE_ONLY
+        return sid
+
+    def lexset_id(self, lexemes: frozenset[int]) -> int:
+        lid = self._lexset_index.get(lexemes)
+        if lid is None:
+            lid = len(self.lexsets)
+            self.lexsets.append(lexemes)
+            self._lexset_index[lexemes] = lid
+        return lid
+
+    def initial_state(self, allowed: frozenset[int]) -> int:
+        """The state at the start of a lexeme when the parser allows `allowed`."""
+        sid = self._initial_cache.get(allowed)
+        if sid is None:
+            pairs = [(i, self.lexeme_expr[i]) for i in sorted(allowed) if not self.exprs.is_empty(self.lexeme_expr[i])]
+            if self.has_ignore:
+                pairs.append((self.ignore_index, self.ignore_expr))
+            pairs.append((self.start_marker, ExprSet.EPSILON))
+            sid = self._intern(tuple(pairs))
+            self._initial_cache[allowed] = sid
+        return sid
+
+    def step(self, state: int, byte: int) -> int:
+        """table[state, byte], computing it with derivatives on a miss."""
+        t = int(self.table[state, byte])
+        if t != UNKNOWN:
+            return t
+        self.fuel_used += 1
+        if self.fuel_used > self.limits.lexer_fuel:
+            raise LimitExceeded("lexer_fuel", self.limits.lexer_fuel, "too many derivative computations")
+        exprs = self.exprs
+        pairs = []
+        for i, e in self.states[state]:
+            if i == self.start_marker:
+                continue
+            d = exprs.derivative(e, byte)
+            if d != ExprSet.NOTHING and not exprs.is_empty(d):
+                pairs.append((i, d))
+        t = self._intern(tuple(pairs))
+        self.table[state, byte] = t
+        return t
+
+    # Introspection ----------------------------------------------------------------
+    def accepted(self, state: int) -> int:
+        return int(self.accept[state])
+
+    def possible_lexemes(self, state: int) -> list[int]:
+        return [i for i, _ in self.states[state] if i < self.num_lexemes]
+
+    def can_extend(self, state: int) -> bool:
+        """Whether some byte keeps the state alive (computed with derivatives, no table fill)."""
+        return any(self.exprs.next_bytes(e).any() for i, e in self.states[state] if i != self.start_marker)
+
+    def describe_state(self, state: int) -> str:
+        names = [self.lexeme_names[i] if i < self.num_lexemes else "%ignore" for i, _ in self.states[state] if i != self.start_marker]
+        return "{" + ", ".join(names) + "}"

@@ -1,0 +1,145 @@
+"""Token masks: the trie walk driven by the recognizer's flat tables.
+
+The walk visits the token trie in DFS order, keeping a recognizer state per depth.
+At each node it reads one byte: a lexer table lookup, and at a lexeme boundary a
+lookup in the parser-step hash table and the new row's start lexer state. A rejected
+byte skips the node's whole subtree. Tokens ending at a surviving node are allowed.
+
+Tables are filled lazily, so the walk can meet an entry that is not computed yet.
+Rather than call back into Python, it returns where it stopped and what it needs
+(`NEED_LEXER`: a lexer transition; `NEED_PARSER`: a parser step); the caller computes
+it and resumes at the same node, with the per-depth stacks untouched. Nothing is ever
+recomputed from scratch.
+
+`walk_py` is the plain-Python twin of the compiled `walk_jit` (the very same code,
+uncompiled); `reference_mask` is an independent definition (every token's bytes
+through `Recognizer.step`) that tests compare both against.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ._jit import njit
+from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN
+from .recognizer import LEXSET_BITS, STEP_EMPTY, Recognizer
+from .trie import TokenTrie, mask_words
+
+DONE = 0
+NEED_LEXER = 1  # (lexer state, byte) missing from the lexer table
+NEED_PARSER = 2  # (row, lexeme set) missing from the parser step table
+
+
+def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens,
+            lex_table, lex_accept, row_lexstate, step_keys, step_vals,
+            stack_lex, stack_row, node, end_node, stop_at_first, mask, stats):
+    """Walks trie nodes [node, end_node); returns (status, node, a, b) — see module doc.
+
+    With `stop_at_first`, returns (DONE, node, 1, 0) at the first allowed token's node.
+    stats[0] counts visited nodes.
+    """
+    slot_mask = step_keys.shape[0] - 1
+    while node < end_node:
+        depth = node_depth[node]
+        lexstate = stack_lex[depth - 1]
+        row = stack_row[depth - 1]
+        byte = node_byte[node]
+        stats[0] += 1
+        nxt = lex_table[lexstate, byte]
+        if nxt == UNKNOWN:
+            return NEED_LEXER, node, lexstate, byte
+        if nxt == DEAD:
+            accepted = lex_accept[lexstate]
+            if accepted == NO_ACCEPT:
+                node += subtree_size[node]
+                continue
+            if accepted != IGNORE_ONLY:
+                key = (row << LEXSET_BITS) | accepted
+                slot = (row * 1000003 + accepted * 7919) & slot_mask
+                while step_keys[slot] != key:
+                    if step_keys[slot] == STEP_EMPTY:
+                        return NEED_PARSER, node, row, accepted
+                    slot = (slot + 1) & slot_mask
+                row = step_vals[slot]
+                if row < 0:
+                    node += subtree_size[node]
+                    continue
+            start = row_lexstate[row]
+            nxt = lex_table[start, byte]
+            if nxt == UNKNOWN:
+                return NEED_LEXER, node, start, byte
+            if nxt == DEAD:
+                node += subtree_size[node]
+                continue
+        stack_lex[depth] = nxt
+        stack_row[depth] = row
+        for k in range(tok_start[node], tok_end[node]):
+            t = node_tokens[k]
+            mask[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            if stop_at_first:
+                return DONE, node, 1, 0
+        node += 1
+    return DONE, node, 0, 0
+
+
+walk_jit = njit(walk_py)
+
+
+class MaskWalker:
+    """Runs the resumable walk for one recognizer over one trie."""
+
+    def __init__(self, trie: TokenTrie, rec: Recognizer, use_jit: bool = True):
+        self.trie = trie
+        self.rec = rec
+        self.walk = walk_jit if use_jit else walk_py
+        depth = trie.max_depth + 2
+        self.stack_lex = np.zeros(depth, dtype=np.int64)
+        self.stack_row = np.zeros(depth, dtype=np.int64)
+        self.stats = np.zeros(1, dtype=np.int64)
+
+    def _run(self, state, node: int, end_node: int, base_depth: int, stop_at_first: bool, mask: np.ndarray) -> bool:
+        trie, rec = self.trie, self.rec
+        self.stack_lex[base_depth] = state[0]
+        self.stack_row[base_depth] = state[1]
+        while True:
+            lexer = rec.lexer
+            status, node, a, b = self.walk(
+                trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens,
+                lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
+                self.stack_lex, self.stack_row, node, end_node, stop_at_first, mask, self.stats,
+            )
+            if status == DONE:
+                return bool(a)
+            if status == NEED_LEXER:
+                lexer.step(int(a), int(b))
+            else:
+                rec.scan(int(a), int(b))
+
+    def mask(self, state) -> np.ndarray:
+        """Bitmask of trie tokens allowed from recognizer state `state` (EOS not included)."""
+        mask = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
+        self._run(state, 1, self.trie.num_nodes, 0, False, mask)
+        return mask
+
+    def any_extension(self, state, node: int) -> bool:
+        """Whether some token strictly below trie node `node` is allowed, when `state` is
+        the recognizer state after reading the bytes that spell `node`."""
+        scratch = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
+        depth = int(self.trie.node_depth[node])
+        end = node + int(self.trie.subtree_size[node])
+        return self._run(state, node + 1, end, depth, True, scratch)
+
+
+def reference_mask(rec: Recognizer, state, token_bytes: list[bytes], excluded, tokens=None) -> np.ndarray:
+    """The definition of the mask: token t is allowed iff its bytes all pass `rec.step`.
+
+    `tokens` restricts the check to a sample of ids (others stay 0)."""
+    mask = np.zeros(mask_words(len(token_bytes)), dtype=np.uint32)
+    ids = range(len(token_bytes)) if tokens is None else tokens
+    for t in ids:
+        data = token_bytes[t]
+        if not data or t in excluded:
+            continue
+        if rec.step_bytes(state, data) is not None:
+            mask[t >> 5] |= np.uint32(1 << (t & 31))
+    return mask

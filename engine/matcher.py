@@ -1,0 +1,212 @@
+"""The Matcher: the one object callers use to constrain a model with a grammar.
+
+It tracks the tokens consumed so far and answers, at each step, which tokens keep the
+output inside the grammar (`compute_mask`), which tokens the grammar forces
+(`compute_ff_tokens`) and whether the output may end here (`is_accepting`).
+
+A thin facade in llguidance's manner: the work is in the recognizer (lexer + Earley
+parser), the mask walk and fast-forward. A token the grammar does not allow is
+refused with a `MatcherError` and leaves the state unchanged; an internal failure
+(a limit exceeded, a bug) turns the matcher into a sticky error state whose message
+every later call repeats, so a server never crashes on one bad grammar.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import numpy as np
+
+from . import fastforward
+from .grammar import Grammar
+from .limits import DEFAULT_LIMITS, Limits
+from .mask import MaskWalker, reference_mask
+from .recognizer import Recognizer
+from .trie import TokenTrie, mask_words
+
+
+class MatcherError(ValueError):
+    """A token or byte the grammar does not allow, or a matcher in the error state."""
+
+
+_tries: "weakref.WeakKeyDictionary[object, TokenTrie]" = weakref.WeakKeyDictionary()
+
+
+def trie_for(tokenizer) -> TokenTrie:
+    """The tokenizer's trie, built (or loaded from disk) once per tokenizer object."""
+    trie = _tries.get(tokenizer)
+    if trie is None:
+        trie = TokenTrie.for_tokenizer(tokenizer)
+        _tries[tokenizer] = trie
+    return trie
+
+
+class Matcher:
+    def __init__(self, tokenizer, grammar: Grammar, *, limits: Limits = DEFAULT_LIMITS,
+                 trie: TokenTrie | None = None, use_jit: bool = True):
+        self.tokenizer = tokenizer
+        self.grammar = grammar
+        self.trie = trie if trie is not None else trie_for(tokenizer)
+        self.rec = Recognizer.for_grammar(grammar, limits)
+        self.walker = MaskWalker(self.trie, self.rec, use_jit=use_jit)
+        self.eos_token_ids = sorted(tokenizer.eos_token_ids)
+        self._excluded = frozenset(tokenizer.special_token_ids)
+        self.reset()
+
+    # State --------------------------------------------------------------------------
+    def reset(self) -> None:
+        self._state = self.rec.initial()
+        self._history: list[tuple] = []  # state before each consumed step
+        self.tokens: list[int] = []
+        self._stopped = False
+        self._error: str | None = None
+
+    @property
+    def error(self) -> str | None:
+        return self._error
+
+    def is_error(self) -> bool:
+        return self._error is not None
+
+    def is_stopped(self) -> bool:
+        """True after EOS was consumed."""
+        return self._stopped
+
+    def _check(self) -> None:
+        if self._error is not None:
+            raise MatcherError(f"matcher is in the error state: {self._error}")
+
+    def _guard(self, fn, *args):
+        self._check()
+        try:
+            return fn(*args)
+        except MatcherError:
+            raise
+        except Exception as err:  # any internal failure becomes a sticky, explained error
+            self._error = f"{type(err).__name__}: {err}"
+            raise MatcherError(self._error) from err
+
+    # Queries ------------------------------------------------------------------------
+    def is_accepting(self) -> bool:
+        self._check()
+        return self._stopped or self._guard(self.rec.is_accepting, self._state)
+
+    def compute_mask(self) -> np.ndarray:
+        """uint32 bitmask over the vocabulary: bit t set iff token t may come next.
+        EOS tokens are allowed iff the grammar accepts here."""
+        return self._guard(self._compute_mask)
+
+    def _compute_mask(self) -> np.ndarray:
+        if self._stopped:
+            return np.zeros(mask_words(self.tokenizer.vocab_size), dtype=np.uint32)
+        mask = self.walker.mask(self._state)
+        if self.rec.is_accepting(self._state):
+            for t in self.eos_token_ids:
+                mask[t >> 5] |= np.uint32(1 << (t & 31))
+        return mask
+
+    def allowed_tokens(self) -> np.ndarray:
+        return mask_to_ids(self.compute_mask(), self.tokenizer.vocab_size)
+
+    def reference_mask(self, tokens=None) -> np.ndarray:
+        """The mask by definition (every token's bytes through the recognizer); for tests."""
+        self._check()
+        mask = reference_mask(self.rec, self._state, self.tokenizer.all_token_bytes(), self._excluded, tokens)
+        if self.rec.is_accepting(self._state):
+            for t in self.eos_token_ids:
+                if tokens is None or t in tokens:
+                    mask[t >> 5] |= np.uint32(1 << (t & 31))
+        return mask
+
+    def compute_ff_bytes(self) -> bytes:
+        """Bytes every valid continuation starts with."""
+        if self._stopped:
+            return b""
+        return self._guard(lambda: fastforward.forced_bytes(self.rec, self._state)[0])
+
+    def compute_ff_tokens(self) -> list[int]:
+        """Forced tokens, canonically tokenized (token healing at the end)."""
+        if self._stopped:
+            return []
+        return self._guard(
+            lambda: fastforward.forced_tokens(self.tokenizer, self.trie, self.walker, self.rec, self._state, self._recent_tokens())
+        )
+
+    def _recent_tokens(self) -> list[int]:
+        # Raw bytes consumed with consume_bytes (-1) break the token context.
+        recent = self.tokens[-fastforward.CONTEXT_TOKENS:]
+        while -1 in recent:
+            recent = recent[recent.index(-1) + 1:]
+        return recent
+
+    def expected(self) -> str:
+        return self.rec.expected(self._state)
+
+    # Consuming ------------------------------------------------------------------------
+    def consume_token(self, token: int) -> None:
+        self._guard(self._consume_token, token)
+
+    def consume_tokens(self, tokens) -> None:
+        for t in tokens:
+            self.consume_token(t)
+
+    def _consume_token(self, token: int) -> None:
+        token = int(token)
+        if self._stopped:
+            raise MatcherError(f"token {token} after end of sequence")
+        if not (0 <= token < self.tokenizer.vocab_size):
+            raise MatcherError(f"token id {token} is outside the vocabulary (size {self.tokenizer.vocab_size})")
+        if token in self.eos_token_ids:
+            if not self.rec.is_accepting(self._state):
+                raise MatcherError(f"end of sequence (token {token}) not allowed: the grammar expects {self.expected()}")
+            self._history.append(self._state)
+            self.tokens.append(token)
+            self._stopped = True
+            return
+        if token in self._excluded:
+            raise MatcherError(f"special token {token} is not allowed by the grammar")
+        data = self.tokenizer.token_bytes(token)
+        new = self._advance(data, f"token {token} ({data!r})")
+        self._history.append(self._state)
+        self.tokens.append(token)
+        self._state = new
+
+    def consume_bytes(self, data: bytes) -> None:
+        """Consumes raw bytes; counts as one step for `rollback`."""
+        self._guard(self._consume_bytes, bytes(data))
+
+    def _consume_bytes(self, data: bytes) -> None:
+        if self._stopped:
+            raise MatcherError("bytes after end of sequence")
+        new = self._advance(data, repr(data))
+        self._history.append(self._state)
+        self.tokens.append(-1)
+        self._state = new
+
+    def _advance(self, data: bytes, what: str):
+        state = self._state
+        for i, b in enumerate(data):
+            nxt = self.rec.step(state, b)
+            if nxt is None:
+                raise MatcherError(
+                    f"{what} not allowed: byte {i} ({bytes([b])!r}) is rejected; the grammar expects {self.rec.expected(state)}"
+                )
+            state = nxt
+        return state
+
+    def rollback(self, n: int) -> None:
+        """Undoes the last `n` consumed tokens (or consume_bytes calls)."""
+        self._check()
+        if n < 0 or n > len(self._history):
+            raise MatcherError(f"cannot roll back {n} steps: only {len(self._history)} consumed")
+        if n == 0:
+            return
+        self._state = self._history[-n]
+        del self._history[-n:]
+        del self.tokens[-n:]
+        self._stopped = False
+
+
+def mask_to_ids(mask: np.ndarray, vocab_size: int) -> np.ndarray:
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab_size]
+    return np.flatnonzero(bits)

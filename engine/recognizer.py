@@ -1,0 +1,193 @@
+"""The recognizer: a grammar as a byte-level transition function.
+
+A recognizer state is `(lexer state, Earley row id)`. Reading a byte either extends
+the current lexeme (one lexer table lookup) or, when the byte cannot extend it and the
+lexer accepts, ends the lexeme: the parser scans it (a cached child row) and the byte
+starts the next lexeme in the lexer state the new row allows. This is the pure
+`(state, byte) -> state or reject` function the trie walk drives (STYLE.md: the
+walker knows nothing of grammars).
+
+Everything the walk needs is also kept in flat arrays, so the numba walk in
+`mask.py` can run it without Python: the lexer table, what each lexer state accepts,
+the start lexer state of each row, and an open-addressing hash table of parser
+steps `(row, lexeme set) -> child row`. Misses go back to Python, which fills the
+entry and resumes the walk.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+import numpy as np
+
+from .grammar import Grammar
+from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, Lexer
+from .limits import DEFAULT_LIMITS, Limits
+from .parser import EarleyParser
+
+LEXSET_BITS = 24  # a step key is (row << LEXSET_BITS) | lexeme set id
+NO_ROW = -1  # a parser step that scans nothing
+STEP_EMPTY = -1  # free slot in the step table
+
+
+def step_slot(row: int, lexset: int, bits: int) -> int:
+    # Small multipliers keep the product inside int64, so numba and Python agree bit for bit.
+    return (row * 1000003 + lexset * 7919) & ((1 << bits) - 1)
+
+
+class Recognizer:
+    _cache: "OrderedDict[tuple[str, Limits], Recognizer]" = OrderedDict()
+    _cache_lock = threading.Lock()
+    CACHE_SIZE = 64
+
+    def __init__(self, grammar: Grammar, limits: Limits = DEFAULT_LIMITS):
+        self.grammar = grammar
+        self.limits = limits
+        self.lexer = Lexer(grammar, limits=limits)
+        self.parser = EarleyParser(grammar, limits)
+        self.row_lexstate = np.full(64, UNKNOWN, dtype=np.int32)
+        self.row_accepting = np.zeros(64, dtype=np.bool_)
+        self.step_bits = 10
+        self.step_keys = np.full(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
+        self.step_vals = np.full(1 << self.step_bits, NO_ROW, dtype=np.int32)
+        self.step_count = 0
+        self._register_row(self.parser.root)
+
+    @classmethod
+    def for_grammar(cls, grammar: Grammar, limits: Limits = DEFAULT_LIMITS) -> "Recognizer":
+        """A shared recognizer per grammar content: compiled once, its tables warm for every matcher."""
+        key = (grammar.fingerprint(), limits)
+        with cls._cache_lock:
+            rec = cls._cache.get(key)
+            if rec is not None:
+                cls._cache.move_to_end(key)
+                return rec
+        rec = cls(grammar, limits)
+        with cls._cache_lock:
+            cls._cache[key] = rec
+            while len(cls._cache) > cls.CACHE_SIZE:
+                cls._cache.popitem(last=False)
+        return rec
+
+    # Rows and parser steps -------------------------------------------------------
+    def _register_row(self, row: int) -> None:
+        if row >= self.row_lexstate.shape[0]:
+            grow = max(row + 1, 2 * self.row_lexstate.shape[0])
+            lex = np.full(grow, UNKNOWN, dtype=np.int32)
+            lex[: self.row_lexstate.shape[0]] = self.row_lexstate
+            acc = np.zeros(grow, dtype=np.bool_)
+            acc[: self.row_accepting.shape[0]] = self.row_accepting
+            self.row_lexstate, self.row_accepting = lex, acc
+        if self.row_lexstate[row] == UNKNOWN:
+            self.row_lexstate[row] = self.lexer.initial_state(self.parser.allowed_lexemes(row))
+            self.row_accepting[row] = self.parser.is_accepting(row)
+
+    def scan(self, row: int, lexset: int) -> int:
+        """Child row after scanning lexeme set `lexset` in `row` (NO_ROW if nothing scans); fills the step table."""
+        key = (row << LEXSET_BITS) | lexset
+        bits = self.step_bits
+        slot = step_slot(row, lexset, bits)
+        keys = self.step_keys
+        while keys[slot] != STEP_EMPTY:
+            if keys[slot] == key:
+                return int(self.step_vals[slot])
+            slot = (slot + 1) & ((1 << bits) - 1)
+        if lexset >= (1 << LEXSET_BITS):
+            raise OverflowError("too many distinct lexeme sets")
+        child = self.parser.scan(row, lexset, self.lexer.lexsets[lexset])
+        if child >= 0:
+            self._register_row(child)
+        self._insert_step(key, child)
+        return child
+
+    def _insert_step(self, key: int, child: int) -> None:
+        if 2 * (self.step_count + 1) > self.step_keys.shape[0]:
+            old_keys, old_vals = self.step_keys, self.step_vals
+            self.step_bits += 1
+            self.step_keys = np.full(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
+            self.step_vals = np.full(1 << self.step_bits, NO_ROW, dtype=np.int32)
+            self.step_count = 0
+            for k, v in zip(old_keys.tolist(), old_vals.tolist()):
+                if k != STEP_EMPTY:
+                    self._insert_step(k, v)
+        bits = self.step_bits
+        slot = step_slot(key >> LEXSET_BITS, key & ((1 << LEXSET_BITS) - 1), bits)
+        while self.step_keys[slot] != STEP_EMPTY:
+            slot = (slot + 1) & ((1 << bits) - 1)
+        self.step_keys[slot] = key
+        self.step_vals[slot] = child
+        self.step_count += 1
+
+    # The transition function -------------------------------------------------------
+    def initial(self) -> tuple[int, int]:
+        root = self.parser.root
+        return (int(self.row_lexstate[root]), root)
+
+    def end_lexeme(self, lexstate: int, row: int) -> int:
+        """Row after ending the lexeme in `lexstate` (the same row for %ignore), or NO_ROW."""
+        acc = int(self.lexer.accept[lexstate])
+        if acc == NO_ACCEPT:
+            return NO_ROW
+        if acc == IGNORE_ONLY:
+            return row
+        return self.scan(row, acc)
+
+    def step(self, state: tuple[int, int], byte: int) -> tuple[int, int] | None:
+        lexstate, row = state
+        t = self.lexer.step(lexstate, byte)
+        if t != DEAD:
+            return (t, row)
+        row2 = self.end_lexeme(lexstate, row)
+        if row2 == NO_ROW:
+            return None
+        t = self.lexer.step(int(self.row_lexstate[row2]), byte)
+        if t == DEAD:
+            return None
+        return (t, row2)
+
+    def step_bytes(self, state: tuple[int, int] | None, data: bytes) -> tuple[int, int] | None:
+        for b in data:
+            if state is None:
+                return None
+            state = self.step(state, b)
+        return state
+
+    def is_accepting(self, state: tuple[int, int]) -> bool:
+        lexstate, row = state
+        if lexstate == int(self.row_lexstate[row]):
+            # No byte of a lexeme read yet (or only %ignore restarted it).
+            if self.parser.is_accepting(row):
+                return True
+        row2 = self.end_lexeme(lexstate, row)
+        return row2 != NO_ROW and self.parser.is_accepting(row2)
+
+    def _full_row(self, lexstate: int) -> np.ndarray:
+        row = self.lexer.table[lexstate]
+        if (row == UNKNOWN).any():
+            for b in np.flatnonzero(row == UNKNOWN).tolist():
+                self.lexer.step(lexstate, b)
+            row = self.lexer.table[lexstate]
+        return row
+
+    def allowed_bytes(self, state: tuple[int, int]) -> np.ndarray:
+        """bool[256]: the bytes `step` accepts from `state`, computed a table row at a time."""
+        lexstate, row = state
+        trans = self._full_row(lexstate)
+        live = trans != DEAD
+        row2 = self.end_lexeme(lexstate, row)
+        if row2 != NO_ROW:
+            restart = self._full_row(int(self.row_lexstate[row2]))
+            live |= (trans == DEAD) & (restart != DEAD)
+        return live
+
+    def next_bytes(self, state: tuple[int, int]) -> list[int]:
+        return np.flatnonzero(self.allowed_bytes(state)).tolist()
+
+    def expected(self, state: tuple[int, int]) -> str:
+        """Human-readable description of what may come next (for error messages)."""
+        lexstate, row = state
+        if lexstate != int(self.row_lexstate[row]):
+            return "continuation of " + self.lexer.describe_state(lexstate)
+        names = self.parser.expected_names(row)
+        return "one of " + ", ".join(names[:12]) + (" ..." if len(names) > 12 else "") if names else "end of input"
