@@ -60,6 +60,9 @@ class Grammar:
     start: int
     # Regexes skipped between lexemes (Lark's %ignore), joined as one alternation.
     ignore: list[str] = field(default_factory=list)
+    # Whether %ignore'd text may precede the first lexeme. Off by default, as in
+    # llguidance: generated output then starts with real content.
+    allow_initial_skip: bool = False
 
     # Front ends ---------------------------------------------------------------
     @classmethod
@@ -98,7 +101,7 @@ class Grammar:
         h.update(b"|rules|")
         for r in self.rules:
             h.update(repr((r.lhs, r.rhs)).encode())
-        h.update(repr((self.start, self.ignore)).encode())
+        h.update(repr((self.start, self.ignore, self.allow_initial_skip)).encode())
         return h.hexdigest()
 
     def __str__(self) -> str:
@@ -125,6 +128,7 @@ class GrammarBuilder:
         self.rules: list[Rule] = []
         self._rule_set: set[Rule] = set()
         self.ignore: list[str] = []
+        self.allow_initial_skip = False
         self._size = 0
 
     def lexeme(self, name: str, regex: str, *, literal: bytes | None = None, flags: str = "") -> int:
@@ -215,7 +219,8 @@ class GrammarBuilder:
         return self.sequence_rule(name, [parts])
 
     def build(self, start: int) -> Grammar:
-        g = Grammar(list(self.lexemes), list(self.nonterminals), list(self.rules), start, list(self.ignore))
+        g = Grammar(list(self.lexemes), list(self.nonterminals), list(self.rules), start, list(self.ignore),
+                    self.allow_initial_skip)
         validate(g)
         return g
 

@@ -66,7 +66,7 @@ class Lexer:
         # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
         self._lexset_index: dict[frozenset[int], int] = {}
         self.lexsets: list[frozenset[int]] = []
-        self._initial_cache: dict[frozenset[int], int] = {}
+        self._initial_cache: dict[tuple[frozenset[int], bool], int] = {}
         self.fuel_used = 0
         self._intern(())  # DEAD == 0
         self.table[DEAD, :] = DEAD
@@ -100,16 +100,16 @@ class Lexer:
             self._lexset_index[lexemes] = lid
         return lid
 
-    def initial_state(self, allowed: frozenset[int]) -> int:
+    def initial_state(self, allowed: frozenset[int], with_ignore: bool = True) -> int:
         """The state at the start of a lexeme when the parser allows `allowed`."""
-        sid = self._initial_cache.get(allowed)
+        sid = self._initial_cache.get((allowed, with_ignore))
         if sid is None:
             pairs = [(i, self.lexeme_expr[i]) for i in sorted(allowed) if not self.exprs.is_empty(self.lexeme_expr[i])]
-            if self.has_ignore:
+            if self.has_ignore and with_ignore:
                 pairs.append((self.ignore_index, self.ignore_expr))
             pairs.append((self.start_marker, ExprSet.EPSILON))
             sid = self._intern(tuple(pairs))
-            self._initial_cache[allowed] = sid
+            self._initial_cache[(allowed, with_ignore)] = sid
         return sid
 
     def step(self, state: int, byte: int) -> int:

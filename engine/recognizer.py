@@ -80,7 +80,11 @@ class Recognizer:
             acc[: self.row_accepting.shape[0]] = self.row_accepting
             self.row_lexstate, self.row_accepting = lex, acc
         if self.row_lexstate[row] == UNKNOWN:
-            self.row_lexstate[row] = self.lexer.initial_state(self.parser.allowed_lexemes(row))
+            allowed = self.parser.allowed_lexemes(row)
+            # %ignore only between lexemes, as in llguidance: never after the last one
+            # (the model should end, not pad), nor before the first unless asked for.
+            with_ignore = bool(allowed) and (row != self.parser.root or self.grammar.allow_initial_skip)
+            self.row_lexstate[row] = self.lexer.initial_state(allowed, with_ignore)
             self.row_accepting[row] = self.parser.is_accepting(row)
 
     def scan(self, row: int, lexset: int) -> int:

@@ -115,7 +115,9 @@ def json_like() -> Grammar:
 
 @pytest.mark.parametrize("text,ok", [
     (b'{"a": [1, 2.5e3, true, null, "x\\u00e9"]}', True),
-    (b'  [ ]  ', True),
+    (b'[ ]', True),
+    (b'[ ] ', False),  # nor after the last one
+    (b'  [ ]', False),  # no %ignore before the first lexeme unless allow_initial_skip
     (b'{"a" 1}', False),
     (b'[1,]', False),
     (b'"caf\xc3\xa9"', True),

@@ -1,0 +1,71 @@
+"""Fast-forward tokens on the real Llama 3 tokenizer: the examples of seeds/fast_forward.md."""
+
+import pytest
+
+from midword.engine import Grammar, Matcher, Tokenizer
+
+PERSON = r"""
+start: "{" "\"name_of_the_person\"" ":" ESCAPED_STRING "," "\"age\"" ":" INT "}"
+%import common.ESCAPED_STRING
+%import common.INT
+%ignore /[ \t\n]+/
+"""
+
+ORDER = r"""
+start: "{\"" ("orderId" | "orderName") "\":" INT "}"
+%import common.INT
+"""
+
+
+@pytest.fixture(scope="module")
+def llama3():
+    return Tokenizer.from_pretrained("llama3")
+
+
+def spelled(tok, tokens):
+    return [tok.token_bytes(t) for t in tokens]
+
+
+def test_forced_quote_is_left_to_the_model(llama3):
+    m = Matcher(llama3, Grammar.from_lark(PERSON))
+    m.consume_tokens(llama3.encode('{"'))
+    assert m.compute_ff_bytes() == b'name_of_the_person"'
+    ff = m.compute_ff_tokens()
+    # `"` is dropped: `":` spans the end of the forced bytes and the grammar allows it
+    assert ff == llama3.encode("name_of_the_person")
+    assert spelled(llama3, ff) == [b"name", b"_of", b"_the", b"_person"]
+    m.consume_tokens(ff)
+    assert m.compute_ff_bytes() == b'"'  # still required, now by the grammar alone
+
+
+def test_order_prefix_is_not_forced(llama3):
+    m = Matcher(llama3, Grammar.from_lark(ORDER))
+    # `{"` is one Llama 3 token, and the forced `{"order` is cut back to it
+    assert m.compute_ff_bytes() == b'{"order'
+    assert spelled(llama3, m.compute_ff_tokens()) == [b'{"']
+    m.consume_tokens(llama3.encode('{"'))
+    assert m.compute_ff_bytes() == b"order"
+    assert m.compute_ff_tokens() == []
+    mask_tokens = {llama3.token_bytes(t) for t in m.allowed_tokens()}
+    assert b"orderId" in mask_tokens and b"order" in mask_tokens
+
+
+def test_ff_tokens_continue_the_canonical_tokenization(llama3):
+    # Whatever is forced, forced tokens followed by the rest must equal the canonical
+    # tokenization of the final text.
+    g = Grammar.from_lark(r"""
+start: "const config = {" "\"version\"" ":" INT "," "\"description\"" ":" ESCAPED_STRING "}"
+%import common.INT
+%import common.ESCAPED_STRING
+""")
+    final = 'const config = {"version":12,"description":"hello there"}'
+    canonical = llama3.encode(final)
+    m = Matcher(llama3, g)
+    pos = 0
+    while pos < len(canonical):
+        ff = m.compute_ff_tokens()
+        assert ff == canonical[pos:pos + len(ff)], (llama3.decode(canonical[:pos]), spelled(llama3, ff))
+        step = ff or [canonical[pos]]
+        m.consume_tokens(step)
+        pos += len(step)
+    assert m.is_accepting()
