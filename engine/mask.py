@@ -86,19 +86,23 @@ walk_jit = njit(walk_py)
 
 
 class MaskWalker:
-    """Runs the resumable walk for one recognizer over one trie."""
+    """Runs the resumable walk for one recognizer over a tokenizer's trie, or over its
+    slice tries when a `SlicedTrie` is given (see slicer.py)."""
 
-    def __init__(self, trie: TokenTrie, rec: Recognizer, use_jit: bool = True):
+    def __init__(self, trie: TokenTrie, rec: Recognizer, use_jit: bool = True, sliced=None):
         self.trie = trie
         self.rec = rec
+        self.sliced = sliced
         self.walk = walk_jit if use_jit else walk_py
         depth = trie.max_depth + 2
         self.stack_lex = np.zeros(depth, dtype=np.int64)
         self.stack_row = np.zeros(depth, dtype=np.int64)
         self.stats = np.zeros(1, dtype=np.int64)
+        self.last_sliced = False
 
-    def _run(self, state, node: int, end_node: int, base_depth: int, stop_at_first: bool, mask: np.ndarray) -> bool:
-        trie, rec = self.trie, self.rec
+    def _run(self, trie: TokenTrie, state, node: int, end_node: int, base_depth: int, stop_at_first: bool,
+             mask: np.ndarray) -> bool:
+        rec = self.rec
         self.stack_lex[base_depth] = state[0]
         self.stack_row[base_depth] = state[1]
         while True:
@@ -118,7 +122,19 @@ class MaskWalker:
     def mask(self, state) -> np.ndarray:
         """Bitmask of trie tokens allowed from recognizer state `state` (EOS not included)."""
         mask = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
-        self._run(state, 1, self.trie.num_nodes, 0, False, mask)
+        if self.sliced is None:
+            self.last_sliced = False
+            self._run(self.trie, state, 1, self.trie.num_nodes, 0, False, mask)
+            return mask
+        from .slicer import applicable_slices
+
+        applicable = applicable_slices(self.rec, self.sliced, int(state[0]))
+        self.last_sliced = any(applicable)
+        for k, trie in enumerate(self.sliced.tries):
+            if k < len(applicable) and applicable[k]:
+                mask |= self.sliced.masks[k]
+            elif trie.num_nodes > 1:
+                self._run(trie, state, 1, trie.num_nodes, 0, False, mask)
         return mask
 
     def any_extension(self, state, node: int) -> bool:
@@ -127,7 +143,7 @@ class MaskWalker:
         scratch = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
         depth = int(self.trie.node_depth[node])
         end = node + int(self.trie.subtree_size[node])
-        return self._run(state, node + 1, end, depth, True, scratch)
+        return self._run(self.trie, state, node + 1, end, depth, True, scratch)
 
 
 def reference_mask(rec: Recognizer, state, token_bytes: list[bytes], excluded, tokens=None) -> np.ndarray:

@@ -22,6 +22,7 @@ from .grammar import Grammar
 from .limits import DEFAULT_LIMITS, Limits
 from .mask import MaskWalker, reference_mask
 from .recognizer import Recognizer
+from .slicer import SlicedTrie, default_slices_enabled
 from .trie import TokenTrie, mask_words
 
 
@@ -30,6 +31,9 @@ class MatcherError(ValueError):
 
 
 _tries: "weakref.WeakKeyDictionary[object, TokenTrie]" = weakref.WeakKeyDictionary()
+
+
+_sliced: "weakref.WeakKeyDictionary[object, SlicedTrie]" = weakref.WeakKeyDictionary()
 
 
 def trie_for(tokenizer) -> TokenTrie:
@@ -41,14 +45,28 @@ def trie_for(tokenizer) -> TokenTrie:
     return trie
 
 
+def sliced_trie_for(tokenizer) -> SlicedTrie:
+    """The tokenizer's slice tries for the default slices, once per tokenizer object."""
+    sliced = _sliced.get(tokenizer)
+    if sliced is None:
+        sliced = SlicedTrie.for_tokenizer(tokenizer, trie_for(tokenizer))
+        _sliced[tokenizer] = sliced
+    return sliced
+
+
 class Matcher:
     def __init__(self, tokenizer, grammar: Grammar, *, limits: Limits = DEFAULT_LIMITS,
-                 trie: TokenTrie | None = None, use_jit: bool = True):
+                 trie: TokenTrie | None = None, use_jit: bool = True, slicer: bool | None = None):
         self.tokenizer = tokenizer
         self.grammar = grammar
         self.trie = trie if trie is not None else trie_for(tokenizer)
         self.rec = Recognizer.for_grammar(grammar, limits)
-        self.walker = MaskWalker(self.trie, self.rec, use_jit=use_jit)
+        if slicer is None:
+            slicer = default_slices_enabled()
+        sliced = None
+        if slicer:
+            sliced = sliced_trie_for(tokenizer) if trie is None else SlicedTrie.build(trie, tokenizer.all_token_bytes())
+        self.walker = MaskWalker(self.trie, self.rec, use_jit=use_jit, sliced=sliced)
         self.eos_token_ids = sorted(tokenizer.eos_token_ids)
         self._excluded = frozenset(tokenizer.special_token_ids)
         self.reset()

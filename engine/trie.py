@@ -54,10 +54,13 @@ class TokenTrie:
 
     # Construction -------------------------------------------------------------
     @classmethod
-    def build(cls, token_bytes: list[bytes], excluded: frozenset[int] | set[int] = frozenset(), fingerprint: str | None = None) -> "TokenTrie":
-        """Builds the trie over `token_bytes[i]` for every id not in `excluded` and not empty."""
+    def build(cls, token_bytes: list[bytes], excluded: frozenset[int] | set[int] = frozenset(), fingerprint: str | None = None,
+              only: list[int] | None = None) -> "TokenTrie":
+        """Builds the trie over `token_bytes[i]` for every id not in `excluded` and not empty
+        (restricted to the ids in `only` when given)."""
         vocab_size = len(token_bytes)
-        ids = [i for i, b in enumerate(token_bytes) if b and i not in excluded]
+        candidates = range(vocab_size) if only is None else only
+        ids = [i for i in candidates if token_bytes[i] and i not in excluded]
         ids.sort(key=token_bytes.__getitem__)
         byte_chunks: list[bytes] = []
         depth_chunks: list[np.ndarray] = []
@@ -95,7 +98,7 @@ class TokenTrie:
         token_node = np.full(vocab_size, -1, dtype=np.int32)
         token_node[node_tokens] = end_node.astype(np.int32)
         if fingerprint is None:
-            fingerprint = vocabulary_fingerprint(token_bytes, excluded)
+            fingerprint = vocabulary_fingerprint(token_bytes, excluded) + ("" if only is None else f":subset{len(ids)}")
         return cls(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens, token_node, vocab_size, fingerprint)
 
     @classmethod
@@ -118,34 +121,26 @@ class TokenTrie:
                 pass  # a read-only cache only costs the next process a rebuild
         return trie
 
+    _ARRAYS = ("node_byte", "node_depth", "subtree_size", "tok_start", "tok_end", "node_tokens", "token_node")
+
+    def arrays(self, prefix: str = "") -> dict[str, np.ndarray]:
+        out = {prefix + name: getattr(self, name) for name in self._ARRAYS}
+        out[prefix + "vocab_size"] = np.int64(self.vocab_size)
+        return out
+
+    @classmethod
+    def from_arrays(cls, z, fingerprint: str, prefix: str = "") -> "TokenTrie":
+        return cls(*(z[prefix + name] for name in cls._ARRAYS), int(z[prefix + "vocab_size"]), fingerprint)
+
     def save(self, path: str | os.PathLike) -> None:
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-        with open(tmp, "wb") as f:
-            np.savez(
-                f,
-                version=np.int64(TRIE_FORMAT_VERSION),
-                node_byte=self.node_byte,
-                node_depth=self.node_depth,
-                subtree_size=self.subtree_size,
-                tok_start=self.tok_start,
-                tok_end=self.tok_end,
-                node_tokens=self.node_tokens,
-                token_node=self.token_node,
-                vocab_size=np.int64(self.vocab_size),
-            )
-        os.replace(tmp, path)  # atomic: a concurrent reader never sees half a file
+        save_arrays(path, self.arrays())
 
     @classmethod
     def load(cls, path: str | os.PathLike, fingerprint: str) -> "TokenTrie":
         with np.load(path) as z:
             if int(z["version"]) != TRIE_FORMAT_VERSION:
                 raise ValueError("trie cache format changed")
-            return cls(
-                z["node_byte"], z["node_depth"], z["subtree_size"], z["tok_start"], z["tok_end"],
-                z["node_tokens"], z["token_node"], int(z["vocab_size"]), fingerprint,
-            )
+            return cls.from_arrays(z, fingerprint)
 
     # Queries -------------------------------------------------------------------
     def _tokens_at(self, node: int) -> list[int]:
@@ -196,13 +191,25 @@ class TokenTrie:
         node = self.node_for(data)
         return node >= 0 and self.subtree_size[node] > 1
 
-    def walk_table(self, table: np.ndarray, start: int) -> tuple[np.ndarray, int]:
+    def walk_table(self, table: np.ndarray, start: int, accepting: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """Mask of tokens whose bytes drive `table` (state x 256 -> state, -1 dead) from `start`
-        without dying; returns (mask, nodes visited)."""
+        without dying (and, given `accepting`, end in an accepting state); returns (mask, nodes visited)."""
         mask = np.zeros(mask_words(self.vocab_size), dtype=np.uint32)
+        if accepting is None:
+            accepting = np.ones(table.shape[0], dtype=np.bool_)
         visited = walk_table_jit(self.node_byte, self.node_depth, self.subtree_size, self.tok_start, self.tok_end,
-                                 self.node_tokens, table, start, mask)
+                                 self.node_tokens, table, accepting, start, mask)
         return mask, int(visited)
+
+
+def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
+    """Writes an .npz atomically, so a concurrent reader never sees half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+    with open(tmp, "wb") as f:
+        np.savez(f, version=np.int64(TRIE_FORMAT_VERSION), **arrays)
+    os.replace(tmp, path)
 
 
 def _common_prefix_len(a: bytes, b: bytes) -> int:
@@ -233,11 +240,11 @@ def cache_dir() -> Path:
     return Path(user_cache_dir("midword"))
 
 
-def _cache_path(directory, fingerprint: str) -> Path | None:
+def _cache_path(directory, fingerprint: str, kind: str = "tries") -> Path | None:
     if os.environ.get("MIDWORD_NO_DISK_CACHE"):
         return None
     base = Path(directory) if directory is not None else cache_dir()
-    return base / "tries" / f"{fingerprint[:32]}.npz"
+    return base / kind / f"{fingerprint[:32]}.npz"
 
 
 # Hot loops: njit functions and their plain-Python twins ------------------------------
@@ -265,8 +272,9 @@ def fill_subtree_sizes_py(node_depth, subtree_size):
 _fill_subtree_sizes = njit(fill_subtree_sizes_py)
 
 
-def walk_table_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens, table, start, mask):
-    """Sets the bit of every token whose bytes keep `table` alive from `start`; returns nodes visited."""
+def walk_table_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens, table, accepting, start, mask):
+    """Sets the bit of every token whose bytes keep `table` alive from `start` and end in
+    a state with `accepting[state]`; returns nodes visited."""
     n = node_byte.shape[0]
     states = np.empty(int(node_depth.max()) + 1 if n else 1, dtype=np.int64)
     states[0] = start
@@ -279,9 +287,10 @@ def walk_table_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_
             i += subtree_size[i]
             continue
         states[node_depth[i]] = state
-        for k in range(tok_start[i], tok_end[i]):
-            t = node_tokens[k]
-            mask[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+        if accepting[state]:
+            for k in range(tok_start[i], tok_end[i]):
+                t = node_tokens[k]
+                mask[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
         i += 1
     return visited
 

@@ -55,8 +55,8 @@ def assert_mask_equals_reference(m: Matcher):
 @given(random_grammars(), st.integers(0, 2**32 - 1))
 def test_mask_equals_reference_along_random_walks(grammar, seed):
     rng = random.Random(seed)
-    for use_jit in (True, False):
-        m = Matcher(TOY, grammar, use_jit=use_jit)
+    for use_jit, slicer in ((True, True), (True, False), (False, True)):
+        m = Matcher(TOY, grammar, use_jit=use_jit, slicer=slicer)
         rng.seed(seed)
         for _ in range(12):
             mask = assert_mask_equals_reference(m)

@@ -10,7 +10,7 @@ from midword.engine.trie import TokenTrie, fill_subtree_sizes_py, mask_words, wa
 vocab_strategy = st.lists(st.binary(min_size=0, max_size=6).map(lambda b: bytes(x % 4 + 97 for x in b)), min_size=1, max_size=120)
 
 
-def brute_walk(token_bytes, excluded, table, start):
+def brute_walk(token_bytes, excluded, table, start, accepting):
     allowed = set()
     for t, data in enumerate(token_bytes):
         if not data or t in excluded:
@@ -21,7 +21,8 @@ def brute_walk(token_bytes, excluded, table, start):
             if s < 0:
                 break
         else:
-            allowed.add(t)
+            if accepting[s]:
+                allowed.add(t)
     return allowed
 
 
@@ -62,14 +63,16 @@ def test_walk_jit_equals_twin_and_brute_force(token_bytes, n_states, data):
         for b in b"abcd":
             table[s, b] = data.draw(st.integers(-1, n_states - 1))
     start = data.draw(st.integers(0, n_states - 1))
-    args = (trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens, table, start)
+    accepting = np.array([data.draw(st.booleans()) for _ in range(n_states)], dtype=np.bool_)
+    args = (trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens, table,
+            accepting, start)
     m_jit = np.zeros(mask_words(len(token_bytes)), dtype=np.uint32)
     m_py = np.zeros_like(m_jit)
     v_jit = walk_table_jit(*args, m_jit)
     v_py = walk_table_py(*args, m_py)
     assert v_jit == v_py
     assert np.array_equal(m_jit, m_py)
-    assert mask_set(m_jit, len(token_bytes)) == brute_walk(token_bytes, set(), table, start)
+    assert mask_set(m_jit, len(token_bytes)) == brute_walk(token_bytes, set(), table, start, accepting)
 
 
 def test_subtree_sizes_twin():

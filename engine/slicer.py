@@ -1,0 +1,142 @@
+"""The slicer: skip walking the parts of the trie that a lexeme allows wholesale.
+
+Large masks come from unconstrained contexts — inside a JSON string, a comment — where
+the trie walk visits almost every node. A slice is a regex such as
+`[^"\\\\\\x00-\\x1F\\x7F]{1,10}` (seeds/what_makes_it_fast.md, "Slicer optimization").
+Each token belongs to exactly one slice: the first, in order, whose regex it fully
+matches, or the implicit remainder. Every slice has its own trie and its own
+precomputed mask.
+
+When computing a mask, a slice whose language is contained in the prefix language of
+a lexeme still live in the lexer state (`S ⊆ P(R)`, checked with the regex engine's
+under-approximation) is allowed whole: every token in it keeps that lexeme alive. Its
+mask is OR-ed in and its trie is not walked. The other slices' tries are walked as usual,
+so sliced and unsliced masks are identical by construction (and a test checks it).
+
+Slice data depends only on the tokenizer and the slice regexes, so it is cached on disk;
+which slices apply depends only on the lexer state, so that is cached per recognizer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .recognizer import Recognizer
+from .regex import ExprSet, LazyDFA
+from .trie import TRIE_FORMAT_VERSION, TokenTrie, _cache_path, mask_words, save_arrays
+
+# llguidance's JSON slices, which also serve code: whitespace runs, then string-body
+# text of growing length limits (a maxLength of at least 10 or 30 can still use them).
+DEFAULT_SLICES = (
+    r"[\x20\x0A\x0D\x09]+",
+    r'[^"\\\x00-\x1F\x7F]{1,10}',
+    r'[^"\\\x00-\x1F\x7F]{1,30}',
+    r'[^"\\\x00-\x1F\x7F]+',
+)
+
+
+def full_dfa_table(regex: str) -> tuple[np.ndarray, np.ndarray, int]:
+    """(table with -1 for dead, accepting, initial) of a regex's complete DFA."""
+    exprs = ExprSet()
+    dfa = LazyDFA(exprs, exprs.parse(regex))
+    todo = [dfa.initial]
+    seen = {0, dfa.initial}
+    while todo:
+        s = todo.pop()
+        for b in range(256):
+            t = dfa.step(s, b)
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    n = dfa.n_states
+    table = dfa.table[:n].copy()
+    table[table == 0] = -1  # LazyDFA's dead state 0 becomes "skip the subtree"
+    return table, dfa.accepting[:n].copy(), dfa.initial
+
+
+@dataclass
+class SlicedTrie:
+    regexes: tuple[str, ...]
+    tries: list[TokenTrie]  # one per regex, then the remainder
+    masks: list[np.ndarray]  # one per regex
+
+    @classmethod
+    def build(cls, full: TokenTrie, token_bytes: list[bytes], regexes=DEFAULT_SLICES) -> "SlicedTrie":
+        regexes = tuple(regexes)
+        claimed = np.zeros(mask_words(full.vocab_size), dtype=np.uint32)
+        tries, masks = [], []
+        for rx in regexes:
+            table, accepting, initial = full_dfa_table(rx)
+            matching, _ = full.walk_table(table, initial, accepting)
+            mine = matching & ~claimed
+            claimed |= mine
+            ids = _ids(mine, full.vocab_size)
+            tries.append(TokenTrie.build(token_bytes, fingerprint=f"{full.fingerprint}:slice:{rx}", only=ids))
+            masks.append(mine)
+        all_tokens = full.node_tokens
+        rest = np.setdiff1d(all_tokens, _ids(claimed, full.vocab_size)).tolist()
+        tries.append(TokenTrie.build(token_bytes, fingerprint=f"{full.fingerprint}:slice:rest", only=rest))
+        return cls(regexes, tries, masks)
+
+    @classmethod
+    def for_tokenizer(cls, tokenizer, full: TokenTrie, regexes=DEFAULT_SLICES, cache_dir=None) -> "SlicedTrie":
+        regexes = tuple(regexes)
+        key = hashlib.sha256((full.fingerprint + "\0" + "\0".join(regexes)).encode()).hexdigest()
+        path = _cache_path(cache_dir, key, "slices")
+        if path is not None and path.exists():
+            try:
+                with np.load(path) as z:
+                    if int(z["version"]) == TRIE_FORMAT_VERSION:
+                        tries = [TokenTrie.from_arrays(z, f"{key}:{k}", prefix=f"t{k}_") for k in range(len(regexes) + 1)]
+                        masks = [z[f"m{k}"] for k in range(len(regexes))]
+                        return cls(regexes, tries, masks)
+            except (OSError, ValueError, KeyError):
+                pass  # rebuilt below
+        sliced = cls.build(full, tokenizer.all_token_bytes(), regexes)
+        if path is not None:
+            arrays = {}
+            for k, t in enumerate(sliced.tries):
+                arrays.update(t.arrays(prefix=f"t{k}_"))
+            for k, m in enumerate(sliced.masks):
+                arrays[f"m{k}"] = m
+            try:
+                save_arrays(path, arrays)
+            except OSError:
+                pass
+        return sliced
+
+    def slice_sizes(self) -> list[int]:
+        return [len(t.node_tokens) for t in self.tries]
+
+
+def _ids(mask: np.ndarray, vocab_size: int) -> list[int]:
+    bits = np.unpackbits(mask.view(np.uint8), bitorder="little")[:vocab_size]
+    return np.flatnonzero(bits).tolist()
+
+
+def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tuple[bool, ...]:
+    """Which slices the lexer state allows wholesale; cached on the recognizer."""
+    cache = rec.__dict__.setdefault("_slice_cache", {})
+    key = (sliced.regexes, lexstate)
+    hit = cache.get(key)
+    if hit is not None:
+        return hit
+    lexer = rec.lexer
+    exprs = lexer.exprs
+    slice_exprs = rec.__dict__.setdefault("_slice_exprs", {})
+    ids = slice_exprs.get(sliced.regexes)
+    if ids is None:
+        ids = [exprs.parse(rx) for rx in sliced.regexes]
+        slice_exprs[sliced.regexes] = ids
+    live = [e for i, e in lexer.states[lexstate] if i != lexer.start_marker]
+    result = tuple(any(exprs.prefix_contains(s, e) for e in live) for s in ids)
+    cache[key] = result
+    return result
+
+
+def default_slices_enabled() -> bool:
+    return os.environ.get("MIDWORD_NO_SLICER", "") in ("", "0")
