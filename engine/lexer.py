@@ -68,6 +68,7 @@ class Lexer:
         self.lexsets: list[frozenset[int]] = []
         self._initial_cache: dict[tuple[frozenset[int], bool], int] = {}
         self.fuel_used = 0
+        self._classes: dict[int, np.ndarray] = {}
         self._intern(())  # DEAD == 0
         self.table[DEAD, :] = DEAD
 
@@ -129,8 +130,24 @@ class Lexer:
             if d != ExprSet.NOTHING and not exprs.is_empty(d):
                 pairs.append((i, d))
         t = self._intern(tuple(pairs))
-        self.table[state, byte] = t
+        # Bytes that no live regex tells apart share the derivative: fill them all.
+        classes = self._byte_classes(state)
+        self.table[state, classes == classes[byte]] = t
         return t
+
+    def _byte_classes(self, state: int) -> np.ndarray:
+        cached = self._classes.get(state)
+        if cached is not None:
+            return cached
+        combined = np.zeros(256, dtype=np.int64)
+        for i, e in self.states[state]:
+            if i == self.start_marker:
+                continue
+            cm = np.frombuffer(self.exprs.byte_classes(e), dtype=np.uint8).astype(np.int64)
+            # Renumber after each refinement so the combined ids stay small.
+            _, combined = np.unique(combined * 256 + cm, return_inverse=True)
+        self._classes[state] = combined
+        return combined
 
     # Introspection ----------------------------------------------------------------
     def accepted(self, state: int) -> int:
