@@ -32,54 +32,61 @@ NEED_PARSER = 2  # (row, lexeme set) missing from the parser step table
 
 def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens,
             lex_table, lex_accept, row_lexstate, step_keys, step_vals,
-            stack_lex, stack_row, node, end_node, stop_at_first, mask, stats):
-    """Walks trie nodes [node, end_node); returns (status, node, a, b) — see module doc.
+            stack_lex, stack_row, ranges, range_idx, node, stop_at_first, mask, stats):
+    """Walks the trie node ranges `ranges[range_idx:]` ([start, end) rows, all below the
+    same base state on the stacks), starting at `node`; returns (status, range_idx, node, a, b).
 
-    With `stop_at_first`, returns (DONE, node, 1, 0) at the first allowed token's node.
-    stats[0] counts visited nodes.
+    With `stop_at_first`, returns (DONE, range_idx, node, 1, 0) at the first allowed
+    token's node. stats[0] counts visited nodes.
     """
     slot_mask = step_keys.shape[0] - 1
-    while node < end_node:
-        depth = node_depth[node]
-        lexstate = stack_lex[depth - 1]
-        row = stack_row[depth - 1]
-        byte = node_byte[node]
-        stats[0] += 1
-        nxt = lex_table[lexstate, byte]
-        if nxt == UNKNOWN:
-            return NEED_LEXER, node, lexstate, byte
-        if nxt == DEAD:
-            accepted = lex_accept[lexstate]
-            if accepted == NO_ACCEPT:
-                node += subtree_size[node]
-                continue
-            if accepted != IGNORE_ONLY:
-                key = (row << LEXSET_BITS) | accepted
-                slot = (row * 1000003 + accepted * 7919) & slot_mask
-                while step_keys[slot] != key:
-                    if step_keys[slot] == STEP_EMPTY:
-                        return NEED_PARSER, node, row, accepted
-                    slot = (slot + 1) & slot_mask
-                row = step_vals[slot]
-                if row < 0:
+    n_ranges = ranges.shape[0]
+    while range_idx < n_ranges:
+        end_node = ranges[range_idx, 1]
+        while node < end_node:
+            depth = node_depth[node]
+            lexstate = stack_lex[depth - 1]
+            row = stack_row[depth - 1]
+            byte = node_byte[node]
+            stats[0] += 1
+            nxt = lex_table[lexstate, byte]
+            if nxt == UNKNOWN:
+                return NEED_LEXER, range_idx, node, lexstate, byte
+            if nxt == DEAD:
+                accepted = lex_accept[lexstate]
+                if accepted == NO_ACCEPT:
                     node += subtree_size[node]
                     continue
-            start = row_lexstate[row]
-            nxt = lex_table[start, byte]
-            if nxt == UNKNOWN:
-                return NEED_LEXER, node, start, byte
-            if nxt == DEAD:
-                node += subtree_size[node]
-                continue
-        stack_lex[depth] = nxt
-        stack_row[depth] = row
-        for k in range(tok_start[node], tok_end[node]):
-            t = node_tokens[k]
-            mask[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
-            if stop_at_first:
-                return DONE, node, 1, 0
-        node += 1
-    return DONE, node, 0, 0
+                if accepted != IGNORE_ONLY:
+                    key = (row << LEXSET_BITS) | accepted
+                    slot = (row * 1000003 + accepted * 7919) & slot_mask
+                    while step_keys[slot] != key:
+                        if step_keys[slot] == STEP_EMPTY:
+                            return NEED_PARSER, range_idx, node, row, accepted
+                        slot = (slot + 1) & slot_mask
+                    row = step_vals[slot]
+                    if row < 0:
+                        node += subtree_size[node]
+                        continue
+                start = row_lexstate[row]
+                nxt = lex_table[start, byte]
+                if nxt == UNKNOWN:
+                    return NEED_LEXER, range_idx, node, start, byte
+                if nxt == DEAD:
+                    node += subtree_size[node]
+                    continue
+            stack_lex[depth] = nxt
+            stack_row[depth] = row
+            for k in range(tok_start[node], tok_end[node]):
+                t = node_tokens[k]
+                mask[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                if stop_at_first:
+                    return DONE, range_idx, node, 1, 0
+            node += 1
+        range_idx += 1
+        if range_idx < n_ranges:
+            node = ranges[range_idx, 0]
+    return DONE, range_idx, node, 0, 0
 
 
 walk_jit = njit(walk_py)
@@ -87,7 +94,7 @@ walk_jit = njit(walk_py)
 
 class MaskWalker:
     """Runs the resumable walk for one recognizer over a tokenizer's trie, or over its
-    slice tries when a `SlicedTrie` is given (see slicer.py)."""
+    slice tries when a `SlicedTrie` is given (see slicer.py): all in one compiled call."""
 
     def __init__(self, trie: TokenTrie, rec: Recognizer, use_jit: bool = True, sliced=None):
         self.trie = trie
@@ -99,18 +106,21 @@ class MaskWalker:
         self.stack_row = np.zeros(depth, dtype=np.int64)
         self.stats = np.zeros(1, dtype=np.int64)
         self.last_sliced = False
+        self._full_range = np.array([[1, trie.num_nodes]], dtype=np.int64)
+        self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
 
-    def _run(self, trie: TokenTrie, state, node: int, end_node: int, base_depth: int, stop_at_first: bool,
+    def _run(self, trie: TokenTrie, state, ranges: np.ndarray, base_depth: int, stop_at_first: bool,
              mask: np.ndarray) -> bool:
         rec = self.rec
         self.stack_lex[base_depth] = state[0]
         self.stack_row[base_depth] = state[1]
+        range_idx, node = 0, int(ranges[0, 0])
         while True:
             lexer = rec.lexer
-            status, node, a, b = self.walk(
+            status, range_idx, node, a, b = self.walk(
                 trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens,
                 lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
-                self.stack_lex, self.stack_row, node, end_node, stop_at_first, mask, self.stats,
+                self.stack_lex, self.stack_row, ranges, range_idx, node, stop_at_first, mask, self.stats,
             )
             if status == DONE:
                 return bool(a)
@@ -121,29 +131,41 @@ class MaskWalker:
 
     def mask(self, state) -> np.ndarray:
         """Bitmask of trie tokens allowed from recognizer state `state` (EOS not included)."""
-        mask = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
         if self.sliced is None:
+            mask = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
             self.last_sliced = False
-            self._run(self.trie, state, 1, self.trie.num_nodes, 0, False, mask)
+            self._run(self.trie, state, self._full_range, 0, False, mask)
             return mask
         from .slicer import applicable_slices
 
-        applicable = applicable_slices(self.rec, self.sliced, int(state[0]))
+        sliced = self.sliced
+        applicable = applicable_slices(self.rec, sliced, int(state[0]))
         self.last_sliced = any(applicable)
-        for k, trie in enumerate(self.sliced.tries):
-            if k < len(applicable) and applicable[k]:
-                mask |= self.sliced.masks[k]
-            elif trie.num_nodes > 1:
-                self._run(trie, state, 1, trie.num_nodes, 0, False, mask)
+        ranges = self._range_cache.get(applicable)
+        if ranges is None:
+            ranges = sliced.ranges_to_walk(applicable)
+            self._range_cache[applicable] = ranges
+        mask = sliced.mask_of(applicable)
+        if ranges.shape[0]:
+            self._run(sliced.forest, state, ranges, 0, False, mask)
         return mask
 
     def any_extension(self, state, node: int) -> bool:
         """Whether some token strictly below trie node `node` is allowed, when `state` is
         the recognizer state after reading the bytes that spell `node`."""
         scratch = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
-        depth = int(self.trie.node_depth[node])
-        end = node + int(self.trie.subtree_size[node])
-        return self._run(self.trie, state, node + 1, end, depth, True, scratch)
+        return self._run(self.trie, state, self._subtree_range(node), int(self.trie.node_depth[node]), True, scratch)
+
+    def subtree_mask(self, state, node: int) -> np.ndarray:
+        """Tokens strictly below trie node `node` allowed from `state` (the state after
+        the bytes that spell `node`), unsliced."""
+        mask = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
+        if self.trie.subtree_size[node] > 1:
+            self._run(self.trie, state, self._subtree_range(node), int(self.trie.node_depth[node]), False, mask)
+        return mask
+
+    def _subtree_range(self, node: int) -> np.ndarray:
+        return np.array([[node + 1, node + int(self.trie.subtree_size[node])]], dtype=np.int64)
 
 
 def reference_mask(rec: Recognizer, state, token_bytes: list[bytes], excluded, tokens=None) -> np.ndarray:

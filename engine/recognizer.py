@@ -168,11 +168,13 @@ class Recognizer:
 
     def _full_row(self, lexstate: int) -> np.ndarray:
         row = self.lexer.table[lexstate]
-        if (row == UNKNOWN).any():
-            for b in np.flatnonzero(row == UNKNOWN).tolist():
-                self.lexer.step(lexstate, b)
+        while True:
+            unknown = np.flatnonzero(row == UNKNOWN)
+            if not len(unknown):
+                return row
+            # one step fills the byte's whole class, so re-scan after each
+            self.lexer.step(lexstate, int(unknown[0]))
             row = self.lexer.table[lexstate]
-        return row
 
     def allowed_bytes(self, state: tuple[int, int]) -> np.ndarray:
         """bool[256]: the bytes `step` accepts from `state`, computed a table row at a time."""

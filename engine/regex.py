@@ -603,12 +603,12 @@ class ExprSet:
                     else:
                         new.append(p)
                 parts = new
-            arr = bytearray(256)
+            arr = np.zeros(256, dtype=np.uint8)
             for p in parts:
                 rep = (p & -p).bit_length() - 1
-                for b in _bits(p):
-                    arr[b] = rep
-            cm = bytes(arr)
+                members = np.unpackbits(np.frombuffer(p.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
+                arr[members.view(bool)] = rep
+            cm = arr.tobytes()
             self._classmap_by_masks[masks] = cm
         self._classmap[expr] = cm
         return cm

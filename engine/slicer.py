@@ -64,6 +64,28 @@ class SlicedTrie:
     tries: list[TokenTrie]  # one per regex, then the remainder
     masks: list[np.ndarray]  # one per regex
 
+    def __post_init__(self):
+        # All slice tries laid end to end, so one compiled call walks every slice that
+        # needs walking; trie k spans forest nodes [roots[k], roots[k + 1]).
+        self.forest, self.roots = concat_tries(self.tries)
+        self._masks_of: dict[tuple[bool, ...], np.ndarray] = {}
+
+    def ranges_to_walk(self, applicable: tuple[bool, ...]) -> np.ndarray:
+        rows = [[self.roots[k] + 1, self.roots[k + 1]] for k in range(len(self.tries))
+                if not (k < len(applicable) and applicable[k]) and self.roots[k + 1] > self.roots[k] + 1]
+        return np.array(rows, dtype=np.int64).reshape(-1, 2)
+
+    def mask_of(self, applicable: tuple[bool, ...]) -> np.ndarray:
+        """A fresh copy of the union of the applicable slices' masks."""
+        base = self._masks_of.get(applicable)
+        if base is None:
+            base = np.zeros_like(self.masks[0]) if self.masks else np.zeros(mask_words(self.tries[0].vocab_size), np.uint32)
+            for k, on in enumerate(applicable):
+                if on:
+                    base |= self.masks[k]
+            self._masks_of[applicable] = base
+        return base.copy()
+
     @classmethod
     def build(cls, full: TokenTrie, token_bytes: list[bytes], regexes=DEFAULT_SLICES) -> "SlicedTrie":
         regexes = tuple(regexes)
@@ -111,6 +133,26 @@ class SlicedTrie:
 
     def slice_sizes(self) -> list[int]:
         return [len(t.node_tokens) for t in self.tries]
+
+
+def concat_tries(tries: list[TokenTrie]) -> tuple[TokenTrie, np.ndarray]:
+    """One trie-shaped array set holding several tries end to end (each keeps its root)."""
+    roots = np.zeros(len(tries) + 1, dtype=np.int64)
+    for k, t in enumerate(tries):
+        roots[k + 1] = roots[k] + t.num_nodes
+    token_offsets = np.cumsum([0] + [len(t.node_tokens) for t in tries])
+    forest = TokenTrie(
+        node_byte=np.concatenate([t.node_byte for t in tries]),
+        node_depth=np.concatenate([t.node_depth for t in tries]),
+        subtree_size=np.concatenate([t.subtree_size for t in tries]),
+        tok_start=np.concatenate([t.tok_start + off for t, off in zip(tries, token_offsets)]).astype(np.int32),
+        tok_end=np.concatenate([t.tok_end + off for t, off in zip(tries, token_offsets)]).astype(np.int32),
+        node_tokens=np.concatenate([t.node_tokens for t in tries]),
+        token_node=np.full(tries[0].vocab_size, -1, dtype=np.int32),
+        vocab_size=tries[0].vocab_size,
+        fingerprint="forest:" + ",".join(t.fingerprint[:16] for t in tries),
+    )
+    return forest, roots
 
 
 def _ids(mask: np.ndarray, vocab_size: int) -> list[int]:

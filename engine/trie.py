@@ -148,7 +148,8 @@ class TokenTrie:
 
     def child(self, node: int, byte: int) -> int:
         """The child of `node` along `byte`, or -1."""
-        depth = self.node_depth[node]
+        if node == 0:
+            return int(self._root_children()[byte])
         end = node + self.subtree_size[node]
         c = node + 1
         while c < end:
@@ -156,6 +157,16 @@ class TokenTrie:
                 return c
             c += int(self.subtree_size[c])
         return -1
+
+    def _root_children(self) -> np.ndarray:
+        # The root has up to 256 children: scanning them in Python on every query is slow.
+        rc = self.__dict__.get("_root_child_table")
+        if rc is None:
+            rc = np.full(256, -1, dtype=np.int64)
+            depth1 = np.flatnonzero(self.node_depth == 1)
+            rc[self.node_byte[depth1]] = depth1
+            self.__dict__["_root_child_table"] = rc
+        return rc
 
     def node_for(self, data: bytes) -> int:
         """The node spelling `data`, or -1 when no token starts with `data`."""
