@@ -143,7 +143,7 @@ class TokenTrie:
             return cls.from_arrays(z, fingerprint)
 
     # Queries -------------------------------------------------------------------
-    def _tokens_at(self, node: int) -> list[int]:
+    def tokens_at(self, node: int) -> list[int]:
         return self.node_tokens[self.tok_start[node]:self.tok_end[node]].tolist()
 
     def child(self, node: int, byte: int) -> int:
@@ -194,7 +194,7 @@ class TokenTrie:
             node = self.child(node, b)
             if node < 0:
                 break
-            out.extend((i + 1, t) for t in self._tokens_at(node))
+            out.extend((i + 1, t) for t in self.tokens_at(node))
         return out
 
     def has_extension(self, data: bytes) -> bool:

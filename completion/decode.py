@@ -1,0 +1,168 @@
+"""The decoding loop: model steps under the constraint, fast-forward, and stop rules.
+
+Each step asks the constraint which tokens may come next (typed characters still to
+re-spell, then the grammar), asks the model for logits of only those tokens when they
+are few (a sparse LM head: Gemma's 262k-row head is most of a CPU step), and picks one.
+Text the grammar forces is appended in one go as canonical fast-forward tokens; the
+model reads them on its next call, as a short prefill that reuses the KV cache.
+EOS is allowed only where the grammar accepts.
+
+Stop rules: end of line in single-line mode, text that already follows the cursor (never
+re-type the suffix), max tokens, a time budget, or a cancel callback polled every step.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from midword.engine.matcher import mask_to_ids
+
+from .constraint import Constraint, DecodeState
+
+SPARSE_HEAD_LIMIT = 4096  # allowed tokens up to which only their logits are computed
+
+
+@dataclass
+class StopRules:
+    max_tokens: int = 48
+    single_line: bool = True
+    suffix_line: str = ""  # the rest of the cursor's line after the cursor, stripped
+    time_budget_s: float = 2.0
+    cancelled: object = None  # callable -> bool
+
+
+@dataclass
+class Generation:
+    tokens: list[int] = field(default_factory=list)
+    inserted: bytes = b""  # bytes generated past the cursor
+    stop_reason: str = ""
+    forced_tokens: int = 0
+    forward_passes: int = 0
+    mask_ms: float = 0.0
+    model_ms: float = 0.0
+
+
+def choose(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
+    if temperature <= 0:
+        return int(np.argmax(logits))
+    z = logits.astype(np.float64) / temperature
+    z -= z.max()
+    p = np.exp(z)
+    p /= p.sum()
+    return int(rng.choice(p.size, p=p))
+
+
+def generate(model, constraint: Constraint, prompt: list[int], state: DecodeState, rules: StopRules,
+             *, temperature: float = 0.0, rng: np.random.Generator | None = None,
+             initial_tokens: list[int] = (), started: float | None = None) -> Generation:
+    """Generates after `prompt + initial_tokens` from constraint state `state`."""
+    rng = rng or np.random.default_rng()
+    started = time.perf_counter() if started is None else started
+    gen = Generation(tokens=list(initial_tokens))
+    tokenizer = constraint.tokenizer
+    vocab = tokenizer.vocab_size
+    typed_total = len(state.typed)
+    # bytes of initial tokens past the typed text
+    gen.inserted = _past_typed(tokenizer, gen.tokens, typed_total)
+    while True:
+        reason = _stop_reason(gen, rules, started)
+        if reason:
+            gen.stop_reason = reason
+            break
+        t0 = time.perf_counter()
+        forced = constraint.forced(state)
+        if forced:
+            for t in forced:
+                state = constraint.advance(state, t)
+                gen.tokens.append(t)
+                gen.forced_tokens += 1
+            gen.inserted = _past_typed(tokenizer, gen.tokens, typed_total)
+            gen.mask_ms += (time.perf_counter() - t0) * 1e3
+            continue
+        mask = constraint.allowed(state)
+        ids = mask_to_ids(mask, vocab)
+        gen.mask_ms += (time.perf_counter() - t0) * 1e3
+        if ids.size == 0:
+            gen.stop_reason = "grammar"
+            break
+        t0 = time.perf_counter()
+        if ids.size == 1:
+            pick = int(ids[0])
+        elif ids.size <= SPARSE_HEAD_LIMIT:
+            logits = model.next_logits(prompt + gen.tokens, allowed=ids)
+            gen.forward_passes += 1
+            pick = int(ids[choose(logits, temperature, rng)])
+        else:
+            logits = model.next_logits(prompt + gen.tokens)
+            gen.forward_passes += 1
+            restricted = logits[ids]
+            pick = int(ids[choose(restricted, temperature, rng)])
+        gen.model_ms += (time.perf_counter() - t0) * 1e3
+        if pick in constraint.eos:
+            gen.stop_reason = "eos"
+            break
+        state = constraint.advance(state, pick)
+        gen.tokens.append(pick)
+        gen.inserted = _past_typed(tokenizer, gen.tokens, typed_total)
+    gen.inserted = _trim(gen.inserted, rules, gen)
+    return gen
+
+
+def _past_typed(tokenizer, tokens: list[int], typed_len: int) -> bytes:
+    return tokenizer.decode(tokens)[typed_len:]
+
+
+def _stop_reason(gen: Generation, rules: StopRules, started: float) -> str:
+    text = gen.inserted
+    if rules.single_line and b"\n" in text:
+        return "newline"
+    if rules.suffix_line and _suffix_at(text, rules.suffix_line.encode("utf-8")) >= 0:
+        return "suffix"
+    if not rules.single_line and b"\n\n" in text:
+        return "blank_line"
+    if len(gen.tokens) >= rules.max_tokens:
+        return "max_tokens"
+    if time.perf_counter() - started > rules.time_budget_s:
+        return "time"
+    if rules.cancelled is not None and rules.cancelled():
+        return "cancelled"
+    return ""
+
+
+_OPEN = {ord("("): ord(")"), ord("["): ord("]"), ord("{"): ord("}")}
+
+
+def _suffix_at(text: bytes, suffix: bytes) -> int:
+    """Where the generated text starts re-typing the suffix, or -1. The suffix only counts
+    where the text before it has no unclosed bracket, so `f(x)` inside `(...)` is kept."""
+    start = 0
+    while True:
+        p = text.find(suffix, start)
+        if p < 0:
+            return -1
+        depth = 0
+        for b in text[:p]:
+            if b in _OPEN:
+                depth += 1
+            elif b in (0x29, 0x5D, 0x7D):
+                depth -= 1
+        if depth <= 0:
+            return p
+        start = p + 1
+
+
+def _trim(text: bytes, rules: StopRules, gen: Generation) -> bytes:
+    if rules.single_line:
+        nl = text.find(b"\n")
+        if nl >= 0:
+            text = text[:nl]
+    elif b"\n\n" in text:
+        text = text[: text.find(b"\n\n") + 1]
+    if rules.suffix_line:
+        p = _suffix_at(text, rules.suffix_line.encode("utf-8"))
+        if p >= 0:
+            text = text[:p]
+    return text

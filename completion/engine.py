@@ -1,0 +1,225 @@
+"""The completion engine: document text and cursor in, a valid completion out.
+
+It picks the grammar for the document, backs the prompt off the word being typed,
+searches covers of the typed characters (character prefix conditioning), then runs the
+constrained decoding loop. It owns one model and caches what repeats across keystrokes:
+the model's KV cache (inside the backend), compiled grammars, and the grammar state of
+a document prefix that the next keystroke merely extends.
+
+This is what the LSP server, the CLI and `midword.complete` call; it knows nothing of
+any of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import threading
+import time
+from collections import OrderedDict
+
+import numpy as np
+
+from midword.engine.grammar import Grammar
+from midword.engine.limits import GrammarError, LimitExceeded
+
+from .constraint import Constraint, ConstraintError
+from .cpc import backoff, search_covers
+from .decode import StopRules, generate
+from .types import MODES, Completion, CompletionRequest, GrammarSpec, Timings
+
+MAX_PROMPT_TOKENS = 1536
+PROMPT_CUT_STEP = 256  # the prompt's start moves in steps, so consecutive keystrokes share a KV prefix
+_IDENT_TAIL = re.compile(r"[\w]*\Z")
+JSON_LANGUAGES = {"json", "jsonc", "json5"}
+
+
+class CompletionEngine:
+    def __init__(self, model: str = "gemma3", *, max_tokens: int = 48, temperature: float = 0.0, mode: str = "cpc",
+                 model_object=None):
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+        self.model_name = model
+        self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "mode": mode}
+        self._model = model_object
+        self._lock = threading.Lock()  # one completion at a time: the model's KV cache is shared
+        self._grammars: OrderedDict[tuple, Grammar | None] = OrderedDict()
+        self._constraints: OrderedDict[str, Constraint] = OrderedDict()
+        self._doc_state: tuple | None = None  # (grammar fingerprint, prefix bytes, recognizer state)
+
+    # Model ------------------------------------------------------------------------------
+    def load(self, progress=None) -> None:
+        """Loads the model (blocking, seconds; minutes the very first time)."""
+        if self._model is None:
+            from .model import load_model
+
+            self._model = load_model(self.model_name, progress=progress)
+
+    @property
+    def ready(self) -> bool:
+        return self._model is not None
+
+    @property
+    def model(self):
+        if self._model is None:
+            raise RuntimeError("the model is not loaded yet: call load() first")
+        return self._model
+
+    @property
+    def tokenizer(self):
+        return self.model.tokenizer
+
+    # Grammars ----------------------------------------------------------------------------
+    def grammar_for(self, request: CompletionRequest) -> tuple[Grammar | None, bool, str]:
+        """(grammar, whether it reads the document from its start, note)."""
+        spec = request.grammar
+        language = (request.language or "").lower().lstrip(".")
+        key = (spec.kind, spec.source, language if spec.kind == "auto" else None,
+               _open_context(request, language) if spec.kind == "auto" and language not in JSON_LANGUAGES else None)
+        if key in self._grammars:
+            self._grammars.move_to_end(key)
+            g, whole, note = self._grammars[key]
+            return g, whole, note
+        g, whole, note = self._compile(spec, language, request)
+        self._grammars[key] = (g, whole, note)
+        while len(self._grammars) > 64:
+            self._grammars.popitem(last=False)
+        return g, whole, note
+
+    def _compile(self, spec: GrammarSpec, language: str, request: CompletionRequest):
+        try:
+            if spec.kind == "none":
+                return None, False, ""
+            if spec.kind == "lark":
+                return _document_grammar(Grammar.from_lark(spec.source or "")), True, ""
+            if spec.kind == "regex":
+                return _document_grammar(Grammar.from_regex(spec.source or "")), True, ""
+            if spec.kind == "json_schema":
+                schema = json.loads(spec.source or "{}")
+                return _document_grammar(Grammar.from_json_schema(schema)), True, ""
+            if language in JSON_LANGUAGES:
+                from midword.grammars import read_grammar
+
+                return _document_grammar(Grammar.from_lark(read_grammar("json.lark"))), True, ""
+            from midword.engine.brackets import code_brackets_grammar
+
+            return code_brackets_grammar(_open_context(request, language), language=language or None), False, ""
+        except (GrammarError, LimitExceeded, ValueError) as err:
+            return None, False, f"grammar not used: {err}"
+
+    def _constraint(self, grammar: Grammar | None) -> Constraint:
+        key = grammar.fingerprint() if grammar is not None else ""
+        c = self._constraints.get(key)
+        if c is None:
+            c = Constraint(self.tokenizer, grammar)
+            self._constraints[key] = c
+            while len(self._constraints) > 16:
+                self._constraints.popitem(last=False)
+        else:
+            self._constraints.move_to_end(key)
+        return c
+
+    def _grammar_state(self, constraint: Constraint, grammar: Grammar, prefix: bytes):
+        """Recognizer state after the document prefix, extended from the last keystroke's."""
+        fp = grammar.fingerprint()
+        rec = constraint.rec
+        start, done = rec.initial(), b""
+        if self._doc_state is not None:
+            gfp, old_prefix, old_state = self._doc_state
+            if gfp == fp and prefix.startswith(old_prefix):
+                start, done = old_state, old_prefix
+        state = rec.step_bytes(start, prefix[len(done):])
+        if state is None:
+            raise ConstraintError("the grammar rejects the document before the cursor")
+        self._doc_state = (fp, prefix, state)
+        return state
+
+    # Completion ----------------------------------------------------------------------------
+    def complete(self, request: CompletionRequest, *, cancelled=None) -> Completion:
+        with self._lock:
+            return self._complete(request, cancelled)
+
+    def _complete(self, request: CompletionRequest, cancelled) -> Completion:
+        started = time.perf_counter()
+        if request.mode not in MODES:
+            raise ValueError(f"unknown mode {request.mode!r}: expected one of {', '.join(MODES)}")
+        model, tok = self.model, self.tokenizer
+        timings = Timings()
+        prefix = request.prefix.encode("utf-8")
+        grammar, whole_document, note = self.grammar_for(request)
+        constraint = self._constraint(grammar)
+        back = backoff(tok, prefix, request.mode)
+        try:
+            gstate = self._grammar_state(constraint, grammar, prefix) if grammar is not None and whole_document else None
+            state = constraint.initial(back.typed) if gstate is None else None
+            if state is None:
+                from .constraint import DecodeState
+
+                state = DecodeState(typed=back.typed, grammar=gstate)
+        except ConstraintError as err:
+            note = f"grammar not used: {err}"
+            constraint = self._constraint(None)
+            state = constraint.initial(back.typed)
+        prompt = self._prompt(back.stable)
+        rng = np.random.default_rng(request.seed)
+        initial: list[int] = []
+        if request.mode == "cpc" and back.typed:
+            t0 = time.perf_counter()
+            search = search_covers(model, tok, prompt, back.stable, back.typed,
+                                   lambda rest: constraint.candidates_after(state.grammar, rest))
+            cover = search.pick(tok, request.temperature, rng)
+            timings.forward_passes += 1 if search.splits else 0
+            timings.cpc_ms = (time.perf_counter() - t0) * 1e3
+            if cover is not None:
+                initial = cover.left + [cover.token]
+                for t in initial:
+                    state = constraint.advance(state, t)
+        rules = StopRules(
+            max_tokens=request.max_tokens,
+            single_line=request.single_line,
+            suffix_line=request.suffix.split("\n", 1)[0].strip(),
+            time_budget_s=request.time_budget_s,
+            cancelled=cancelled,
+        )
+        gen = generate(model, constraint, prompt, state, rules, temperature=request.temperature, rng=rng,
+                       initial_tokens=initial, started=started)
+        inserted = _complete_utf8(gen.inserted)
+        word = _IDENT_TAIL.search(request.prefix).group(0)
+        timings.forward_passes += gen.forward_passes
+        timings.tokens_generated = len(gen.tokens)
+        timings.tokens_forced = gen.forced_tokens
+        timings.mask_ms = gen.mask_ms
+        timings.decode_ms = gen.model_ms
+        timings.total_ms = (time.perf_counter() - started) * 1e3
+        return Completion(text=word + inserted, replace_start=len(request.prefix) - len(word),
+                          stop_reason=gen.stop_reason or "done", timings=timings, note=note)
+
+    def _prompt(self, stable: list[int]) -> list[int]:
+        if len(stable) > MAX_PROMPT_TOKENS:
+            drop = len(stable) - MAX_PROMPT_TOKENS
+            drop = -(-drop // PROMPT_CUT_STEP) * PROMPT_CUT_STEP
+            stable = stable[drop:]
+        bos = self.tokenizer.bos_token_id
+        return ([bos] if bos is not None else []) + list(stable)
+
+
+def _open_context(request: CompletionRequest, language: str) -> str:
+    from midword.engine.brackets import open_context_at
+
+    return open_context_at(request.prefix, language or None)
+
+
+def _document_grammar(g: Grammar) -> Grammar:
+    # A document may start with whitespace before its first lexeme.
+    return dataclasses.replace(g, allow_initial_skip=True)
+
+
+def _complete_utf8(data: bytes) -> str:
+    """Text of `data`, dropping an incomplete UTF-8 character at the end."""
+    for cut in range(0, 4):
+        try:
+            return data[: len(data) - cut].decode("utf-8")
+        except UnicodeDecodeError:
+            continue
+    return data.decode("utf-8", errors="ignore")
