@@ -57,14 +57,16 @@ def choose(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> 
 
 def generate(model, constraint: Constraint, prompt: list[int], state: DecodeState, rules: StopRules,
              *, temperature: float = 0.0, rng: np.random.Generator | None = None,
-             initial_tokens: list[int] = (), started: float | None = None) -> Generation:
-    """Generates after `prompt + initial_tokens` from constraint state `state`."""
+             initial_tokens: list[int] = (), typed_len: int | None = None, started: float | None = None) -> Generation:
+    """Generates after `prompt + initial_tokens` from constraint state `state`; the first
+    `typed_len` bytes of the tokens (default: what `state` still has to re-spell) re-spell
+    text before the cursor."""
     rng = rng or np.random.default_rng()
     started = time.perf_counter() if started is None else started
     gen = Generation(tokens=list(initial_tokens))
     tokenizer = constraint.tokenizer
     vocab = tokenizer.vocab_size
-    typed_total = len(state.typed)
+    typed_total = len(state.typed) if typed_len is None else typed_len
     # bytes of initial tokens past the typed text
     gen.inserted = _past_typed(tokenizer, gen.tokens, typed_total)
     while True:

@@ -183,7 +183,7 @@ class CompletionEngine:
             cancelled=cancelled,
         )
         gen = generate(model, constraint, prompt, state, rules, temperature=request.temperature, rng=rng,
-                       initial_tokens=initial, started=started)
+                       initial_tokens=initial, typed_len=len(back.typed), started=started)
         inserted = _complete_utf8(gen.inserted)
         word = _IDENT_TAIL.search(request.prefix).group(0)
         timings.forward_passes += gen.forward_passes
