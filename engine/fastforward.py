@@ -23,7 +23,19 @@ CONTEXT_TOKENS = 4  # recent tokens re-tokenized with the forced bytes
 
 
 def forced_bytes(rec: Recognizer, state, limit: int = MAX_FORCED_BYTES) -> tuple[bytes, object]:
-    """(forced bytes, state after them) from `state`."""
+    """(forced bytes, state after them) from `state`; cached per recognizer state."""
+    cache = rec.__dict__.setdefault("_forced_cache", {})
+    key = (state, limit)
+    hit = cache.get(key)
+    if hit is None:
+        hit = _forced_bytes(rec, state, limit)
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[key] = hit
+    return hit
+
+
+def _forced_bytes(rec: Recognizer, state, limit: int) -> tuple[bytes, object]:
     out = bytearray()
     while len(out) < limit and not rec.is_accepting(state):
         allowed = rec.allowed_bytes(state)

@@ -63,6 +63,9 @@ class Grammar:
     # Whether %ignore'd text may precede the first lexeme. Off by default, as in
     # llguidance: generated output then starts with real content.
     allow_initial_skip: bool = False
+    # What a front end relaxed or approximated (e.g. JSON Schema `uniqueItems`); not part
+    # of the language, so not part of the fingerprint.
+    warnings: list[str] = field(default_factory=list, compare=False)
 
     # Front ends ---------------------------------------------------------------
     @classmethod
@@ -129,6 +132,7 @@ class GrammarBuilder:
         self._rule_set: set[Rule] = set()
         self.ignore: list[str] = []
         self.allow_initial_skip = False
+        self._fresh_counter: dict[str, int] = {}
         self._size = 0
 
     def lexeme(self, name: str, regex: str, *, literal: bytes | None = None, flags: str = "") -> int:
@@ -150,10 +154,14 @@ class GrammarBuilder:
         """Symbol for a nonterminal; `fresh=True` makes a new one even if the name exists."""
         if not fresh and name in self._nonterminal_index:
             return self._nonterminal_index[name]
-        base, n = name, 1
-        while name in self._nonterminal_index:
-            n += 1
-            name = f"{base}#{n}"
+        if name in self._nonterminal_index:
+            # A counter per base name keeps fresh names O(1), not a probe per use.
+            base = name
+            n = self._fresh_counter.get(base, 1)
+            while name in self._nonterminal_index:
+                n += 1
+                name = f"{base}#{n}"
+            self._fresh_counter[base] = n
         idx = len(self.nonterminals)
         self.nonterminals.append(name)
         self._nonterminal_index[name] = idx

@@ -226,7 +226,6 @@ def compile_json_schema(
     except RecursionError:
         # Depth guards cover schema nesting; this catches pathological values (enum/const).
         raise LimitExceeded("max_schema_depth", MAX_SCHEMA_DEPTH, "schema or constant nested too deeply") from None
-    # Grammar has no `warnings` field yet; the attribute rides on the instance.
     grammar.warnings = list(comp.warnings)
     return grammar
 
@@ -3111,10 +3110,12 @@ class _Generator:
             spelled = [regex_escape_bytes(json.dumps(k, ensure_ascii=False).encode()) for k in listed]
             exclude = "(?:" + "|".join(spelled) + ")"
         group_langs = []
+        group_bodies = []
         for pats, _ in groups:
             langs = [pattern_to_regex(p).json for p in pats]
             langs = [x for x in langs if x is not None]
             group_langs.append('"(?:' + "|".join(langs) + ')"' if langs else None)
+            group_bodies.append("|".join(langs) if langs else None)
         members = []
         for mask in range(1 << len(groups)):
             inside = [i for i in range(len(groups)) if mask >> i & 1]
@@ -3140,6 +3141,20 @@ class _Generator:
             elif len(conj) == 1:
                 key = self.regex_lexeme("key", group_langs[inside[0]], _pattern_ext(groups[inside[0]][0]))
             else:
+                if mask == 0 and names_re is None:
+                    # The same language with the quotes outside the intersection: after the
+                    # opening quote the lexeme is `(C* & ~E) "`, a shape the slicer can
+                    # prove contains its string slices (seeds/what_makes_it_fast.md).
+                    inner = ["(?:" + CANON_CHAR + "*)"]
+                    inner += ["~(?:" + group_bodies[i] + ")" for i in range(len(groups)) if group_bodies[i]]
+                    if listed:
+                        inner.append("~(?:" + "|".join(
+                            regex_escape_bytes(json.dumps(k, ensure_ascii=False)[1:-1].encode()) for k in listed) + ")")
+                    key = self.regex_lexeme("key", '"(?:' + "&".join(inner) + ')"', True)
+                    m = self.nt("member")
+                    b.rule(m, [key, self.COLON, self.sym(value)])
+                    members.append(m)
+                    continue
                 regex = "(?:" + "&".join(conj) + ")"
                 # Removing finitely many names from all strings leaves some: only a
                 # pattern or propertyNames can make a key language empty.

@@ -69,6 +69,7 @@ class Lexer:
         self._initial_cache: dict[tuple[frozenset[int], bool], int] = {}
         self.fuel_used = 0
         self._classes: dict[int, np.ndarray] = {}
+        self._combined_classes: dict[frozenset[bytes], np.ndarray] = {}
         self._intern(())  # DEAD == 0
         self.table[DEAD, :] = DEAD
 
@@ -139,13 +140,17 @@ class Lexer:
         cached = self._classes.get(state)
         if cached is not None:
             return cached
-        combined = np.zeros(256, dtype=np.int64)
-        for i, e in self.states[state]:
-            if i == self.start_marker:
-                continue
-            cm = np.frombuffer(self.exprs.byte_classes(e), dtype=np.uint8).astype(np.int64)
-            # Renumber after each refinement so the combined ids stay small.
-            _, combined = np.unique(combined * 256 + cm, return_inverse=True)
+        # Class maps are shared bytes objects, so states made of the same regex shapes
+        # (most of them) reuse one combined map.
+        maps = frozenset(self.exprs.byte_classes(e) for i, e in self.states[state] if i != self.start_marker)
+        combined = self._combined_classes.get(maps)
+        if combined is None:
+            combined = np.zeros(256, dtype=np.int64)
+            for cm in maps:
+                arr = np.frombuffer(cm, dtype=np.uint8).astype(np.int64)
+                # Renumber after each refinement so the combined ids stay small.
+                _, combined = np.unique(combined * 256 + arr, return_inverse=True)
+            self._combined_classes[maps] = combined
         self._classes[state] = combined
         return combined
 
