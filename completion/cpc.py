@@ -127,6 +127,7 @@ class CoverSearch:
         return best[0] if best else None
 
     def pick(self, tokenizer, temperature: float, rng: np.random.Generator) -> Cover | None:
+        """The greedy cover (temperature 0) or a sampled one (needs an exhaustive search)."""
         if temperature <= 0:
             best = self.best_covers(tokenizer)
             return best[0] if best else None
@@ -156,13 +157,20 @@ def is_canonical(tokenizer, context: list[int], left: list[int], token: int, lef
     return _left_tokens(tokenizer, context, text) == left + [token]
 
 
-def search_covers(model, tokenizer, prompt: list[int], stable: list[int], typed: bytes, candidates_for) -> CoverSearch:
-    """Weighs every split of `typed` (see module doc).
+def search_covers(model, tokenizer, prompt: list[int], stable: list[int], typed: bytes, candidates_for,
+                  *, exhaustive: bool = False, batch: int = 2) -> CoverSearch:
+    """Weighs the splits of `typed` (see module doc).
 
     `prompt` is what the model sees before the typed text (BOS + stable tokens);
     `candidates_for(rest)` gives the token ids allowed to follow the left part: tokens whose
     bytes start with `rest` and suit the grammar past the cursor (all allowed tokens when
-    `rest` is empty)."""
+    `rest` is empty).
+
+    Greedy decoding needs only the best cover, so splits are scored best-first: the
+    probability of a split's first left token (one distribution at the prompt, shared by
+    all splits) bounds every cover of that split, and splits whose bound is below the best
+    canonical cover found so far are never run through the model. `exhaustive=True`
+    scores every split (for sampling, which needs them all)."""
     context = stable[-CONTEXT_TOKENS:]
     result = CoverSearch(context=context, typed=typed)
     pending = []
@@ -175,8 +183,36 @@ def search_covers(model, tokenizer, prompt: list[int], stable: list[int], typed:
             pending.append((i, left, cands))
     if not pending:
         return result
-    scores = model.score_branches(prompt, [left for _, left, _ in pending])
-    result.forward_positions = len({tuple(left[:k]) for _, left, _ in pending for k in range(1, len(left) + 1)})
-    for (i, left, cands), score in zip(pending, scores):
-        result.splits.append(Split(i, left, float(np.sum(score.token_logprobs)), cands, score.next_logprobs[cands]))
+    first = model.next_logprobs(prompt)  # log P(. | prompt): exact for split 0, a bound for the rest
+    positions: set[tuple[int, ...]] = set()
+
+    def bound(item) -> float:
+        _, left, cands = item
+        return float(first[left[0]]) if left else float(np.max(first[cands]))
+
+    order = sorted(pending, key=bound, reverse=True)
+    best = -np.inf
+    k = 0
+    while k < len(order):
+        if not exhaustive and bound(order[k]) <= best:
+            break  # every remaining split is bounded by a cover we already have
+        group = []
+        while k < len(order) and len(group) < batch and (exhaustive or bound(order[k]) > best):
+            group.append(order[k])
+            k += 1
+        with_left = [g for g in group if g[1]]
+        scores = iter(model.score_branches(prompt, [g[1] for g in with_left])) if with_left else iter(())
+        for i, left, cands in group:
+            if left:
+                score = next(scores)
+                sp = Split(i, left, float(np.sum(score.token_logprobs)), cands, score.next_logprobs[cands])
+                positions.update(tuple(left[:n]) for n in range(1, len(left) + 1))
+            else:
+                sp = Split(i, left, 0.0, cands, first[cands])
+            result.splits.append(sp)
+            if not exhaustive:
+                covers = CoverSearch([sp], context, typed).best_covers(tokenizer)
+                if covers:
+                    best = max(best, covers[0].logprob)
+    result.forward_positions = len(positions) + 1
     return result

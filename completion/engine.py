@@ -167,7 +167,8 @@ class CompletionEngine:
         if request.mode == "cpc" and back.typed:
             t0 = time.perf_counter()
             search = search_covers(model, tok, prompt, back.stable, back.typed,
-                                   lambda rest: constraint.candidates_after(state.grammar, rest))
+                                   lambda rest: constraint.candidates_after(state.grammar, rest),
+                                   exhaustive=request.temperature > 0)
             cover = search.pick(tok, request.temperature, rng)
             timings.forward_passes += 1 if search.splits else 0
             timings.cpc_ms = (time.perf_counter() - t0) * 1e3

@@ -166,6 +166,28 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
         add_masks_arguments(masks)
         masks.set_defaults(func=run_masks)
+
+    # Heavier subcommands are filled in only when they are the command, so that
+    # `midword --help` imports nothing but argparse.
+    cpc = bsub.add_parser("cpc", help="character prefix conditioning: word/line exact match per mode")
+    lsp = bsub.add_parser("lsp", help="replay typing a file through a real LSP session; completion latency")
+    serve = sub.add_parser("serve", help="run the language server (stdio by default)")
+    wanted = argv or []
+    if wanted[:2] == ["bench", "cpc"]:
+        from midword.bench.cpc import add_cpc_arguments, run_cpc
+
+        add_cpc_arguments(cpc)
+        cpc.set_defaults(func=run_cpc)
+    if wanted[:2] == ["bench", "lsp"]:
+        from midword.bench.lsp import add_lsp_bench_arguments, run_lsp_bench
+
+        add_lsp_bench_arguments(lsp)
+        lsp.set_defaults(func=run_lsp_bench)
+    if wanted[:1] == ["serve"]:
+        from midword.server.cli import add_serve_arguments, run_serve
+
+        add_serve_arguments(serve)
+        serve.set_defaults(func=run_serve)
     return p
 
 

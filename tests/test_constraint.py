@@ -137,6 +137,9 @@ class ScriptedModel:
         self.prefer = prefer
         self.calls = 0
 
+    def next_logprobs(self, prompt):
+        return self.score_branches(prompt, [[]])[0].next_logprobs
+
     def score_branches(self, prompt, branches):
         self.calls += 1
         out = []
@@ -155,7 +158,11 @@ def test_cover_search_prefers_the_canonical_single_token(llama3):
     model = ScriptedModel(llama3, {b"userName": -0.1, b"userNav": -3.0})
     typed = b"userNa"
     search = search_covers(model, llama3, [], [], typed, lambda rest: c.candidates_after(None, rest))
-    assert model.calls == 1
+    full = search_covers(model, llama3, [], [], typed, lambda rest: c.candidates_after(None, rest), exhaustive=True)
+    # best-first pruning finds the same best cover with fewer splits run through the model
+    assert len(search.splits) < len(full.splits)
+    assert search.best_covers(llama3)[0] == full.best_covers(llama3)[0]
+    search = full
     best = search.best_covers(llama3)
     assert best and llama3.decode(best[0].left + [best[0].token]).startswith(b"userName")
     for cover in best:
