@@ -55,6 +55,20 @@ class CompletionEngine:
             from .model import load_model
 
             self._model = load_model(self.model_name, progress=progress)
+        self.warm_up()
+
+    def warm_up(self) -> None:
+        """Pays the one-time costs before the first keystroke does: the tokenizer's merge
+        tables, the token trie and slice tries (from the disk cache), compiled walks."""
+        tok = self.tokenizer
+        tok.encode("warm up")
+        tok.tokenize_partial(b"def warm_up(self):\n    return self.va")
+        from midword.engine.brackets import code_brackets_grammar
+
+        c = self._constraint(code_brackets_grammar("(", language="python"))
+        state = c.initial(typed=b"va")
+        c.allowed(state)
+        c.candidates_after(state.grammar, b"a")
 
     @property
     def ready(self) -> bool:
