@@ -1,0 +1,103 @@
+"""Completions already computed, served again while the user types into them.
+
+A completion computed for prefix P leads the document to a *target* text
+T = P[:replace_start] + text. As long as the user types characters of that same
+completion, the new prefix P' still satisfies `T.startswith(P')` with P' at least
+as long as P, and the rest of T is still the model's answer for P': the server can
+show it at once, with no model work. The text after the cursor must be unchanged
+and the request must ask the same thing (grammar, mode, length). A multi-line entry
+also serves a one-line request, cut at the end of the line: with greedy decoding the
+first line of a multi-line answer is the one-line answer.
+
+Prefetched completions are entries too: while the user is idle the server completes
+several lines at the *end* of the shown completion (P' = T), so that accepting it,
+pressing Enter and typing on finds the next completion already here.
+
+Entries live per document, newest first, a few per document; editing anywhere
+before the cursor simply stops them matching.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from midword.completion.types import Completion, CompletionRequest
+
+from .editing import first_line, rebase
+
+MAX_ENTRIES_PER_DOCUMENT = 8
+MAX_DOCUMENTS = 32
+
+
+def request_key(request: CompletionRequest) -> tuple:
+    """What must agree, besides the text and line mode, for one answer to serve another."""
+    return (request.language, request.grammar, request.max_tokens, request.temperature,
+            request.mode, request.seed)
+
+
+@dataclass(frozen=True)
+class Entry:
+    anchor_len: int  # len(prefix) when it was computed
+    target: str
+    suffix: str
+    key: tuple
+    single_line: bool
+    origin: str  # "model" or "prefetch"
+
+
+class CompletionCache:
+    def __init__(self, per_document: int = MAX_ENTRIES_PER_DOCUMENT, documents: int = MAX_DOCUMENTS):
+        self._per_document = per_document
+        self._documents = documents
+        self._entries: OrderedDict[str, list[Entry]] = OrderedDict()
+
+    def put(self, uri: str, request: CompletionRequest, completion: Completion, origin: str = "model") -> str | None:
+        """Remember a completion; returns its target text, or None when it is not
+        cacheable (empty, or its text does not re-spell what it replaces)."""
+        prefix = request.prefix
+        rs = completion.replace_start
+        if not completion.text or not 0 <= rs <= len(prefix):
+            return None
+        target = prefix[:rs] + completion.text
+        if len(target) <= len(prefix) or not target.startswith(prefix):
+            return None
+        entry = Entry(len(prefix), target, request.suffix, request_key(request), request.single_line, origin)
+        entries = self._entries.pop(uri, [])
+        entries = [e for e in entries if e != entry]
+        entries.insert(0, entry)
+        del entries[self._per_document:]
+        self._entries[uri] = entries
+        while len(self._entries) > self._documents:
+            self._entries.popitem(last=False)
+        return target
+
+    def get(self, uri: str, request: CompletionRequest) -> tuple[Completion, Entry] | None:
+        """A completion for `request` from an earlier answer, or None."""
+        entries = self._entries.get(uri)
+        if not entries:
+            return None
+        prefix = request.prefix
+        key = request_key(request)
+        for entry in entries:
+            if entry.single_line and not request.single_line:
+                continue
+            if (len(prefix) >= entry.anchor_len and entry.key == key and entry.suffix == request.suffix
+                    and entry.target.startswith(prefix)):
+                target = entry.target
+                if request.single_line and not entry.single_line:
+                    target = prefix + first_line(target[len(prefix):])
+                completion = rebase(target, prefix)
+                if completion is not None:
+                    self._entries.move_to_end(uri)
+                    return completion, entry
+        return None
+
+    def forget(self, uri: str | None = None) -> None:
+        if uri is None:
+            self._entries.clear()
+        else:
+            self._entries.pop(uri, None)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self._entries.values())

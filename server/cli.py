@@ -1,0 +1,86 @@
+"""`midword serve`: run the language server over stdio (the default) or TCP.
+
+Everything heavy (pygls, the engine and its model) is imported only when the command
+runs, so `midword --help` stays instant. `--engine MODULE:ATTR` swaps the completion
+engine for another object with the same contract; the tests use it to run the server
+with a small deterministic fake.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+
+DEFAULT_ENGINE = "midword.completion.engine:CompletionEngine"
+
+
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    transport = parser.add_mutually_exclusive_group()
+    transport.add_argument("--stdio", action="store_true", help="speak LSP over stdin/stdout (the default)")
+    transport.add_argument("--tcp", metavar="HOST:PORT", help="listen for one LSP client on a TCP port instead")
+    parser.add_argument("--model", default=None, help="model to load unless the client's settings name one (default: gemma3)")
+    parser.add_argument("--engine", default=DEFAULT_ENGINE, metavar="MODULE:ATTR",
+                        help="completion engine class or factory, called as ATTR(model=...) (for tests)")
+    parser.add_argument("--log-file", default=None, help="write the server's log here (default: stderr)")
+    parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
+
+
+def load_factory(spec: str):
+    """The object named by MODULE:ATTR (ATTR may be dotted)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise ValueError(f"--engine must look like MODULE:ATTR, got {spec!r}")
+    if os.getcwd() not in sys.path:  # as `python -m` would: a module of the current directory
+        sys.path.insert(0, os.getcwd())
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as e:
+        raise ValueError(f"--engine {spec}: cannot import {module_name} ({e})") from None
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"--engine {spec}: {module_name} has no attribute {attr}") from None
+    if not callable(obj):
+        raise ValueError(f"--engine {spec} is not callable")
+    return obj
+
+
+def _parse_hostport(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) < 65536:
+        raise ValueError(f"--tcp must look like HOST:PORT (e.g. 127.0.0.1:2087), got {value!r}")
+    return host or "127.0.0.1", int(port)
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    handler = logging.FileHandler(args.log_file) if args.log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, args.log_level), handlers=[handler], force=True)
+    try:
+        hostport = _parse_hostport(args.tcp) if args.tcp else None
+        if args.engine == DEFAULT_ENGINE:
+            factory = None  # imported when the engine loads, off the event loop
+        else:
+            factory = load_factory(args.engine)
+    except ValueError as e:
+        print(f"midword serve: {e}", file=sys.stderr)
+        return 2
+
+    from .lsp import create_server
+
+    server = create_server(factory, default_model=args.model)
+    if hostport is not None:
+        server.start_tcp(*hostport)
+    else:
+        server.start_io()
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="midword serve", description="The midword language server.")
+    add_serve_arguments(parser)
+    return run_serve(parser.parse_args(argv))

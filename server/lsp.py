@@ -1,0 +1,604 @@
+"""The midword language server: LSP requests in, `CompletionRequest`s to the engine,
+`Completion`s back out as edits.
+
+Handlers are thin adapters: they decode the typed params, call one method of
+`MidwordServer` (which works on plain `CompletionRequest`/`Completion` values and the
+documents in pygls's workspace) and encode the answer. What the server adds around
+the engine:
+
+- *Never block, never hang.* All model work runs on one worker thread
+  (`server.worker`); handlers await it. Until the engine has loaded (with `$/progress`
+  and `midword/status` notifications), and whenever it fails, requests get an empty
+  answer at once; a failure is logged (`window/logMessage`), never fatal.
+- *Newest wins.* An edit cancels work on the document's older versions and a new
+  request supersedes the one waiting; `$/cancelRequest` answers RequestCancelled, a
+  request whose document changed meanwhile answers ContentModified, and one that was
+  superseded at the same version gets an empty, incomplete list (so the editor asks
+  again).
+- *Type-through and prefetch* (`server.cache`): a completion stays valid while the user
+  types its characters, and is served from memory; when the user pauses, the server
+  completes at the end of the shown completion so that accepting it finds the next
+  one ready.
+
+`midword/status` carries `{state: "loading"|"ready"|"error"|"busy", message,
+lastLatencyMs}` for status bars; `midword/stats` (a request) returns counters for
+tests and benchmarks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import itertools
+import logging
+import time
+from urllib.parse import unquote
+from dataclasses import asdict, dataclass, replace
+from typing import Any, NamedTuple
+
+from lsprotocol import types
+from pygls.exceptions import JsonRpcContentModified
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+
+from midword import __version__
+from midword.completion.types import Completion, CompletionRequest
+
+from .cache import CompletionCache
+from .documents import Document, DocumentWorkspace
+from .editing import first_line, fit_to_line, wants_multiline
+from .grammar_choice import GrammarResolver, document_language, is_json_document, uri_to_path
+from .positions import choose_encoding
+from .settings import SECTION, Settings, parse_settings, section_of
+from .worker import EngineFactory, Event, ModelWorker, Outcome
+
+log = logging.getLogger(__name__)
+
+
+class _QuietProtocolErrors(logging.Filter):
+    """pygls logs a traceback for every error response; ContentModified is routine
+    here (every keystroke during a completion makes one), so it is not logged."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, JsonRpcContentModified)
+
+
+logging.getLogger("pygls.protocol.json_rpc").addFilter(_QuietProtocolErrors())
+
+STATUS = "midword/status"
+STATS = "midword/stats"
+
+# Trigger characters advertised for every document; each language answers only its own.
+TRIGGERS_JSON = ('"', ":")
+TRIGGERS_CODE = (".",)
+ALL_TRIGGERS = [".", '"', ":"]
+MAX_LABEL = 80
+
+
+class Answer(NamedTuple):
+    completion: Completion | None
+    source: str  # "model", "cache", "prefetch", or why there is none: "not_ready", "error", "superseded", ...
+
+
+@dataclass
+class Stats:
+    requests: int = 0
+    answered: int = 0
+    empty: int = 0
+    cache_hits: int = 0
+    prefetch_hits: int = 0
+    model_completions: int = 0  # answers the model produced for requests (not from cache)
+    prefetches: int = 0
+    cancelled: int = 0
+    superseded: int = 0
+    content_modified: int = 0
+    not_ready: int = 0
+    errors: int = 0
+
+
+class MidwordProtocol(LanguageServerProtocol):
+    """pygls's protocol with midword's position-encoding choice and documents."""
+
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        general = params.capabilities.general
+        offered = general.position_encodings if general is not None else None
+        if offered:
+            # pygls takes the client's first supported offer; leave it only ours.
+            general.position_encodings = [choose_encoding(offered)]
+        result = yield from super().lsp_initialize(params)
+        workspace = self.workspace
+        self._workspace = DocumentWorkspace(
+            workspace.root_uri,
+            types.TextDocumentSyncKind.Incremental,
+            params.workspace_folders or [],
+            workspace.position_encoding,
+        )
+        return result
+
+
+class MidwordServer(LanguageServer):
+    def __init__(self, engine_factory: EngineFactory, *, default_model: str | None = None):
+        super().__init__("midword", __version__, protocol_cls=MidwordProtocol,
+                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        self.engine_factory = engine_factory
+        self.settings = Settings() if default_model is None else Settings(model=default_model)
+        self.cache = CompletionCache()
+        self.grammars = GrammarResolver()
+        self.stats = Stats()
+        self.worker: ModelWorker | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.status_state = "loading"
+        self.status_message = "starting"
+        self.last_latency_ms: float | None = None
+        self._pending_problems: list[str] = []
+        self._logged_notes: set[tuple[str, str]] = set()
+        self._prefetch_timer: asyncio.TimerHandle | None = None
+        self._progress_queue: asyncio.Queue | None = None
+        self._progress_ids = itertools.count(1)
+        self._config_from_client = False
+        self._progress_task: asyncio.Task | None = None
+
+    # -- documents -------------------------------------------------------------------------
+
+    def document(self, uri: str) -> Document | None:
+        """The open document `uri` (pygls keys documents by unquoted URI), or None."""
+        doc = self.workspace.text_documents.get(unquote(uri))
+        return doc if isinstance(doc, Document) else None
+
+    # -- messages --------------------------------------------------------------------------
+
+    def log(self, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        (log.error if kind == types.MessageType.Error else log.info)("%s", message)
+        try:
+            self.window_log_message(types.LogMessageParams(type=kind, message=message))
+        except Exception:  # no transport yet (unit use): the Python log has it
+            log.debug("could not send logMessage", exc_info=True)
+
+    def show(self, message: str, kind: types.MessageType = types.MessageType.Warning) -> None:
+        self.log(message, kind)
+        try:
+            self.window_show_message(types.ShowMessageParams(type=kind, message=message))
+        except Exception:
+            log.debug("could not send showMessage", exc_info=True)
+
+    def log_once(self, key: str, message: str, kind: types.MessageType = types.MessageType.Info) -> None:
+        if (key, message) not in self._logged_notes:
+            if len(self._logged_notes) > 10_000:  # a long session: forget, at worst log again
+                self._logged_notes.clear()
+            self._logged_notes.add((key, message))
+            self.log(message, kind)
+
+    def set_status(self, state: str, message: str = "") -> None:
+        self.status_state, self.status_message = state, message
+        payload = {"state": state, "message": message, "lastLatencyMs": self.last_latency_ms}
+        try:
+            self.protocol.notify(STATUS, payload)
+        except Exception:
+            log.debug("could not send %s", STATUS, exc_info=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def on_initialize(self, params: types.InitializeParams) -> None:
+        raw = params.initialization_options
+        self._config_from_client = raw is not None
+        self.settings, self._pending_problems = parse_settings(raw, self.settings)
+
+    async def on_initialized(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self._progress_queue = asyncio.Queue()
+        self._progress_task = asyncio.ensure_future(self._progress_pump())
+        self.worker = ModelWorker(self.engine_factory, self._from_worker)
+        for problem in self._pending_problems:
+            self.show(problem)
+        self._pending_problems = []
+        if not self._config_from_client and self._client_pulls_configuration():
+            await self.pull_configuration(restart=False)
+        self._start_engine()
+
+    def _start_engine(self) -> None:
+        if not self.settings.enable:
+            self.set_status("ready", "completions disabled (midword.enable is false)")
+            return
+        self.set_status("loading", f"loading {self.settings.model}")
+        self.worker.load(self.settings.model)
+
+    def on_shutdown(self) -> None:
+        self._cancel_prefetch()
+        if self.worker is not None:
+            self.worker.close()
+
+    # -- settings --------------------------------------------------------------------------
+
+    def _client_pulls_configuration(self) -> bool:
+        caps = getattr(self.protocol, "client_capabilities", None)
+        return bool(caps and caps.workspace and caps.workspace.configuration)
+
+    async def pull_configuration(self, *, restart: bool = True) -> None:
+        """Ask the client for the `midword` section (clients that push nothing)."""
+        try:
+            values = await self.workspace_configuration_async(
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)]))
+        except Exception as e:  # a client that cannot answer keeps the current settings
+            self.log(f"workspace/configuration failed: {e}", types.MessageType.Warning)
+            return
+        if values and values[0] is not None:
+            self.apply_settings(values[0], restart=restart)
+
+    def apply_settings(self, raw: Any, *, restart: bool = True) -> None:
+        """Apply a client's settings. An empty object says nothing (clients send `{}` when
+        they have no section for us) and keeps the current settings."""
+        if section_of(raw) in (None, {}):
+            return
+        old = self.settings
+        new, problems = parse_settings(raw, old)
+        for problem in problems:
+            self.show(problem)
+        if new == old:
+            return
+        self.settings = new
+        self.cache.forget()
+        self._cancel_prefetch()
+        if not restart or self.worker is None:
+            return
+        if not new.enable:
+            self.worker.cancel_all()
+            self.set_status("ready", "completions disabled (midword.enable is false)")
+        elif new.model != old.model or not old.enable or self.worker.state == "error":
+            self._start_engine()
+
+    async def on_did_change_configuration(self, params: types.DidChangeConfigurationParams) -> None:
+        settings = params.settings
+        if section_of(settings) in (None, {}) and self._client_pulls_configuration():
+            await self.pull_configuration()
+            return
+        self.apply_settings(settings)
+
+    # -- the worker's events (arrive on the model thread) ----------------------------------
+
+    def _from_worker(self, event: Event) -> None:
+        self._call_soon(self._on_worker_event, event)
+
+    def _call_soon(self, callback, *args) -> None:
+        """Run `callback` on the event loop (from any thread); dropped once it has closed."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            return
+        try:
+            loop.call_soon_threadsafe(callback, *args)
+        except RuntimeError:  # the loop closed between the check and the call (shutdown)
+            pass
+
+    def _on_worker_event(self, event: Event) -> None:
+        if event.kind in ("loading", "progress", "ready", "error") and self._progress_queue is not None:
+            self._progress_queue.put_nowait(event)
+        if event.kind == "loading":
+            self.set_status("loading", event.message)
+        elif event.kind == "ready":
+            self.log(f"midword: {event.message} (loaded in {event.data.get('load_s', 0):.1f} s)")
+            self.set_status("ready", event.message)
+        elif event.kind == "error":
+            self.show(event.message, types.MessageType.Error)
+            self.set_status("error", event.message)
+        elif event.kind == "busy" and self.status_state in ("ready", "busy"):
+            self.set_status("busy", "prefetching" if event.data.get("prefetch") else "completing")
+        elif event.kind == "idle" and self.status_state == "busy":
+            self.set_status("ready", "ready")
+
+    def _client_has_progress(self) -> bool:
+        caps = getattr(self.protocol, "client_capabilities", None)
+        return bool(caps and caps.window and caps.window.work_done_progress)
+
+    async def _progress_pump(self) -> None:
+        """Turns load events into one `$/progress` sequence per load, in order. Reports
+        that would repeat the shown percentage and message are dropped (an engine may
+        report thousands of steps)."""
+        token = None
+        shown = None
+        while True:
+            event = await self._progress_queue.get()
+            try:
+                if event.kind == "loading":
+                    if token is not None:
+                        self.work_done_progress.end(token, types.WorkDoneProgressEnd(message="restarted"))
+                        token = None
+                    if not self._client_has_progress():
+                        continue
+                    candidate = f"midword/load/{next(self._progress_ids)}"
+                    # a client that never answers must not hold up the reports that follow
+                    await asyncio.wait_for(self.work_done_progress.create_async(candidate), 10)
+                    token = candidate
+                    self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
+                        title="midword", message=event.message, percentage=0, cancellable=False))
+                elif token is None:
+                    continue
+                elif event.kind == "progress":
+                    pct = None if event.fraction is None else int(round(event.fraction * 100))
+                    if (event.message, pct) == shown:
+                        continue
+                    shown = (event.message, pct)
+                    self.work_done_progress.report(token, types.WorkDoneProgressReport(
+                        message=event.message, percentage=pct))
+                else:  # ready / error
+                    self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=event.message))
+                    token = None
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a client that refuses progress still gets completions
+                self.log(f"progress reporting failed: {e}", types.MessageType.Warning)
+                token = None
+
+    # -- completing --------------------------------------------------------------------------
+
+    def build_request(self, doc: Document, offset: int, *, single_line: bool) -> CompletionRequest:
+        text = doc.source
+        path = uri_to_path(doc.uri)
+        root = self.workspace.root_path
+        choice = self.grammars.choose(path=path, language_id=doc.language_id, text=text,
+                                      settings=self.settings, root=root)
+        if choice.note:
+            self.log_once(doc.uri, f"{doc.uri}: {choice.note}", types.MessageType.Warning)
+        s = self.settings
+        return CompletionRequest(
+            prefix=text[:offset],
+            suffix=text[offset:],
+            language=document_language(doc.language_id, path),
+            grammar=choice.spec,
+            max_tokens=s.max_tokens,
+            temperature=s.temperature,
+            mode=s.mode,
+            single_line=single_line,
+            time_budget_s=s.time_budget_ms / 1000.0,
+        )
+
+    async def complete(self, doc: Document, offset: int, *, single_line: bool) -> Answer:
+        """A completion at `offset` of `doc` (or none) and where it came from. Raises
+        ContentModified when the document changed while the model worked."""
+        started = time.perf_counter()
+        self.stats.requests += 1
+        self._cancel_prefetch()
+        if not self.settings.enable or self.worker is None or not self.worker.ready:
+            self.stats.not_ready += 1
+            return Answer(None, "not_ready")
+        request = self.build_request(doc, offset, single_line=single_line)
+        hit = self.cache.get(doc.uri, request)
+        if hit is not None:
+            completion, entry = hit
+            self.stats.cache_hits += 1
+            if entry.origin == "prefetch":
+                self.stats.prefetch_hits += 1
+            self._latency(started)
+            if self.settings.prefetch:  # typing through it: the end of it is where the user goes next
+                self._schedule_prefetch(doc.uri, doc.version, replace(request, prefix=entry.target, single_line=False))
+            return Answer(fit_to_line(completion, request.prefix), "prefetch" if entry.origin == "prefetch" else "cache")
+
+        version = doc.version
+        job = self.worker.submit(doc.uri, version, request)
+        try:
+            outcome: Outcome = await asyncio.shield(asyncio.wrap_future(job.future))
+        except asyncio.CancelledError:
+            self.worker.release(job)
+            self.stats.cancelled += 1
+            raise
+        if outcome.completion is not None and outcome.status == "done":
+            self.stats.model_completions += 1
+            # still right for the prefix it answered, which the user may type next
+            target = self.cache.put(doc.uri, request, outcome.completion)
+        else:
+            target = None
+        current = self.document(doc.uri)
+        if current is None or current.version != version:
+            self.stats.content_modified += 1
+            raise JsonRpcContentModified(f"{doc.uri} changed (version {version} -> "
+                                         f"{None if current is None else current.version}) during completion")
+        if outcome.status == "error":
+            self.stats.errors += 1
+            self.log(f"completion failed in {doc.uri}: {outcome.error}", types.MessageType.Error)
+            return Answer(None, "error")
+        if outcome.status != "done" or outcome.completion is None:
+            self.stats.superseded += outcome.status == "superseded"
+            self.stats.not_ready += outcome.status == "not_ready"
+            return Answer(None, outcome.status)
+        self._latency(started)
+        note = getattr(outcome.completion, "note", "")
+        if note:  # e.g. the engine could not use the grammar; once per document and note
+            self.log_once(doc.uri, f"{doc.uri}: {note}", types.MessageType.Warning)
+        if target is not None and self.settings.prefetch:
+            self._schedule_prefetch(doc.uri, version, replace(request, prefix=target, single_line=False))
+        return Answer(fit_to_line(outcome.completion, request.prefix), "model")
+
+    def _latency(self, started: float) -> None:
+        self.last_latency_ms = round((time.perf_counter() - started) * 1000.0, 1)
+
+    # -- prefetch ----------------------------------------------------------------------------
+
+    def _cancel_prefetch(self) -> None:
+        if self._prefetch_timer is not None:
+            self._prefetch_timer.cancel()
+            self._prefetch_timer = None
+
+    def _schedule_prefetch(self, uri: str, version: int | None, request: CompletionRequest) -> None:
+        self._cancel_prefetch()
+        if self.loop is None:
+            return
+        self._prefetch_timer = self.loop.call_later(
+            self.settings.prefetch_delay_ms / 1000.0, self._prefetch, uri, version, request)
+
+    def _prefetch(self, uri: str, version: int | None, request: CompletionRequest) -> None:
+        self._prefetch_timer = None
+        doc = self.document(uri)
+        if doc is None or doc.version != version or self.worker is None or self.cache.get(uri, request):
+            return
+        job = self.worker.submit(uri, version, request, prefetch=True)
+        job.future.add_done_callback(lambda future: self._call_soon(self._prefetch_done, job))
+
+    def _prefetch_done(self, job) -> None:
+        outcome: Outcome = job.future.result()
+        if outcome.status == "done" and outcome.completion is not None:
+            self.stats.prefetches += 1
+            self.cache.put(job.uri, job.request, outcome.completion, origin="prefetch")
+        elif outcome.status == "error":
+            self.stats.errors += 1
+            self.log(f"prefetch failed in {job.uri}: {outcome.error}", types.MessageType.Error)
+
+    # -- document changes --------------------------------------------------------------------
+
+    def on_did_change(self, uri: str, version: int | None) -> None:
+        self._cancel_prefetch()
+        if self.worker is not None:
+            self.worker.cancel_stale(uri, version)
+
+    def on_did_close(self, uri: str) -> None:
+        self.cache.forget(uri)
+        if self.worker is not None:
+            self.worker.cancel_stale(uri, None)
+
+
+# -- encoding ------------------------------------------------------------------------------
+
+
+def triggers_for(language_id: str | None, path: str | None) -> tuple[str, ...]:
+    return TRIGGERS_JSON if is_json_document(language_id, path) else TRIGGERS_CODE
+
+
+def completion_list(doc: Document, answer: Answer, cursor: int) -> types.CompletionList:
+    """The LSP answer for the completion popup: one item whose edit replaces the typed
+    part of the word. Always incomplete, so the editor asks again as the user types.
+    The item's `data.source` says where it came from (model, cache, prefetch)."""
+    completion = answer.completion
+    if completion is None or not completion.text:
+        return types.CompletionList(is_incomplete=True, items=[])
+    text = completion.text
+    typed = doc.source[completion.replace_start:cursor]
+    label = first_line(text).strip() or text.strip() or text
+    if len(label) > MAX_LABEL:
+        label = label[: MAX_LABEL - 1] + "…"
+    edit_range = types.Range(start=doc.position_of(completion.replace_start), end=doc.position_of(cursor))
+    item = types.CompletionItem(
+        label=label,
+        kind=types.CompletionItemKind.Text,
+        detail="midword",
+        filter_text=text if text.startswith(typed) else typed,
+        sort_text="0",
+        preselect=True,
+        insert_text_format=types.InsertTextFormat.PlainText,
+        text_edit=types.TextEdit(range=edit_range, new_text=text),
+        data={"source": answer.source},
+    )
+    return types.CompletionList(is_incomplete=True, items=[item])
+
+
+def inline_list(doc: Document, answer: Answer, cursor: int) -> types.InlineCompletionList:
+    completion = answer.completion
+    if completion is None or not completion.text:
+        return types.InlineCompletionList(items=[])
+    edit_range = types.Range(start=doc.position_of(completion.replace_start), end=doc.position_of(cursor))
+    return types.InlineCompletionList(items=[types.InlineCompletionItem(insert_text=completion.text, range=edit_range)])
+
+
+# -- handlers --------------------------------------------------------------------------------
+
+
+def _guarded(empty):
+    """A handler that answers `empty()` (and logs) on any unexpected error, so no bug in
+    the server or engine turns into a crash or an error popup in the editor."""
+
+    def wrap(handler):
+        @functools.wraps(handler)
+        async def run(ls: MidwordServer, params):
+            try:
+                return await handler(ls, params)
+            except (asyncio.CancelledError, JsonRpcContentModified):
+                raise
+            except Exception as e:  # noqa: BLE001
+                log.exception("handler %s failed", handler.__name__)
+                ls.stats.errors += 1
+                ls.log(f"midword: {handler.__name__} failed: {type(e).__name__}: {e}", types.MessageType.Error)
+                return empty()
+
+        return run
+
+    return wrap
+
+
+def create_server(engine_factory: EngineFactory | None = None, *, default_model: str | None = None) -> MidwordServer:
+    """A midword server whose engine comes from `engine_factory(model=...)`
+    (default: `midword.completion.engine.CompletionEngine`)."""
+    if engine_factory is None:
+        engine_factory = default_engine_factory
+    server = MidwordServer(engine_factory, default_model=default_model)
+
+    @server.feature(types.INITIALIZE)
+    def initialize(ls: MidwordServer, params: types.InitializeParams):
+        ls.on_initialize(params)
+
+    @server.feature(types.INITIALIZED)
+    async def initialized(ls: MidwordServer, params: types.InitializedParams):
+        await ls.on_initialized()
+
+    @server.feature(types.SHUTDOWN)
+    def shutdown(ls: MidwordServer, params):
+        ls.on_shutdown()
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+    async def did_change_configuration(ls: MidwordServer, params: types.DidChangeConfigurationParams):
+        try:
+            await ls.on_did_change_configuration(params)
+        except Exception as e:  # noqa: BLE001 - bad settings never take the server down
+            log.exception("configuration change failed")
+            ls.show(f"midword: could not apply settings: {type(e).__name__}: {e}", types.MessageType.Error)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    def did_change(ls: MidwordServer, params: types.DidChangeTextDocumentParams):
+        ls.on_did_change(params.text_document.uri, params.text_document.version)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    def did_close(ls: MidwordServer, params: types.DidCloseTextDocumentParams):
+        ls.on_did_close(params.text_document.uri)
+
+    @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=ALL_TRIGGERS))
+    @_guarded(lambda: types.CompletionList(is_incomplete=True, items=[]))
+    async def completion(ls: MidwordServer, params: types.CompletionParams):
+        doc = ls.document(params.text_document.uri)
+        if doc is None:
+            return types.CompletionList(is_incomplete=True, items=[])
+        ctx = params.context
+        if (ctx is not None and ctx.trigger_kind == types.CompletionTriggerKind.TriggerCharacter
+                and ctx.trigger_character not in triggers_for(doc.language_id, uri_to_path(doc.uri))):
+            return types.CompletionList(is_incomplete=True, items=[])
+        cursor = doc.offset_of(params.position)
+        result = await ls.complete(doc, cursor, single_line=True)
+        return completion_list(doc, result, cursor)
+
+    @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+    @_guarded(lambda: types.InlineCompletionList(items=[]))
+    async def inline_completion(ls: MidwordServer, params: types.InlineCompletionParams):
+        doc = ls.document(params.text_document.uri)
+        if doc is None:
+            return types.InlineCompletionList(items=[])
+        cursor = doc.offset_of(params.position)
+        multi = wants_multiline(doc.source[:cursor], doc.source[cursor:cursor + 200])
+        result = await ls.complete(doc, cursor, single_line=not multi)
+        return inline_list(doc, result, cursor)
+
+    @server.feature(STATS)
+    def stats(ls: MidwordServer, params):
+        out = asdict(ls.stats)
+        worker = ls.worker
+        out.update(model_calls=worker.runs if worker else 0,
+                   tokens_generated=worker.tokens_generated if worker else 0,
+                   tokens_forced=worker.tokens_forced if worker else 0)
+        out.update(state=ls.status_state, lastLatencyMs=ls.last_latency_ms, cacheEntries=len(ls.cache),
+                   model=ls.settings.model, positionEncoding=str(getattr(
+                       ls.workspace.position_encoding, "value", ls.workspace.position_encoding)))
+        return out
+
+    return server
+
+
+def default_engine_factory(**settings):
+    from midword.completion.engine import CompletionEngine
+
+    return CompletionEngine(**settings)

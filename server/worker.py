@@ -1,0 +1,301 @@
+"""The one thread that runs the model, and the queue in front of it.
+
+The event loop must never wait on the model, and a CPU model can only do one
+completion at a time well, so all model work (loading, completing) runs on ONE
+worker thread. In front of it sits a queue of length one where the newest request
+wins: submitting a job resolves the job still waiting as "superseded" and asks the
+running one to stop (through the `cancelled` callback the engine polls between
+decoding steps), because a request the user has typed past is worth nothing. A
+prefetch only runs when nothing else is waiting or running, and any real request
+supersedes it.
+
+Two requests asking exactly the same thing (an editor sends a completion and an
+inline-completion request for one keystroke) share one job; a job is cancelled
+only when every request waiting on it has given up.
+
+Jobs resolve their `future` (a `concurrent.futures.Future`) with an `Outcome`; no
+exception crosses from the worker to the server, so a failing engine turns into an
+"error" outcome and the server keeps answering. State changes (loading progress,
+ready, error, busy, idle) go to the `notify` callback, called on the worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from concurrent.futures import Future, InvalidStateError
+from dataclasses import dataclass, field
+from typing import Any, Callable, Protocol
+
+from midword.completion.types import Completion, CompletionRequest
+
+log = logging.getLogger(__name__)
+
+
+class Engine(Protocol):
+    """The contract of `midword.completion.engine.CompletionEngine` the server relies on."""
+
+    def load(self, progress: Callable[[str, float], None] | None = None) -> None: ...
+
+    @property
+    def ready(self) -> bool: ...
+
+    def complete(self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None) -> Completion: ...
+
+
+EngineFactory = Callable[..., Engine]
+
+
+@dataclass
+class Outcome:
+    status: str  # "done", "cancelled", "superseded", "error", "not_ready"
+    completion: Completion | None = None
+    error: str | None = None
+    engine_ms: float = 0.0
+
+
+@dataclass(eq=False)
+class Job:
+    uri: str
+    version: int | None
+    request: CompletionRequest
+    prefetch: bool = False
+    future: Future = field(default_factory=Future)
+    waiters: int = 1
+    reason: str = ""
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def stop(self, reason: str) -> None:
+        if not self._stop.is_set():
+            self.reason = reason
+            self._stop.set()
+
+    def stopped(self) -> bool:
+        return self._stop.is_set()
+
+
+def _resolve(future: Future, outcome: Outcome) -> None:
+    try:
+        future.set_result(outcome)
+    except InvalidStateError:  # already resolved (e.g. superseded while running)
+        pass
+
+
+@dataclass(frozen=True)
+class Event:
+    kind: str  # "loading", "progress", "ready", "error", "busy", "idle"
+    message: str = ""
+    fraction: float | None = None
+    data: dict[str, Any] = field(default_factory=dict)
+
+
+class ModelWorker:
+    def __init__(self, factory: EngineFactory, notify: Callable[[Event], None] | None = None):
+        self._factory = factory
+        self._notify = notify or (lambda event: None)
+        self._cond = threading.Condition()
+        self._pending: Job | None = None
+        self._running: Job | None = None
+        self._load_model: str | None = None
+        self._closed = False
+        self._engine: Engine | None = None
+        self.state = "idle"  # "idle" (nothing loaded), "loading", "ready", "error"
+        self.error: str | None = None
+        self.model: str | None = None
+        # what the engine actually did (a shared job counts once)
+        self.runs = 0
+        self.tokens_generated = 0
+        self.tokens_forced = 0
+        self._thread = threading.Thread(target=self._run, name="midword-model", daemon=True)
+        self._thread.start()
+
+    # -- called from the server (any thread) ------------------------------------------
+
+    @property
+    def ready(self) -> bool:
+        return self.state == "ready"
+
+    def load(self, model: str) -> None:
+        """(Re)load the engine for `model` before any later job runs."""
+        with self._cond:
+            self._load_model = model
+            self.state = "loading"
+            self.error = None
+            if self._running is not None:
+                self._running.stop("superseded")
+            self._supersede_pending()
+            self._cond.notify()
+
+    def submit(self, uri: str, version: int | None, request: CompletionRequest, *, prefetch: bool = False) -> Job:
+        job = Job(uri, version, request, prefetch)
+        with self._cond:
+            if self._closed:
+                _resolve(job.future, Outcome("cancelled"))
+                return job
+            if prefetch and (self._running is not None or self._pending is not None or self.state != "ready"):
+                _resolve(job.future, Outcome("superseded"))  # only when idle
+                return job
+            for other in (self._running, self._pending):
+                if (other is not None and not other.stopped() and not other.prefetch
+                        and other.uri == uri and other.request == request):
+                    other.waiters += 1
+                    return other
+            self._supersede_pending()
+            if self._running is not None:
+                self._running.stop("superseded")
+            self._pending = job
+            self._cond.notify()
+        return job
+
+    def release(self, job: Job) -> None:
+        """One waiter on `job` gave up (the client cancelled its request)."""
+        with self._cond:
+            job.waiters -= 1
+            if job.waiters > 0:
+                return
+            job.stop("cancelled")
+            if job is self._pending:
+                self._pending = None
+                _resolve(job.future, Outcome("cancelled"))
+
+    def cancel_stale(self, uri: str, version: int | None) -> None:
+        """The document changed: work on its older versions is worthless."""
+        with self._cond:
+            for job in (self._running, self._pending):
+                if job is not None and job.uri == uri and job.version != version:
+                    job.stop("stale")
+            if self._pending is not None and self._pending.stopped():
+                _resolve(self._pending.future, Outcome("cancelled"))
+                self._pending = None
+
+    def cancel_all(self, reason: str = "cancelled") -> None:
+        with self._cond:
+            if self._running is not None:
+                self._running.stop(reason)
+            if self._pending is not None:
+                self._pending.stop(reason)
+                _resolve(self._pending.future, Outcome("cancelled"))
+                self._pending = None
+
+    @property
+    def busy(self) -> bool:
+        return self._running is not None or self._pending is not None
+
+    def close(self, timeout: float | None = 0.0) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify()
+        self.cancel_all()
+        if timeout:
+            self._thread.join(timeout)
+
+    # -- the worker thread ---------------------------------------------------------------
+
+    def _supersede_pending(self) -> None:
+        if self._pending is not None:
+            self._pending.stop("superseded")
+            _resolve(self._pending.future, Outcome("superseded"))
+            self._pending = None
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._closed and self._load_model is None and self._pending is None:
+                    self._cond.wait()
+                if self._closed:
+                    return
+                if self._load_model is not None:
+                    model, self._load_model = self._load_model, None
+                    job = None
+                else:
+                    job, self._pending = self._pending, None
+                    self._running = job
+            if job is None:
+                self._load(model)
+                continue
+            try:
+                self._complete(job)
+            finally:
+                with self._cond:
+                    self._running = None
+                    idle = self._pending is None
+                if idle:
+                    self._emit(Event("idle"))
+
+    def _emit(self, event: Event) -> None:
+        try:
+            self._notify(event)
+        except Exception:  # a broken listener must not stop the model thread
+            log.exception("worker event listener failed")
+
+    def _load(self, model: str) -> None:
+        self._emit(Event("loading", f"loading {model}", 0.0))
+        self._engine = None
+        started = time.perf_counter()
+        try:
+            engine = self._factory(model=model)
+
+            def progress(message: str, fraction: float) -> None:
+                self._emit(Event("progress", str(message), _clamp_fraction(fraction)))
+
+            engine.load(progress)
+        except BaseException as e:  # noqa: BLE001 - anything the engine raises is reported, never fatal
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                raise
+            message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            with self._cond:
+                superseded = self._load_model is not None
+                if not superseded:
+                    self.state = "error"
+                    self.error = message
+            if not superseded:
+                self._emit(Event("error", f"could not load model {model!r}: {message}"))
+            return
+        with self._cond:
+            if self._load_model is not None:  # a newer load was asked for meanwhile
+                return
+            self._engine = engine
+            self.model = model
+            self.state = "ready"
+        self._emit(Event("ready", f"{model} ready", 1.0, {"load_s": time.perf_counter() - started}))
+
+    def _complete(self, job: Job) -> None:
+        if job.stopped():
+            _resolve(job.future, Outcome("cancelled" if job.reason != "superseded" else "superseded"))
+            return
+        engine = self._engine
+        if engine is None or self.state != "ready":
+            _resolve(job.future, Outcome("not_ready"))
+            return
+        self._emit(Event("busy", "completing", data={"prefetch": job.prefetch}))
+        started = time.perf_counter()
+        try:
+            completion = engine.complete(job.request, cancelled=job.stopped)
+        except Exception as e:  # noqa: BLE001 - reported to the client as a log message
+            message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            _resolve(job.future, Outcome("error", error=message, engine_ms=_ms(started)))
+            return
+        with self._cond:
+            self.runs += 1
+            self.tokens_generated += completion.timings.tokens_generated
+            self.tokens_forced += completion.timings.tokens_forced
+        if job.stopped() or completion.stop_reason == "cancelled":
+            status = "superseded" if job.reason == "superseded" else "cancelled"
+            _resolve(job.future, Outcome(status, completion, engine_ms=_ms(started)))
+            return
+        _resolve(job.future, Outcome("done", completion, engine_ms=_ms(started)))
+
+
+def _ms(started: float) -> float:
+    return (time.perf_counter() - started) * 1000.0
+
+
+def _clamp_fraction(value: Any) -> float | None:
+    try:
+        f = float(value)
+    except (TypeError, ValueError):
+        return None
+    if f != f:
+        return None
+    return min(1.0, max(0.0, f))
