@@ -158,13 +158,13 @@ def is_canonical(tokenizer, context: list[int], left: list[int], token: int, lef
 
 
 def search_covers(model, tokenizer, prompt: list[int], stable: list[int], typed: bytes, candidates_for,
-                  *, exhaustive: bool = False, batch: int = 2) -> CoverSearch:
+                  *, exhaustive: bool = False, batch: int = 2, cancelled=None) -> CoverSearch:
     """Weighs the splits of `typed` (see module doc).
 
     `prompt` is what the model sees before the typed text (BOS + stable tokens);
     `candidates_for(rest)` gives the token ids allowed to follow the left part: tokens whose
     bytes start with `rest` and suit the grammar past the cursor (all allowed tokens when
-    `rest` is empty).
+    `rest` is empty). `cancelled()` is polled between model calls.
 
     Greedy decoding needs only the best cover, so splits are scored best-first: the
     probability of a split's first left token (one distribution at the prompt, shared by
@@ -194,6 +194,8 @@ def search_covers(model, tokenizer, prompt: list[int], stable: list[int], typed:
     best = -np.inf
     k = 0
     while k < len(order):
+        if cancelled is not None and cancelled():
+            break  # the caller answers with what it has (the best cover so far, or none)
         if not exhaustive and bound(order[k]) <= best:
             break  # every remaining split is bounded by a cover we already have
         group = []

@@ -178,11 +178,13 @@ class CompletionEngine:
         prompt = self._prompt(back.stable)
         rng = np.random.default_rng(request.seed)
         initial: list[int] = []
+        if cancelled is not None and cancelled():
+            return Completion(text="", replace_start=len(request.prefix), stop_reason="cancelled", timings=timings)
         if request.mode == "cpc" and back.typed:
             t0 = time.perf_counter()
             search = search_covers(model, tok, prompt, back.stable, back.typed,
                                    lambda rest: constraint.candidates_after(state.grammar, rest),
-                                   exhaustive=request.temperature > 0)
+                                   exhaustive=request.temperature > 0, cancelled=cancelled)
             cover = search.pick(tok, request.temperature, rng)
             timings.forward_passes += 1 if search.splits else 0
             timings.cpc_ms = (time.perf_counter() - t0) * 1e3
