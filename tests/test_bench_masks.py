@@ -259,6 +259,14 @@ def test_reason_key_groups_by_cause_not_place():
         "limit lexer_fuel=N exceeded"
     )
     assert reason_key("KeyError: 'table'") == "KeyError"
+    assert reason_key('Unimplemented keys: ["if", "then"]') == 'Unimplemented keys: ["if", "then"]'
+    assert reason_key("Unknown format: regex") == "Unknown format: regex"
+    assert reason_key("oneOf constraints are not supported. Enable 'coerce_one_of'") == (
+        "oneOf constraints are not supported"
+    )
+    assert reason_key("[02:37:44] /project/cpp/regex_converter.cc:32: The regex must not contain nulls") == (
+        "The regex must not contain nulls"
+    )
     assert reason_key("") == "(no message)"
 
 

@@ -629,20 +629,28 @@ class EngineRunner:
 
 
 def reason_key(message: str) -> str:
-    """Group compile errors: the words before the first detail (a colon, a pointer, a value)."""
+    """Group compile errors by cause: the words before the place or the offending value."""
     lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
     if not lines:
         return "(no message)"
     line = lines[0]
-    # Wrappers say nothing about the cause: "MatcherError: LimitExceeded: limit ..."
+    # Native log prefixes ("[02:37:44] /src/x.cc:32: ") and wrapper exception names
+    # ("MatcherError: LimitExceeded: ...") say nothing about the cause.
+    line = re.sub(r"^\[[\d:.]+\]\s*\S+:\d+:\s*", "", line)
     line = re.sub(
         r"^(?:(?:[Ee]rror|MatcherError|RuntimeError|ValueError|GrammarError|LimitExceeded)\s*:\s*)+(?=\S)",
         "", line,
     )
-    # llguidance and midword put the cause first and the place after ":" or " at ".
-    for sep in (": ", " at /", " at #", " at line ", " at offset ", " (at "):
+    for sep in (" at /", " at #", " at line ", " at offset ", " (at ", ". "):
         k = line.find(sep)
         if k >= 8:
+            line = line[:k]
+    k = line.find(": ")
+    if k >= 8:
+        # A one-word or bracketed detail is the cause itself ("Unknown format: regex",
+        # 'Unimplemented keys: ["if"]'); anything longer is a place or a value.
+        detail = line[k + 2 :]
+        if not re.fullmatch(r"\w+|\[[^\]]{0,60}\]", detail):
             line = line[:k]
     line = re.sub(r"\d+", "N", line)
     return line[:90]
