@@ -113,11 +113,13 @@ class MidwordAdapter(EngineAdapter):
     def describe(self) -> str:
         from midword import __version__
 
-        return f"midword {__version__} (Grammar.from_json_schema, default options)"
+        return f"midword {__version__} (Grammar.from_json_schema, strict: relaxations such as uniqueItems refuse to compile)"
 
     def compile(self, schema: Any):
         try:
-            return self._grammar.from_json_schema(schema)
+            # Strict: MaskBench measures exact adherence, so a keyword the grammar could
+            # only relax (uniqueItems) is a compile error here, as it is for llguidance.
+            return self._grammar.from_json_schema(schema, strict=True)
         except self._refused as e:
             raise CompileFailed(str(e)) from e
 
@@ -410,6 +412,9 @@ def _walk(adapter, matcher, mask, inst: Instance, eos_ids, res: FileResult, dead
     n = len(tokens)
     track_ff = inst.valid and res.ff_supported
     covered = 0  # positions before this were forced by an earlier ff list
+    # Forced tokens count only for instances the engine accepts: on a text the grammar
+    # rejects (e.g. keys out of schema order) there is no final text to be canonical to.
+    forced = noncanonical = 0
     for i in range(n):
         if i:
             t = clock()
@@ -423,10 +428,8 @@ def _walk(adapter, matcher, mask, inst: Instance, eos_ids, res: FileResult, dead
             if ff is None:
                 res.ff_supported = track_ff = False
             elif ff:
-                res.ff_forced += len(ff)
-                res.ff_noncanonical += sum(
-                    1 for j, f in enumerate(ff) if not _canonical_at(tokens, i + j, f, eos_ids)
-                )
+                forced += len(ff)
+                noncanonical += sum(1 for j, f in enumerate(ff) if not _canonical_at(tokens, i + j, f, eos_ids))
                 covered = i + len(ff)
         if inst.valid:
             res.valid_tokens += 1
@@ -449,6 +452,8 @@ def _walk(adapter, matcher, mask, inst: Instance, eos_ids, res: FileResult, dead
         res.mismatches += 1
     if not (eos_ok and complete):
         return f"end of text: complete={complete}, EOS allowed={eos_ok}"
+    res.ff_forced += forced
+    res.ff_noncanonical += noncanonical
     return None
 
 
