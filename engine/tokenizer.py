@@ -18,6 +18,8 @@ leftover bytes.
 
 from __future__ import annotations
 
+import abc
+
 import bisect
 import hashlib
 import json
@@ -118,7 +120,7 @@ def _utf8_incomplete_tail(data: bytes) -> int:
 # Backends: the library that actually runs BPE
 
 
-class _Backend:
+class _Backend(abc.ABC):
     """Encodes valid text runs and 'opaque' runs (invalid UTF-8, or characters the
     tokenizer's text form cannot spell) for a `Tokenizer`."""
 
@@ -126,19 +128,23 @@ class _Backend:
     # library's text encoder.
     opaque: re.Pattern = re.compile("[\udc80-\udcff]+")
 
+    @abc.abstractmethod
     def encode_texts(self, texts: list[str]) -> list[list[int]]:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def encode_opaque(self, raw: bytes, offset: int) -> list[int]:
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def last_piece_start(self, text: str) -> int | None:
         """Char offset where the pre-tokenizer's last piece of `text` starts, or None
         when the tokenizer has no splitting regex."""
-        raise NotImplementedError
+        ...
 
+    @abc.abstractmethod
     def id_to_piece(self, i: int) -> str | None:
-        raise NotImplementedError
+        ...
 
 
 class _HFBackend(_Backend):
@@ -766,6 +772,7 @@ class Tokenizer:
     def is_special(self, i: int) -> bool:
         return i in self.special_token_ids
 
+    @abc.abstractmethod
     def id_to_piece(self, i: int) -> str | None:
         """The library's own spelling of token `i` (e.g. 'Ġthe', '▁the'), for debugging."""
         return self._backend.id_to_piece(i)
