@@ -108,12 +108,30 @@ def _require(packages: dict[str, str], what: str):
         )
 
 
+# float32: as converted; bfloat16: half the memory; int8: weight-only int8 (see quantized.py).
+WEIGHT_FORMATS = ("float32", "bfloat16", "int8")
+
 _CORE = {"torch": "torch", "transformers": "transformers", "safetensors": "safetensors"}
 _GGUF = {"gguf": "gguf", "accelerate": "accelerate"}
 
 
 def load(name_or_path, *, progress=None, dtype="float32", threads=None, max_context=None):
     """See `midword.completion.model.load_model`."""
+    if dtype not in WEIGHT_FORMATS:
+        raise ValueError(f"dtype must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, not {dtype!r}")
+    if dtype == "int8":
+        report = _Progress(progress)
+        # The float32 load reports up to "ready"; quantizing is the last stretch.
+        model = _load(name_or_path, lambda stage, frac: stage != "ready" and report(stage, 0.9 * frac),
+                      "float32", threads, max_context)
+        report("quantizing weights to int8", 0.9)
+        model.quantize_int8()
+        report("ready", 1.0)
+        return model
+    return _load(name_or_path, progress, dtype, threads, max_context)
+
+
+def _load(name_or_path, progress, dtype, threads, max_context):
     report = _Progress(progress)
     key = os.fspath(name_or_path)
     if key == DEFAULT_MODEL:

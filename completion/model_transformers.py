@@ -157,6 +157,8 @@ class TransformersModel:
         self._w = head.weight.detach()
         bias = getattr(head, "bias", None)
         self._b = bias.detach() if isinstance(bias, torch.Tensor) else None
+        self._head_int8 = None
+        self.weights = str(self._w.dtype).removeprefix("torch.")
         self._softcap = getattr(self.config, "final_logit_softcapping", None) or None
         self.dtype = self._w.dtype
         self.vocab_size = int(self._w.shape[0])
@@ -180,8 +182,27 @@ class TransformersModel:
             self.probe_logits = self._check_head()
 
     def __repr__(self):
-        dtype = str(self.dtype).removeprefix("torch.")
-        return f"TransformersModel({self.name!r}, vocab_size={self.vocab_size}, dtype={dtype})"
+        return f"TransformersModel({self.name!r}, vocab_size={self.vocab_size}, weights={self.weights})"
+
+    def quantize_int8(self) -> None:
+        """Store every linear layer and the output head as int8 weights in groups of 64
+        (float32 activations; see completion/quantized.py). Decode steps then read a
+        quarter of the bytes. Tied input embeddings take the same dequantized values, so
+        the model stays one consistent set of weights; the probe check is run again."""
+        from .quantized import Int8Weights, quantize_linears
+
+        if self.dtype != torch.float32:
+            raise ValueError(f"int8 quantization starts from float32 weights, not {self.dtype}")
+        if self._head_int8 is not None:
+            return
+        with self._lock, torch.no_grad():
+            quantize_linears(self._base)
+            # In place, so that a tied embedding table (Gemma's) changes with it.
+            self._head_int8 = Int8Weights(self._w, in_place=True)
+            self.weights = "int8"
+            self._reset_state()
+        with torch.inference_mode():
+            self.probe_logits = self._check_head()
 
     # -- public API ------------------------------------------------------------
 
@@ -341,7 +362,12 @@ class TransformersModel:
         """Logits for each row of `hidden`: over the whole vocabulary, or at `ids`."""
         t0 = time.perf_counter()
         if ids is None:
-            logits = torch.nn.functional.linear(hidden, self._w, self._b)
+            if self._head_int8 is not None:
+                logits = self._head_int8.matmul(hidden)
+                if self._b is not None:
+                    logits = logits + self._b
+            else:
+                logits = torch.nn.functional.linear(hidden, self._w, self._b)
             self.stats.full_head_rows += int(hidden.shape[0])
         else:
             w = self._w.index_select(0, ids)
