@@ -32,6 +32,7 @@ class StopRules:
     suffix_line: str = ""  # the rest of the cursor's line after the cursor, stripped
     time_budget_s: float = 2.0
     cancelled: object = None  # callable -> bool
+    on_text: object = None  # callable(inserted bytes so far), after every step
 
 
 @dataclass
@@ -70,6 +71,8 @@ def generate(model, constraint: Constraint, prompt: list[int], state: DecodeStat
     # bytes of initial tokens past the typed text
     gen.inserted = _past_typed(tokenizer, gen.tokens, typed_total)
     while True:
+        if rules.on_text is not None:
+            rules.on_text(gen.inserted)
         reason = _stop_reason(gen, rules, started)
         if reason:
             gen.stop_reason = reason

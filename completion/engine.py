@@ -29,6 +29,9 @@ from .cpc import backoff, search_covers
 from .decode import StopRules, generate
 from .types import MODES, Completion, CompletionRequest, GrammarSpec, Timings
 
+# Decode steps stream the weights from memory; int8 reads a quarter of float32's bytes
+# (see quantized.py for what it costs in accuracy: nothing measurable on completions).
+DEFAULT_WEIGHTS = "int8"
 MAX_PROMPT_TOKENS = 1536
 PROMPT_CUT_STEP = 256  # the prompt's start moves in steps, so consecutive keystrokes share a KV prefix
 _IDENT_TAIL = re.compile(r"[\w]*\Z")
@@ -37,9 +40,16 @@ JSON_LANGUAGES = {"json", "jsonc", "json5"}
 
 class CompletionEngine:
     def __init__(self, model: str = "gemma3", *, max_tokens: int = 48, temperature: float = 0.0, mode: str = "cpc",
-                 model_object=None):
+                 weights: str = DEFAULT_WEIGHTS, model_object=None):
+        """`weights`: "int8" (default: int8 weights, float32 activations, see quantized.py),
+        "float32" (the converted weights as they are) or "bfloat16"."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
+        from .model_store import WEIGHT_FORMATS
+
+        if weights not in WEIGHT_FORMATS:
+            raise ValueError(f"unknown weights {weights!r}: expected one of {', '.join(WEIGHT_FORMATS)}")
+        self.weights = weights
         self.model_name = model
         self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "mode": mode}
         self._model = model_object
@@ -54,7 +64,7 @@ class CompletionEngine:
         if self._model is None:
             from .model import load_model
 
-            self._model = load_model(self.model_name, progress=progress)
+            self._model = load_model(self.model_name, progress=progress, dtype=self.weights)
         self.warm_up()
 
     def warm_up(self) -> None:
@@ -150,11 +160,14 @@ class CompletionEngine:
         return state
 
     # Completion ----------------------------------------------------------------------------
-    def complete(self, request: CompletionRequest, *, cancelled=None) -> Completion:
+    def complete(self, request: CompletionRequest, *, cancelled=None, partial=None) -> Completion:
+        """Complete `request`. `cancelled()` is polled between model calls; `partial(text,
+        replace_start)` hears the completion so far after every decoding step (a server
+        uses it to decide whether work the user has typed past is still worth finishing)."""
         with self._lock:
-            return self._complete(request, cancelled)
+            return self._complete(request, cancelled, partial)
 
-    def _complete(self, request: CompletionRequest, cancelled) -> Completion:
+    def _complete(self, request: CompletionRequest, cancelled, partial=None) -> Completion:
         started = time.perf_counter()
         if request.mode not in MODES:
             raise ValueError(f"unknown mode {request.mode!r}: expected one of {', '.join(MODES)}")
@@ -192,24 +205,30 @@ class CompletionEngine:
                 initial = cover.left + [cover.token]
                 for t in initial:
                     state = constraint.advance(state, t)
+        word = _IDENT_TAIL.search(request.prefix).group(0)
+        replace_start = len(request.prefix) - len(word)
+        on_text = None
+        if partial is not None:
+            def on_text(inserted: bytes) -> None:
+                partial(word + _complete_utf8(inserted), replace_start)
         rules = StopRules(
             max_tokens=request.max_tokens,
             single_line=request.single_line,
             suffix_line=request.suffix.split("\n", 1)[0].strip(),
             time_budget_s=request.time_budget_s,
             cancelled=cancelled,
+            on_text=on_text,
         )
         gen = generate(model, constraint, prompt, state, rules, temperature=request.temperature, rng=rng,
                        initial_tokens=initial, typed_len=len(back.typed), started=started)
         inserted = _complete_utf8(gen.inserted)
-        word = _IDENT_TAIL.search(request.prefix).group(0)
         timings.forward_passes += gen.forward_passes
         timings.tokens_generated = len(gen.tokens)
         timings.tokens_forced = gen.forced_tokens
         timings.mask_ms = gen.mask_ms
         timings.decode_ms = gen.model_ms
         timings.total_ms = (time.perf_counter() - started) * 1e3
-        return Completion(text=word + inserted, replace_start=len(request.prefix) - len(word),
+        return Completion(text=word + inserted, replace_start=replace_start,
                           stop_reason=gen.stop_reason or "done", timings=timings, note=note)
 
     def _prompt(self, stable: list[int]) -> list[int]:

@@ -75,7 +75,7 @@ def _cmd_complete(args) -> int:
     offset = sum(len(line) + 1 for line in lines[: args.line]) + args.character
     language = args.language or _LANGUAGE_BY_SUFFIX.get(os.path.splitext(args.file)[1].lower())
     grammar = GrammarSpec(kind="none") if args.no_grammar else GrammarSpec()
-    engine = CompletionEngine(args.model)
+    engine = CompletionEngine(args.model, weights=args.weights)
     engine.load(progress=_progress_bar() if not args.json else None)
     request = CompletionRequest(prefix=text[:offset], suffix=text[offset:], language=language, grammar=grammar,
                                 max_tokens=args.max_tokens, mode=args.mode, single_line=not args.multi_line,
@@ -143,6 +143,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     comp.add_argument("--json", action="store_true", help="print the completion as JSON")
     comp.add_argument("--mode", default="cpc", choices=["naive", "heal1", "align", "cpc"])
     comp.add_argument("--model", default="gemma3", help='"gemma3" (default), a .gguf file or a Hugging Face model folder')
+    comp.add_argument("--weights", choices=["int8", "float32", "bfloat16"], default="int8",
+                      help="how the model's weights are held: int8 (default, fastest on a CPU), float32, bfloat16")
     comp.add_argument("--language", help="language id (default: from the file name)")
     comp.add_argument("--max-tokens", type=int, default=48)
     comp.add_argument("--temperature", type=float, default=0.0)

@@ -9,6 +9,7 @@ with a small deterministic fake.
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import logging
 import os
@@ -24,6 +25,8 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=None, help="model to load unless the client's settings name one (default: gemma3)")
     parser.add_argument("--engine", default=DEFAULT_ENGINE, metavar="MODULE:ATTR",
                         help="completion engine class or factory, called as ATTR(model=...) (for tests)")
+    parser.add_argument("--weights", choices=["int8", "float32", "bfloat16"], default="int8",
+                        help="how the default engine holds the model's weights (default int8: fastest on a CPU)")
     parser.add_argument("--log-file", default=None, help="write the server's log here (default: stderr)")
     parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -70,8 +73,10 @@ def run_serve(args: argparse.Namespace) -> int:
         print(f"midword serve: {e}", file=sys.stderr)
         return 2
 
-    from .lsp import create_server
+    from .lsp import create_server, default_engine_factory
 
+    if factory is None and args.weights != "int8":
+        factory = functools.partial(default_engine_factory, weights=args.weights)
     server = create_server(factory, default_model=args.model)
     if hostport is not None:
         server.start_tcp(*hostport)

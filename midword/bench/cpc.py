@@ -1025,6 +1025,8 @@ def add_cpc_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--modes", default=",".join(ALL_MODES),
                         help=f"comma-separated, from {','.join(ALL_MODES)} (default: all)")
     parser.add_argument("--model", default="gemma3", help='"gemma3" (default), a .gguf file or a model folder')
+    parser.add_argument("--weights", choices=["int8", "float32", "bfloat16"], default="int8",
+                        help="how the model's weights are held (default int8)")
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     parser.add_argument("--context-chars", type=int, default=DEFAULT_CONTEXT_CHARS,
                         help="document characters before the cursor given to the model")
@@ -1086,7 +1088,7 @@ def run_cpc(args, *, engine=None) -> int:
         from midword.completion.engine import CompletionEngine
         from midword.completion.model import ModelUnavailable
 
-        engine = CompletionEngine(args.model)
+        engine = CompletionEngine(args.model, weights=args.weights)
         try:
             engine.load()
         except ModelUnavailable as err:
