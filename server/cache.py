@@ -15,6 +15,10 @@ pressing Enter and typing on finds the next completion already here.
 
 Entries live per document, newest first, a few per document; editing anywhere
 before the cursor simply stops them matching.
+
+`answer_may_serve` asks the same question of a completion still being computed,
+from the text it has produced so far: typing on while the model works does not make
+its work worthless as long as the typed characters are the ones it predicts.
 """
 
 from __future__ import annotations
@@ -44,6 +48,33 @@ class Entry:
     key: tuple
     single_line: bool
     origin: str  # "model" or "prefetch"
+
+
+def answer_may_serve(job_request: CompletionRequest, partial: tuple[int, str] | None, prefix: str, suffix: str,
+                     *, ahead: bool = False) -> bool:
+    """Can the answer to `job_request`, of which `partial` = (replace_start, text so far)
+    has been produced (None: nothing yet), still be served from the cache once the text
+    before the cursor is `prefix` and after it `suffix`?
+
+    That needs the same suffix, a prefix at least as long as the job's (the cache
+    serves only forward), and typed characters that agree with the predicted text as
+    far as both go. With `ahead` (a prefetch, whose prefix is text the user has not
+    typed yet) a prefix that is still on the way to the job's is fine too."""
+    if suffix != job_request.suffix:
+        return False
+    start = job_request.prefix
+    if not prefix.startswith(start):
+        return ahead and start.startswith(prefix)
+    if job_request.single_line and "\n" in prefix[len(start):]:
+        return False  # typed onto a new line, which a one-line answer cannot reach
+    if partial is None:
+        return True
+    replace_start, text = partial
+    if not 0 <= replace_start <= len(start):
+        return False
+    predicted = start[:replace_start] + text
+    n = min(len(predicted), len(prefix))
+    return predicted[:n] == prefix[:n]
 
 
 class CompletionCache:

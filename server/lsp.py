@@ -45,7 +45,7 @@ from pygls.protocol.language_server import lsp_method
 from midword import __version__
 from midword.completion.types import Completion, CompletionRequest
 
-from .cache import CompletionCache
+from .cache import CompletionCache, answer_may_serve, request_key
 from .documents import Document, DocumentWorkspace
 from .editing import first_line, fit_to_line, wants_multiline
 from .grammar_choice import GrammarResolver, document_language, is_json_document, uri_to_path
@@ -90,6 +90,7 @@ class Stats:
     cache_hits: int = 0
     prefetch_hits: int = 0
     model_completions: int = 0  # answers the model produced for requests (not from cache)
+    joined: int = 0  # requests that waited for a running job started by an earlier keystroke
     prefetches: int = 0
     cancelled: int = 0
     superseded: int = 0
@@ -190,7 +191,7 @@ class MidwordServer(LanguageServer):
         self.loop = asyncio.get_running_loop()
         self._progress_queue = asyncio.Queue()
         self._progress_task = asyncio.ensure_future(self._progress_pump())
-        self.worker = ModelWorker(self.engine_factory, self._from_worker)
+        self.worker = ModelWorker(self.engine_factory, self._from_worker, keep_alive=self._still_useful)
         for problem in self._pending_problems:
             self.show(problem)
         self._pending_problems = []
@@ -375,24 +376,35 @@ class MidwordServer(LanguageServer):
             return Answer(fit_to_line(completion, request.prefix), "prefetch" if entry.origin == "prefetch" else "cache")
 
         version = doc.version
+        key = request_key(request)
+        running = self.worker.join(doc.uri, lambda job: (
+            not job.prefetch and request_key(job.request) == key and (request.single_line or not job.request.single_line)
+            and answer_may_serve(job.request, job.partial, request.prefix, request.suffix)))
+        if running is not None:
+            # The user typed on while the model worked, and typed what it predicts: its
+            # answer will cover this keystroke too.
+            outcome = await self._wait(running)
+            self._store(running)
+            hit = self.cache.get(doc.uri, request)
+            if hit is not None:
+                self._check_version(doc.uri, version)
+                self.stats.joined += 1
+                self._latency(started)
+                completion, entry = hit
+                if self.settings.prefetch:
+                    self._schedule_prefetch(doc.uri, version, replace(request, prefix=entry.target, single_line=False))
+                return Answer(fit_to_line(completion, request.prefix), "model")
         job = self.worker.submit(doc.uri, version, request)
-        try:
-            outcome: Outcome = await asyncio.shield(asyncio.wrap_future(job.future))
-        except asyncio.CancelledError:
-            self.worker.release(job)
-            self.stats.cancelled += 1
-            raise
+        # Runs on if the user types what it predicts, after this request is gone.
+        job.future.add_done_callback(lambda future: self._call_soon(self._store, job))
+        outcome = await self._wait(job)
         if outcome.completion is not None and outcome.status == "done":
             self.stats.model_completions += 1
             # still right for the prefix it answered, which the user may type next
             target = self.cache.put(doc.uri, request, outcome.completion)
         else:
             target = None
-        current = self.document(doc.uri)
-        if current is None or current.version != version:
-            self.stats.content_modified += 1
-            raise JsonRpcContentModified(f"{doc.uri} changed (version {version} -> "
-                                         f"{None if current is None else current.version}) during completion")
+        self._check_version(doc.uri, version)
         if outcome.status == "error":
             self.stats.errors += 1
             self.log(f"completion failed in {doc.uri}: {outcome.error}", types.MessageType.Error)
@@ -408,6 +420,41 @@ class MidwordServer(LanguageServer):
         if target is not None and self.settings.prefetch:
             self._schedule_prefetch(doc.uri, version, replace(request, prefix=target, single_line=False))
         return Answer(fit_to_line(outcome.completion, request.prefix), "model")
+
+    async def _wait(self, job) -> Outcome:
+        try:
+            return await asyncio.shield(asyncio.wrap_future(job.future))
+        except asyncio.CancelledError:
+            self.worker.release(job)
+            self.stats.cancelled += 1
+            raise
+
+    def _store(self, job) -> None:
+        """Cache a finished job's answer (also when no request waits for it any more)."""
+        if not job.future.done():
+            return
+        outcome: Outcome = job.future.result()
+        if outcome.status == "done" and outcome.completion is not None:
+            self.cache.put(job.uri, job.request, outcome.completion, origin="prefetch" if job.prefetch else "model")
+
+    def _check_version(self, uri: str, version: int | None) -> None:
+        current = self.document(uri)
+        if current is None or current.version != version:
+            self.stats.content_modified += 1
+            raise JsonRpcContentModified(f"{uri} changed (version {version} -> "
+                                         f"{None if current is None else current.version}) during completion")
+
+    def _still_useful(self, job) -> bool:
+        """Whether `job`'s answer can still be served for the document as it is now
+        (called from the model thread too; it only reads the current text)."""
+        doc = self.document(job.uri)
+        if doc is None:
+            return False
+        text = doc.source
+        suffix = job.request.suffix
+        if len(text) < len(suffix) or not text.endswith(suffix):
+            return False
+        return answer_may_serve(job.request, job.partial, text[:len(text) - len(suffix)], suffix, ahead=job.prefetch)
 
     def _latency(self, started: float) -> None:
         self.last_latency_ms = round((time.perf_counter() - started) * 1000.0, 1)

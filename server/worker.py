@@ -10,8 +10,14 @@ prefetch only runs when nothing else is waiting or running, and any real request
 supersedes it.
 
 Two requests asking exactly the same thing (an editor sends a completion and an
-inline-completion request for one keystroke) share one job; a job is cancelled
-only when every request waiting on it has given up.
+inline-completion request for one keystroke) share one job, and a request that the
+running job's answer will cover (the user typed on, and typed what the model is
+predicting) joins it rather than starting over. Work the user has typed past is not
+thrown away while it is still right: the server's `keep_alive(job)` says whether the
+job's answer can still be served from the cache for the current document, judged on
+the text the job has produced so far (`job.partial`). A job whose waiters all gave
+up, or whose document changed, runs on while that holds, and stops as soon as it does
+not; its answer reaches the server through `on_done`.
 
 Jobs resolve their `future` (a `concurrent.futures.Future`) with an `Outcome`; no
 exception crosses from the worker to the server, so a failing engine turns into an
@@ -32,6 +38,9 @@ from midword.completion.types import Completion, CompletionRequest
 
 log = logging.getLogger(__name__)
 
+# How long a job whose requests were all cancelled waits for the edit that explains it.
+CANCEL_GRACE_S = 0.05
+
 
 class Engine(Protocol):
     """The contract of `midword.completion.engine.CompletionEngine` the server relies on."""
@@ -41,7 +50,8 @@ class Engine(Protocol):
     @property
     def ready(self) -> bool: ...
 
-    def complete(self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None) -> Completion: ...
+    def complete(self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None,
+                 partial: Callable[[str, int], None] | None = None) -> Completion: ...
 
 
 EngineFactory = Callable[..., Engine]
@@ -64,6 +74,12 @@ class Job:
     future: Future = field(default_factory=Future)
     waiters: int = 1
     reason: str = ""
+    # (replace_start, text so far), written by the worker thread after each step
+    partial: tuple[int, str] | None = None
+    # When the last waiter gave up (None: someone waits), and whether the document has
+    # changed since the job started: only then is it worth finishing for nobody.
+    orphaned_at: float | None = None
+    edited: bool = False
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, reason: str) -> None:
@@ -91,9 +107,11 @@ class Event:
 
 
 class ModelWorker:
-    def __init__(self, factory: EngineFactory, notify: Callable[[Event], None] | None = None):
+    def __init__(self, factory: EngineFactory, notify: Callable[[Event], None] | None = None,
+                 keep_alive: Callable[[Job], bool] | None = None):
         self._factory = factory
         self._notify = notify or (lambda event: None)
+        self._keep_alive = keep_alive
         self._cond = threading.Condition()
         self._pending: Job | None = None
         self._running: Job | None = None
@@ -148,11 +166,26 @@ class ModelWorker:
             self._cond.notify()
         return job
 
+    def join(self, uri: str, serves: Callable[[Job], bool]) -> Job | None:
+        """The running (or waiting) job of `uri` whose answer `serves(job)` says will cover
+        a new request, now with one more waiter; None when there is none."""
+        with self._cond:
+            for job in (self._running, self._pending):
+                if job is not None and job.uri == uri and not job.stopped() and serves(job):
+                    job.waiters += 1
+                    return job
+        return None
+
     def release(self, job: Job) -> None:
         """One waiter on `job` gave up (the client cancelled its request)."""
         with self._cond:
             job.waiters -= 1
             if job.waiters > 0:
+                return
+            if job is self._running:
+                # Editors cancel a request when the user types, often just before the
+                # edit arrives: the model thread decides after CANCEL_GRACE_S (stop_now).
+                job.orphaned_at = time.monotonic()
                 return
             job.stop("cancelled")
             if job is self._pending:
@@ -160,10 +193,15 @@ class ModelWorker:
                 _resolve(job.future, Outcome("cancelled"))
 
     def cancel_stale(self, uri: str, version: int | None) -> None:
-        """The document changed: work on its older versions is worthless."""
+        """The document changed: work on its older versions is worthless unless the user
+        typed what it predicts (`keep_alive`)."""
         with self._cond:
             for job in (self._running, self._pending):
-                if job is not None and job.uri == uri and job.version != version:
+                if job is None or job.uri != uri or job.version == version:
+                    continue
+                if version is not None and self._worth_finishing(job):
+                    job.edited = True
+                else:
                     job.stop("stale")
             if self._pending is not None and self._pending.stopped():
                 _resolve(self._pending.future, Outcome("cancelled"))
@@ -189,6 +227,15 @@ class ModelWorker:
         self.cancel_all()
         if timeout:
             self._thread.join(timeout)
+
+    def _worth_finishing(self, job: Job) -> bool:
+        if self._keep_alive is None or job.stopped():
+            return False
+        try:
+            return bool(self._keep_alive(job))
+        except Exception:  # a broken predicate must not keep work alive, nor stop the worker
+            log.exception("keep_alive failed")
+            return False
 
     # -- the worker thread ---------------------------------------------------------------
 
@@ -270,8 +317,26 @@ class ModelWorker:
             return
         self._emit(Event("busy", "completing", data={"prefetch": job.prefetch}))
         started = time.perf_counter()
+        def stop_now() -> bool:
+            if job.stopped():
+                return True
+            # The user may have typed something other than what the job predicts since
+            # the last check: its text grows every step.
+            if self._keep_alive is not None and not self._worth_finishing(job):
+                job.stop("stale")
+                return True
+            orphaned = job.orphaned_at
+            if (job.waiters <= 0 and orphaned is not None and not job.edited
+                    and time.monotonic() - orphaned > CANCEL_GRACE_S):
+                job.stop("cancelled")  # cancelled, and not because the user typed on
+                return True
+            return False
+
+        def record(text: str, replace_start: int) -> None:
+            job.partial = (replace_start, text)
+
         try:
-            completion = engine.complete(job.request, cancelled=job.stopped)
+            completion = engine.complete(job.request, cancelled=stop_now, partial=record)
         except Exception as e:  # noqa: BLE001 - reported to the client as a log message
             message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
             _resolve(job.future, Outcome("error", error=message, engine_ms=_ms(started)))

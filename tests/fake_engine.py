@@ -1,8 +1,9 @@
 """A small deterministic stand-in for `midword.completion.engine.CompletionEngine`.
 
 It implements exactly the engine's contract (`load(progress)`, `ready`,
-`complete(request, cancelled=...)` returning a `Completion`, stop_reason "cancelled"
-when `cancelled()` turns true between steps), with a "model" that predicts by
+`complete(request, cancelled=..., partial=...)` returning a `Completion`, stop_reason
+"cancelled" when `cancelled()` turns true between steps, `partial(text, replace_start)`
+told the text so far before each step), with a "model" that predicts by
 repetition, like word completion in a plain editor:
 
 - cursor mid-word (`userNa|`): the first longer word of the document that starts with
@@ -72,7 +73,7 @@ class FakeEngine:
     def ready(self) -> bool:
         return self._ready
 
-    def complete(self, request: CompletionRequest, *, cancelled=None) -> Completion:
+    def complete(self, request: CompletionRequest, *, cancelled=None, partial=None) -> Completion:
         if not self._ready:
             raise RuntimeError("complete() called before load()")
         with self._lock:
@@ -93,6 +94,8 @@ class FakeEngine:
         out = ""
         steps = 0
         for i in range(0, len(text), TOKEN_CHARS):
+            if partial is not None:
+                partial(out, rs)
             if steps >= request.max_tokens:
                 return self._done(text[:i], rs, "max_tokens", steps, started)
             if cancelled is not None and cancelled():

@@ -407,6 +407,58 @@ async def test_prefetch_while_idle(client: LanguageClient, tmp_path):
     assert result.items[0].insert_text == "b = compute(2)"
 
 
+# -- typing on while the model works ---------------------------------------------------------
+
+
+async def _type_while_running(client: LanguageClient, uri: str, typed: str):
+    """The editor's order on a keystroke: cancel the open request, then send the edit."""
+    first = client.protocol.send_request(types.TEXT_DOCUMENT_COMPLETION, types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=1, character=17)),
+        msg_id="first")
+    await wait_for(lambda: client.statuses[-1]["state"] == "busy", "the model working")
+    await asyncio.sleep(0.1)  # a few of the fake's steps: part of the answer exists
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="first"))
+    with pytest.raises(JsonRpcRequestCancelled):
+        await asyncio.wrap_future(first)
+    insert(client, uri, 2, 1, 17, typed)
+    return await complete(client, uri, 1, 17 + len(typed))
+
+
+@pytest.mark.asyncio
+async def test_typing_what_the_model_predicts_keeps_its_work(client: LanguageClient, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    await start(client, model=f"fake?step_ms=20&log={log}")
+    uri = "file:///w/t.py"
+    open_doc(client, uri, f"{LONG} = 1\nprint(identifier_)\n")
+    # the fake predicts identifier_xxx...: typing "xx" agrees with it
+    result = await _type_while_running(client, uri, "xx")
+    # the fake's whole answer, cut at max_tokens (48 steps of 3 characters)
+    assert result.items and result.items[0].text_edit.new_text == LONG[:48 * 3]
+    # the edit replaces the typed part of the word, which now ends two characters later
+    assert result.items[0].text_edit.range.end.character == 19
+    s = await stats(client)
+    assert s["joined"] == 1 and s["model_calls"] == 1 and len(read_log(log)) == 1
+    assert s["tokens_generated"] == 48  # one run to the end: nothing was stopped or redone
+
+
+@pytest.mark.asyncio
+async def test_typing_something_else_stops_the_running_job(client: LanguageClient, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    await start(client, model=f"fake?step_ms=20&log={log}")
+    uri = "file:///w/u.py"
+    open_doc(client, uri, f"{LONG} = 1\nprint(identifier_)\n")
+    result = await _type_while_running(client, uri, "q")
+    assert result.items == () or not result.items[0].text_edit.new_text.startswith(LONG)
+    for _ in range(200):
+        if (s := await stats(client))["model_calls"] == 2:
+            break
+        await asyncio.sleep(0.01)
+    assert s["joined"] == 0 and s["model_calls"] == 2
+    # the first run stopped at the divergent keystroke instead of spelling all 204 characters
+    assert s["tokens_generated"] < 40
+    assert [c["prefix"].rsplit("(", 1)[1] for c in read_log(log)] == ["identifier_", "identifier_q"]
+
+
 # -- start-up, settings and failures ---------------------------------------------------------
 
 

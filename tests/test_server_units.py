@@ -393,3 +393,28 @@ def test_worker_engine_failures_become_outcomes():
         time.sleep(0.01)
     assert worker.submit("u", 1, _req("userName = 1\nuserNa")).future.result(5).status == "done"
     worker.close(1)
+
+
+# -- answer_may_serve: is a running job's work still worth finishing? ---------------------------
+
+
+def test_answer_may_serve_follows_the_predicted_text():
+    from midword.server.cache import answer_may_serve
+
+    req = CompletionRequest(prefix="x = user", suffix="\n")
+    # nothing produced yet: any forward typing may still be served
+    assert answer_may_serve(req, None, "x = userN", "\n")
+    # produced "userName = 1" (replacing the typed "user"): typing its characters keeps it
+    partial = (4, "userName = 1")
+    assert answer_may_serve(req, partial, "x = userNa", "\n")
+    assert answer_may_serve(req, partial, "x = userName = 1 +", "\n")  # past the text so far
+    assert not answer_may_serve(req, partial, "x = userId", "\n")  # typed something else
+    assert not answer_may_serve(req, partial, "x = use", "\n")  # deleted: the cache serves forward only
+    assert not answer_may_serve(req, partial, "x = userNa", "\n)")  # the text after the cursor changed
+    # a one-line answer cannot reach a new line
+    assert not answer_may_serve(req, None, "x = user\ny", "\n")
+    # a prefetch computes ahead of the user: still on the way to its prefix is fine
+    ahead = CompletionRequest(prefix="x = userName\n", suffix="\n", single_line=False)
+    assert answer_may_serve(ahead, None, "x = userNa", "\n", ahead=True)
+    assert not answer_may_serve(ahead, None, "x = userNa", "\n")
+    assert not answer_may_serve(ahead, None, "x = userId", "\n", ahead=True)
