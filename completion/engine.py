@@ -191,8 +191,12 @@ class CompletionEngine:
         prompt = self._prompt(back.stable)
         rng = np.random.default_rng(request.seed)
         initial: list[int] = []
-        if cancelled is not None and cancelled():
+        t0 = time.perf_counter()
+        # A long new prompt (a file just opened) takes seconds: cancellable, and what is
+        # prefilled before a cancel stays cached for the next keystroke.
+        if not model.prefill(prompt, cancelled):
             return Completion(text="", replace_start=len(request.prefix), stop_reason="cancelled", timings=timings)
+        timings.prefill_ms = (time.perf_counter() - t0) * 1e3
         if request.mode == "cpc" and back.typed:
             t0 = time.perf_counter()
             search = search_covers(model, tok, prompt, back.stable, back.typed,

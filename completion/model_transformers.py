@@ -45,6 +45,8 @@ _PROBE_TEXT = "def add(a, b):\n    return a +"
 # Prefill chunk: large enough for efficient matmuls, small enough that the attention
 # scores of one chunk (chunk x context per head) stay a few MB.
 _PREFILL_CHUNK = 512
+# A cancellable prefill checks between chunks this long (~0.2 s on a laptop core).
+_CANCELLABLE_CHUNK = 64
 # Head rows computed at once over the full vocabulary (each row is vocab_size floats).
 _HEAD_ROWS = 32
 # The tree's masks are nodes x (context + nodes) floats, so the node count is bounded.
@@ -221,6 +223,14 @@ class TransformersModel:
         with self._lock:
             self._reset_state()
 
+    def prefill(self, tokens: Sequence[int], cancelled=None) -> bool:
+        """Bring `tokens` into the KV cache ahead of the calls that need them, polling
+        `cancelled()` between chunks of `_CANCELLABLE_CHUNK` tokens. Returns False when
+        cancelled; what was prefilled by then stays cached for the next request."""
+        toks = _as_token_array(tokens, "tokens", self.vocab_size)
+        with self._lock, torch.inference_mode():
+            return self._ensure(toks, cancelled)
+
     def next_logits(self, tokens: Sequence[int], allowed: np.ndarray | None = None) -> np.ndarray:
         """float32 logits for the token after `tokens`: all of them, or the `allowed` ids in order."""
         toks = _as_token_array(tokens, "tokens", self.vocab_size)
@@ -315,8 +325,9 @@ class TransformersModel:
         self._tokens = self._tokens[:keep]
         self._hidden = self._hidden[:keep]
 
-    def _ensure(self, toks: np.ndarray):
-        """Make the cache hold a sequence that starts with `toks`, prefilling what is missing."""
+    def _ensure(self, toks: np.ndarray, cancelled=None) -> bool:
+        """Make the cache hold a sequence that starts with `toks`, prefilling what is
+        missing; False when `cancelled()` turned true between chunks."""
         n = toks.size
         if n > self.max_context:
             raise LimitExceeded("max_context", self.max_context, f"a sequence of {n} tokens")
@@ -325,11 +336,14 @@ class TransformersModel:
             self.stats.cache_hits += 1
             self.stats.tokens_reused += k
         if k == n:
-            return
+            return True
         self._crop(k)
+        step = self.prefill_chunk if cancelled is None else min(self.prefill_chunk, _CANCELLABLE_CHUNK)
         try:
-            for lo in range(k, n, self.prefill_chunk):
-                hi = min(lo + self.prefill_chunk, n)
+            for lo in range(k, n, step):
+                if cancelled is not None and cancelled():
+                    return False
+                hi = min(lo + step, n)
                 ids = torch.from_numpy(toks[None, lo:hi])
                 pos = torch.arange(lo, hi, dtype=torch.long)[None]
                 hidden = self._forward(ids, pos, None)
@@ -339,6 +353,7 @@ class TransformersModel:
             # A forward pass that stopped half way leaves layers of different lengths.
             self._reset_state()
             raise
+        return True
 
     def _forward(self, ids, pos, mask):
         t0 = time.perf_counter()

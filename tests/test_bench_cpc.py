@@ -73,6 +73,10 @@ class ScriptedModel:
     def encode_prompt(self, text):
         return [self.tokenizer.bos_token_id] + self.tokenizer.encode(text)
 
+    def prefill(self, tokens, cancelled=None):
+        # No cache to fill: every distribution is computed on demand.
+        return not (cancelled is not None and cancelled())
+
     def next_logprobs(self, tokens, allowed=None):
         self.stats.forward_passes += 1
         self.stats.tokens_prefilled += 1

@@ -181,6 +181,48 @@ def test_chunked_prefill(byte_tok):
     np.testing.assert_allclose(m.logprobs(toks), log_softmax(ref[:-1])[np.arange(len(toks) - 1), toks[1:]], atol=TOL)
 
 
+def test_cancellable_prefill_keeps_what_it_filled(byte_tok):
+    hf = tiny_gemma(seed=4)
+    m = TransformersModel(hf, byte_tok, name="cancel")
+    toks = m.encode_prompt(PROMPT * 4)
+    assert len(toks) > 2 * 64
+    polls = []
+
+    def after_one_chunk():
+        polls.append(1)
+        return len(polls) > 1
+
+    assert m.prefill(toks, after_one_chunk) is False
+    assert m.cached_tokens == tuple(toks[:64])  # one chunk, kept for the next request
+    m.stats.reset()
+    assert m.prefill(toks, lambda: False) is True
+    assert m.stats.tokens_prefilled == len(toks) - 64 and m.stats.cache_hits == 1
+    np.testing.assert_allclose(m.next_logits(toks), fresh_logits(hf, toks)[-1], atol=TOL)
+    assert m.prefill(toks[:10]) is True and m.stats.tokens_prefilled == len(toks) - 64  # already there
+
+
+@pytest.mark.parametrize("which", ["gemma_tiny", "llama_tiny"])
+def test_int8_model_is_self_consistent(which, byte_tok):
+    hf = tiny_gemma(seed=5) if which == "gemma_tiny" else tiny_llama(seed=5)
+    m = TransformersModel(hf, byte_tok, name="int8")
+    toks = m.encode_prompt(PROMPT)
+    before = m.next_logprobs(toks)
+    m.quantize_int8()
+    assert m.weights == "int8"
+    # the model's own forward runs on the same (dequantized) weights as our head and kernels
+    ref = fresh_logits(hf, toks)
+    np.testing.assert_allclose(m.next_logits(toks), ref[-1], atol=1e-3)
+    after = m.next_logprobs(toks)
+    assert float(np.sum(np.exp(before) * (before - after))) < 1e-3  # KL: close to float32
+    # token-by-token steps (the int8 kernel) agree with one long prefill (dequantized matmul)
+    m.reset()
+    steps = [m.next_logprobs(toks[:i])[toks[i]] for i in range(3, len(toks))]
+    np.testing.assert_allclose(m.logprobs(toks, start=3), steps, atol=1e-4)
+    branches = [toks[-3:], toks[-3:-1], []]
+    for score, br in zip(m.score_branches(toks[:-3], branches), branches):
+        np.testing.assert_allclose(score.token_logprobs, steps[len(toks) - 6:len(toks) - 6 + len(br)], atol=1e-4)
+
+
 def test_restricted_head_equals_full(gemma_tiny):
     _, m = gemma_tiny
     toks = m.encode_prompt(PROMPT)
