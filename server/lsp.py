@@ -636,7 +636,9 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
         worker = ls.worker
         out.update(model_calls=worker.runs if worker else 0,
                    tokens_generated=worker.tokens_generated if worker else 0,
-                   tokens_forced=worker.tokens_forced if worker else 0)
+                   tokens_forced=worker.tokens_forced if worker else 0,
+                   model_calls_stopped=worker.stopped_runs if worker else 0,
+                   engine_ms={k: round(v, 1) for k, v in worker.engine_ms.items()} if worker else {})
         out.update(state=ls.status_state, lastLatencyMs=ls.last_latency_ms, cacheEntries=len(ls.cache),
                    model=ls.settings.model, positionEncoding=str(getattr(
                        ls.workspace.position_encoding, "value", ls.workspace.position_encoding)))

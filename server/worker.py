@@ -125,6 +125,9 @@ class ModelWorker:
         self.runs = 0
         self.tokens_generated = 0
         self.tokens_forced = 0
+        # where the engine's time went, summed over runs (ms): total, prefill, cpc, decode, mask
+        self.engine_ms = {"total": 0.0, "prefill": 0.0, "cpc": 0.0, "decode": 0.0, "mask": 0.0}
+        self.stopped_runs = 0  # runs that ended early: superseded, cancelled, or typed past
         self._thread = threading.Thread(target=self._run, name="midword-model", daemon=True)
         self._thread.start()
 
@@ -343,8 +346,13 @@ class ModelWorker:
             return
         with self._cond:
             self.runs += 1
-            self.tokens_generated += completion.timings.tokens_generated
-            self.tokens_forced += completion.timings.tokens_forced
+            t = completion.timings
+            self.tokens_generated += t.tokens_generated
+            self.tokens_forced += t.tokens_forced
+            for name in self.engine_ms:
+                self.engine_ms[name] += float(getattr(t, f"{name}_ms", 0.0) or 0.0)
+            if job.stopped() or completion.stop_reason == "cancelled":
+                self.stopped_runs += 1
         if job.stopped() or completion.stop_reason == "cancelled":
             status = "superseded" if job.reason == "superseded" else "cancelled"
             _resolve(job.future, Outcome(status, completion, engine_ms=_ms(started)))

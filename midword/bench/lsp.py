@@ -318,6 +318,14 @@ def format_report(report: dict[str, Any]) -> str:
                     f"cache hits {server.get('cache_hits')} (prefetched {server.get('prefetch_hits')}), "
                     f"prefetches {server.get('prefetches')}, superseded {server.get('superseded')}, "
                     f"content modified {server.get('content_modified')}, errors {server.get('errors')}")
+        rows.append(f"        joined a running job {server.get('joined')}, runs stopped early "
+                    f"{server.get('model_calls_stopped')}")
+        spent = server.get("engine_ms") or {}
+        runs = server.get("model_calls") or 0
+        if runs and spent:
+            parts = ", ".join(f"{k} {spent.get(k, 0.0) / runs:.0f}" for k in ("prefill", "cpc", "decode", "mask"))
+            rows.append(f"where the time goes, ms per model run (mean of {runs}): total {spent.get('total', 0.0) / runs:.0f}"
+                        f" = {parts} + the rest (grammar, tokenizer)")
     return "\n".join(rows)
 
 
