@@ -26,6 +26,9 @@ GROUP = 64
 # Up to this many rows the int8 kernel beats a float32 matmul (it reads each weight row
 # once for all of them); beyond it the matmul's blocking wins.
 KERNEL_MAX_ROWS = 12
+# Matrices with at least this many weights are split over torch's thread count (the
+# 262k-row output head; a body layer is done before other threads would wake up).
+PARALLEL_MIN_WEIGHTS = 1 << 23
 
 
 def group_size(in_features: int, group: int = GROUP) -> int:
@@ -170,11 +173,46 @@ def _compile_int8_rows():
 _kernel = None
 
 
-def int8_rows(q, scales, x, out):
+def int8_rows(q, scales, x, out, threads: int = 1):
+    """The compiled kernel; with `threads` > 1 a large matrix is split by output rows over
+    that many threads (the kernel releases the GIL). Small matrices stay on one thread:
+    waking others costs more than they save."""
     global _kernel
     if _kernel is None:
         _kernel = _compile_int8_rows()
-    _kernel(q, scales, x, out)
+    n_out = q.shape[0]
+    if threads <= 1 or q.size < PARALLEL_MIN_WEIGHTS:
+        _kernel(q, scales, x, out)
+        return
+    step = -(-n_out // threads)
+    pieces = [(lo, min(n_out, lo + step)) for lo in range(0, n_out, step)]
+    # Each thread writes its own block of columns; a contiguous copy keeps the kernel's
+    # stores sequential.
+    parts = [np.empty((x.shape[0], hi - lo), dtype=np.float32) for lo, hi in pieces]
+    futures = [_pool(threads).submit(_kernel, q[lo:hi], scales[lo:hi], x, part)
+               for (lo, hi), part in zip(pieces[1:], parts[1:])]
+    lo, hi = pieces[0]
+    _kernel(q[lo:hi], scales[lo:hi], x, parts[0])
+    for f in futures:
+        f.result()
+    for (lo, hi), part in zip(pieces, parts):
+        out[:, lo:hi] = part
+
+
+_executor = None
+_executor_threads = 0
+
+
+def _pool(threads: int):
+    global _executor, _executor_threads
+    if _executor is None or _executor_threads != threads:
+        from concurrent.futures import ThreadPoolExecutor
+
+        if _executor is not None:
+            _executor.shutdown(wait=False)
+        _executor = ThreadPoolExecutor(max_workers=max(1, threads - 1), thread_name_prefix="midword-int8")
+        _executor_threads = threads
+    return _executor
 
 
 class Int8Weights:
@@ -204,7 +242,7 @@ class Int8Weights:
         if 0 < rows <= KERNEL_MAX_ROWS and x.dtype == torch.float32 and not x.requires_grad:
             flat = x.reshape(rows, self.in_features).contiguous()
             out = torch.empty((rows, self.out_features), dtype=torch.float32)
-            int8_rows(self.q, self.scales, flat.numpy(), out.numpy())
+            int8_rows(self.q, self.scales, flat.numpy(), out.numpy(), torch.get_num_threads())
             return out.reshape(*x.shape[:-1], self.out_features)
         return torch.nn.functional.linear(x, self.dequantized.to(x.dtype))
 

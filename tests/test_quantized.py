@@ -68,6 +68,19 @@ def test_int8_rows_kernel_equals_twin_and_dense(n, rows, groups, seed):
     np.testing.assert_allclose(compiled, dense, rtol=1e-4, atol=1e-4)
 
 
+def test_threaded_kernel_equals_single_thread(monkeypatch):
+    rng = np.random.default_rng(7)
+    monkeypatch.setattr(q, "PARALLEL_MIN_WEIGHTS", 1)
+    qq, s = q.quantize(_matrix(rng, 1001, 64))  # rows that do not split evenly
+    for rows in (1, 5):
+        x = rng.standard_normal((rows, 64)).astype(np.float32)
+        one = np.empty((rows, 1001), dtype=np.float32)
+        three = np.empty((rows, 1001), dtype=np.float32)
+        q.int8_rows(qq, s, x, one)
+        q.int8_rows(qq, s, x, three, threads=3)
+        np.testing.assert_array_equal(one, three)
+
+
 def test_int8_linear_paths_agree():
     torch.manual_seed(0)
     lin = torch.nn.Linear(128, 40, bias=True)
