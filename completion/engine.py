@@ -197,6 +197,7 @@ class CompletionEngine:
         if not model.prefill(prompt, cancelled):
             return Completion(text="", replace_start=len(request.prefix), stop_reason="cancelled", timings=timings)
         timings.prefill_ms = (time.perf_counter() - t0) * 1e3
+        budget_started = time.perf_counter()
         if request.mode == "cpc" and back.typed:
             t0 = time.perf_counter()
             search = search_covers(model, tok, prompt, back.stable, back.typed,
@@ -224,7 +225,7 @@ class CompletionEngine:
             on_text=on_text,
         )
         gen = generate(model, constraint, prompt, state, rules, temperature=request.temperature, rng=rng,
-                       initial_tokens=initial, typed_len=len(back.typed), started=started)
+                       initial_tokens=initial, typed_len=len(back.typed), started=budget_started)
         inserted = _complete_utf8(gen.inserted)
         timings.forward_passes += gen.forward_passes
         timings.tokens_generated = len(gen.tokens)

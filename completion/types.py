@@ -36,6 +36,9 @@ class CompletionRequest:
     temperature: float = 0.0  # 0 = greedy
     mode: Mode = "cpc"
     single_line: bool = True
+    # Seconds of completing once the prompt is in the model's KV cache. Prefilling a new
+    # prompt is not counted: it is cancellable and kept for the next request, and a first
+    # request in a large file would otherwise spend its whole budget there.
     time_budget_s: float = 2.0
     seed: int | None = None
 

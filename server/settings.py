@@ -15,7 +15,7 @@ and the previous value stays, so one typo never disables the rest (or the server
 | `grammars` | object | {} | glob or languageId -> grammar file (see `server.grammar_choice`) |
 | `prefetch` | bool | true | complete the accepted text ahead while the user is idle |
 | `prefetchDelayMs` | int 0..10000 | 250 | idle time before a prefetch |
-| `timeBudgetMs` | int 10..60000 | 2000 | wall-clock budget of one completion |
+| `timeBudgetMs` | int 10..60000 | 2000 | wall-clock budget of one completion, after prefilling a new prompt |
 """
 
 from __future__ import annotations
