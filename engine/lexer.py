@@ -5,7 +5,11 @@ bytes read since the lexeme began, where `R_i` is the derivative of lexeme i's r
 by those bytes (seeds/what_makes_it_fast.md, "Lexer construction"). States are
 hash-consed to ints and transitions live in `table[state, byte]`, so walking the
 token trie is almost always one array lookup; the derivative engine runs only on a
-miss (-1 in the table).
+miss (-1 in the table). A state's first miss computes one byte class; a second fills
+the state's whole row (such states are met from many trie nodes), which halves the
+derivatives computed against filling every row and keeps returns from the compiled
+walk few. Regexes live in the process-wide `ExprSet.shared()`, so lexemes that
+grammars have in common (strings, numbers, formats) are parsed and derived once.
 
 Lexing is greedy with one byte of lookahead: a lexeme ends when the next byte cannot
 extend any live lexeme and the current state accepts. Which lexemes may start is up
@@ -31,7 +35,7 @@ IGNORE_ONLY = -2  # lex_accept: only the %ignore pseudo-lexeme accepts here
 class Lexer:
     def __init__(self, grammar: Grammar, exprs: ExprSet | None = None, limits: Limits = DEFAULT_LIMITS):
         self.limits = limits
-        self.exprs = exprs if exprs is not None else ExprSet(limits)
+        self.exprs = exprs if exprs is not None else ExprSet.shared(limits)
         self.num_lexemes = len(grammar.lexemes)
         self.lexeme_names = [lx.name for lx in grammar.lexemes]
         self.lexeme_expr: list[int] = []
@@ -68,8 +72,9 @@ class Lexer:
         self.lexsets: list[frozenset[int]] = []
         self._initial_cache: dict[tuple[frozenset[int], bool], int] = {}
         self.fuel_used = 0
-        self._classes: dict[int, np.ndarray] = {}
-        self._combined_classes: dict[frozenset[bytes], np.ndarray] = {}
+        self._classes: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}
+        self._live: dict[int, tuple[tuple[int, int, int], ...]] = {}
+        self._missed: set[int] = set()
         self._intern(())  # DEAD == 0
         self.table[DEAD, :] = DEAD
 
@@ -115,42 +120,62 @@ class Lexer:
         return sid
 
     def step(self, state: int, byte: int) -> int:
-        """table[state, byte], computing it with derivatives on a miss."""
+        """table[state, byte], computing it with derivatives on a miss (for the byte's
+        whole class: bytes no live regex tells apart share the transition)."""
         t = int(self.table[state, byte])
         if t != UNKNOWN:
             return t
-        self.fuel_used += 1
-        if self.fuel_used > self.limits.lexer_fuel:
-            raise LimitExceeded("lexer_fuel", self.limits.lexer_fuel, "too many derivative computations")
-        exprs = self.exprs
-        pairs = []
-        for i, e in self.states[state]:
-            if i == self.start_marker:
-                continue
-            d = exprs.derivative(e, byte)
-            if d != ExprSet.NOTHING and not exprs.is_empty(d):
-                pairs.append((i, d))
-        t = self._intern(tuple(pairs))
-        # Bytes that no live regex tells apart share the derivative: fill them all.
-        classes = self._byte_classes(state)
+        if state in self._missed:
+            # A second miss: the state is met with several bytes (in a trie walk, from
+            # many nodes), so fill the row at once and spare the walk more returns.
+            self.fill_row(state)
+            return int(self.table[state, byte])
+        # A first miss computes just this byte's class: most states are only ever
+        # met with one (the middle of a keyword).
+        self._missed.add(state)
+        classes, reps = self._byte_classes(state)
+        t = self._transition(state, reps[classes[byte]])
         self.table[state, classes == classes[byte]] = t
         return t
 
-    def _byte_classes(self, state: int) -> np.ndarray:
+    def fill_row(self, state: int) -> None:
+        """Computes every missing transition of `state`, one derivative per byte class."""
+        classes, reps = self._byte_classes(state)
+        known = self.table[state, list(reps)].tolist()
+        targets = [t if t != UNKNOWN else self._transition(state, rep) for t, rep in zip(known, reps)]
+        # _transition may have grown (reallocated) the table: index it afresh.
+        self.table[state] = np.array(targets, dtype=np.int32)[classes]
+
+    def _transition(self, state: int, byte: int) -> int:
+        self.fuel_used += 1
+        if self.fuel_used > self.limits.lexer_fuel:
+            raise LimitExceeded("lexer_fuel", self.limits.lexer_fuel, "too many derivative computations")
+        live = self._live.get(state)
+        if live is None:
+            first_bytes = self.exprs.first_bytes
+            # States often hold dozens of lexemes (every key of an object) of which a
+            # byte keeps a few: first-byte masks skip the others without a derivative.
+            live = tuple((i, e, first_bytes(e)) for i, e in self.states[state] if i != self.start_marker)
+            self._live[state] = live
+        live_derivative = self.exprs.live_derivative
+        pairs = []
+        for i, e, first in live:
+            if (first >> byte) & 1:
+                d = live_derivative(e, byte)
+                if d != ExprSet.NOTHING:
+                    pairs.append((i, d))
+        key = tuple(pairs)
+        sid = self._state_index.get(key)
+        return sid if sid is not None else self._intern(key)
+
+    def _byte_classes(self, state: int) -> tuple[np.ndarray, tuple[int, ...]]:
+        """(class id per byte, smallest byte per class): bytes no live regex of the
+        state tells apart share their transition."""
         cached = self._classes.get(state)
         if cached is not None:
             return cached
-        # Class maps are shared bytes objects, so states made of the same regex shapes
-        # (most of them) reuse one combined map.
         maps = frozenset(self.exprs.byte_classes(e) for i, e in self.states[state] if i != self.start_marker)
-        combined = self._combined_classes.get(maps)
-        if combined is None:
-            combined = np.zeros(256, dtype=np.int64)
-            for cm in maps:
-                arr = np.frombuffer(cm, dtype=np.uint8).astype(np.int64)
-                # Renumber after each refinement so the combined ids stay small.
-                _, combined = np.unique(combined * 256 + arr, return_inverse=True)
-            self._combined_classes[maps] = combined
+        combined = self.exprs.combined_classes(maps)
         self._classes[state] = combined
         return combined
 

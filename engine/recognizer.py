@@ -16,6 +16,7 @@ entry and resumes the walk.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from collections import OrderedDict
 
@@ -29,6 +30,8 @@ from .parser import EarleyParser
 LEXSET_BITS = 24  # a step key is (row << LEXSET_BITS) | lexeme set id
 NO_ROW = -1  # a parser step that scans nothing
 STEP_EMPTY = -1  # free slot in the step table
+
+_uids = itertools.count()
 
 
 def step_slot(row: int, lexset: int, bits: int) -> int:
@@ -44,6 +47,8 @@ class Recognizer:
     def __init__(self, grammar: Grammar, limits: Limits = DEFAULT_LIMITS):
         self.grammar = grammar
         self.limits = limits
+        # Names this recognizer in process-wide caches; unlike id(), never reused.
+        self.uid = next(_uids)
         self.lexer = Lexer(grammar, limits=limits)
         self.parser = EarleyParser(grammar, limits)
         self.row_lexstate = np.full(64, UNKNOWN, dtype=np.int32)
@@ -168,13 +173,10 @@ class Recognizer:
 
     def _full_row(self, lexstate: int) -> np.ndarray:
         row = self.lexer.table[lexstate]
-        while True:
-            unknown = np.flatnonzero(row == UNKNOWN)
-            if not len(unknown):
-                return row
-            # one step fills the byte's whole class, so re-scan after each
-            self.lexer.step(lexstate, int(unknown[0]))
+        if row.min() == UNKNOWN:
+            self.lexer.fill_row(lexstate)
             row = self.lexer.table[lexstate]
+        return row
 
     def allowed_bytes(self, state: tuple[int, int]) -> np.ndarray:
         """bool[256]: the bytes `step` accepts from `state`, computed a table row at a time."""

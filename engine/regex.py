@@ -189,6 +189,24 @@ class ExprSet:
     NOTHING = 0  # ∅, the empty language
     EPSILON = 1  # ε, the empty string
 
+    # One set per Limits shared by every lexer in the process (see `shared`).
+    _shared: "dict[Limits, ExprSet]" = {}
+    # A shared set is replaced once it holds this share of max_regex_nodes, so a new
+    # grammar always has most of its node budget and memory stays bounded.
+    SHARED_ROLLOVER_FRACTION = 0.05
+
+    @classmethod
+    def shared(cls, limits: Limits = DEFAULT_LIMITS) -> "ExprSet":
+        """A process-wide set for `limits`. Grammars repeat lexemes (JSON strings,
+        numbers, formats), so parses, derivatives, byte classes and emptiness checks
+        computed for one grammar are cache hits for the next. Like recognizers, it is
+        meant for the one thread that computes masks."""
+        es = cls._shared.get(limits)
+        if es is None or len(es) > limits.max_regex_nodes * cls.SHARED_ROLLOVER_FRACTION:
+            es = cls(limits)
+            cls._shared[limits] = es
+        return es
+
     def __init__(self, limits: Limits = DEFAULT_LIMITS):
         self.limits = limits
         # Parallel per-node arrays.
@@ -201,8 +219,11 @@ class ExprSet:
         self._ids: dict[tuple, int] = {}
 
         self._deriv: dict[int, int] = {}
-        self._first_masks: dict[int, frozenset] = {}
-        self._classmap_by_masks: dict[frozenset, bytes] = {}
+        self._first_masks: dict[int, tuple[int, ...]] = {}
+        self._masks_interned: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._classmap_by_masks: dict[tuple[int, ...], bytes] = {}
+        self._combined: dict[frozenset, tuple[np.ndarray, tuple[int, ...]]] = {}
+        self._first_bytes: dict[int, int] = {}
         self._classmap: dict[int, bytes] = {}
         self._empty: dict[int, bool] = {}
         self._next: dict[int, np.ndarray] = {}
@@ -551,35 +572,37 @@ class ExprSet:
         return r
 
     # Byte classes ----------------------------------------------------------------------
-    def _masks(self, expr: int) -> frozenset:
-        """Byte sets that can decide the first byte of a match."""
+    def _masks(self, expr: int) -> tuple[int, ...]:
+        """Byte sets that can decide the first byte of a match, sorted: a tuple of ints
+        is one shared, compact key that the garbage collector stops tracking."""
         r = self._first_masks.get(expr)
         if r is not None:
             return r
         k = self._kind[expr]
         a = self._args[expr]
         if k <= _EPS:
-            r = frozenset()
+            r = ()
         elif k == _BYTES:
-            r = frozenset(a)
+            r = a
         elif k == _CONCAT:
             acc: set = set()
             x = expr
             while self._kind[x] == _CONCAT:
                 h, x = self._args[x]
-                acc |= self._masks(h)
+                acc.update(self._masks(h))
                 if not self._nullable[h]:
                     break
             else:
-                acc |= self._masks(x)
-            r = frozenset(acc)
+                acc.update(self._masks(x))
+            r = tuple(sorted(acc))
         elif k in (_OR, _AND):
             acc = set()
             for m in a:
-                acc |= self._masks(m)
-            r = frozenset(acc)
+                acc.update(self._masks(m))
+            r = tuple(sorted(acc))
         else:  # _NOT, _REPEAT
             r = self._masks(a[0])
+        r = self._masks_interned.setdefault(r, r)
         self._first_masks[expr] = r
         return r
 
@@ -613,6 +636,55 @@ class ExprSet:
         self._classmap[expr] = cm
         return cm
 
+    def first_bytes(self, expr: int) -> int:
+        """A bitmask (bit b for byte b) of the bytes whose derivative may be non-empty:
+        a superset, so a byte outside it surely kills the expression."""
+        r = self._first_bytes.get(expr)
+        if r is not None:
+            return r
+        k = self._kind[expr]
+        a = self._args[expr]
+        if k <= _EPS:
+            r = 0
+        elif k == _BYTES:
+            r = a[0]
+        elif k == _CONCAT:
+            r = 0
+            x = expr
+            while self._kind[x] == _CONCAT:
+                h, x = self._args[x]
+                r |= self.first_bytes(h)
+                if not self._nullable[h]:
+                    break
+            else:
+                r |= self.first_bytes(x)
+        elif k in (_OR, _AND):
+            r = 0
+            for m in a:
+                r |= self.first_bytes(m)
+        elif k == _NOT:
+            r = _FULL  # d(~R) = ~d(R) is non-empty for almost every byte
+        else:
+            r = self.first_bytes(a[0])
+        self._first_bytes[expr] = r
+        return r
+
+    def combined_classes(self, maps: frozenset) -> tuple[np.ndarray, tuple[int, ...]]:
+        """The common refinement of several `byte_classes` maps: (class id per byte,
+        the smallest byte of each class), cached because lexer states made of the same
+        regex shapes share their maps."""
+        hit = self._combined.get(maps)
+        if hit is None:
+            combined = np.zeros(256, dtype=np.int64)
+            for cm in maps:
+                arr = np.frombuffer(cm, dtype=np.uint8).astype(np.int64)
+                # Renumber after each refinement so the combined ids stay small.
+                _, combined = np.unique(combined * 256 + arr, return_inverse=True)
+            _, first = np.unique(combined, return_index=True)
+            hit = (combined, tuple(first.tolist()))
+            self._combined[maps] = hit
+        return hit
+
     def _class_reps(self, expr: int) -> list[int]:
         cm = self.byte_classes(expr)
         return sorted(set(cm))
@@ -634,6 +706,16 @@ class ExprSet:
             r = self._derive(expr, byte)
         self._deriv[key] = r
         return r
+
+    def live_derivative(self, expr: int, byte: int) -> int:
+        """The derivative, or NOTHING when it denotes the empty language: the question a
+        lexer asks per live lexeme and byte, with the memoized answer found inline."""
+        d = self._deriv.get((expr << 8) | byte)
+        if d is None:
+            d = self.derivative(expr, byte)
+        if d and self._has_bool[d] and self.is_empty(d):
+            return 0
+        return d
 
     def _derive(self, expr: int, b: int) -> int:
         k = self._kind[expr]
@@ -1027,6 +1109,9 @@ _NAMED_CHAR = _re.compile(r"\{([^}]*)\}")
 _HEX = set("0123456789abcdefABCDEF")
 _OCT = set("01234567")
 _VERBOSE_SPACE = set(" \t\n\r\f\v")
+# A run of printable ASCII characters that are literal in every mode we take the fast
+# path in (no `i` or `x` flag): parsed as one literal instead of one piece each.
+_PLAIN_RUN = _re.compile(r"[!\"%',\-/0-9:;<=>@A-Z_`a-z]{2,}")
 
 
 class _Parser:
@@ -1125,13 +1210,27 @@ class _Parser:
 
     def seq(self, flags: int, depth: int) -> tuple[int, int]:
         items = []
+        # Long alternations of names (object keys) are mostly plain text: take each run
+        # of it at once. A run's last character stays behind when a quantifier follows.
+        plain_runs = not flags & (_F_I | _F_X)
+        p = self.p
         while True:
             self.skip(flags)
             if self.pos >= self.n:
                 break
-            c = self.p[self.pos]
+            c = p[self.pos]
             if c in "|)" or (c == "&" and self.extended):
                 break
+            if plain_runs:
+                m = _PLAIN_RUN.match(p, self.pos)
+                if m is not None:
+                    end = m.end()
+                    if end < self.n and p[end] in "*+?{":
+                        end -= 1
+                    if end - self.pos >= 2:
+                        items.append(self.es.literal(p[self.pos:end].encode("ascii")))
+                        self.pos = end
+                        continue
             items.append(self.piece(flags, depth))
         return self.es.concat(*items), len(items)
 
