@@ -13,8 +13,9 @@ is its index (>= 0); lexeme `i` is the symbol `~i` (-1 - i, always negative).
 from __future__ import annotations
 
 import hashlib
+import marshal
 from dataclasses import dataclass, field
-from typing import Iterable, Sequence
+from typing import Iterable, NamedTuple, Sequence
 
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 
@@ -46,8 +47,10 @@ class Lexeme:
     flags: str = ""
 
 
-@dataclass(frozen=True)
-class Rule:
+class Rule(NamedTuple):
+    # A named tuple, not a dataclass: grammars hold tens of thousands of rules, built,
+    # hashed and deduplicated at every compile, and tuples of ints are cheap for all
+    # of that (and for the garbage collector, which stops tracking them).
     lhs: int
     rhs: tuple[int, ...]
 
@@ -97,15 +100,24 @@ class Grammar:
         return sum(1 + len(r.rhs) for r in self.rules)
 
     def fingerprint(self) -> str:
-        """A stable hash of the grammar's content: the key for compiled-grammar caches."""
-        h = hashlib.sha256()
-        for lx in self.lexemes:
-            h.update(repr((lx.regex, lx.literal, lx.flags)).encode())
-        h.update(b"|rules|")
-        for r in self.rules:
-            h.update(repr((r.lhs, r.rhs)).encode())
-        h.update(repr((self.start, self.ignore, self.allow_initial_skip)).encode())
-        return h.hexdigest()
+        """A stable hash of the grammar's content: the key for compiled-grammar caches.
+
+        Computed once per object (every matcher over the grammar asks for it); a
+        grammar is not changed after it is built."""
+        fp = self.__dict__.get("_fingerprint")
+        if fp is None:
+            # One serialisation of everything, hashed once; marshal is five times faster
+            # than repr. Format 2 has no back-references, so equal content gives equal
+            # bytes whatever objects it shares. The format may change between Python
+            # versions, which would only matter to caches on disk (grammars have none).
+            content = (
+                [(lx.regex, lx.literal, lx.flags) for lx in self.lexemes],
+                [(r.lhs, r.rhs) for r in self.rules],
+                self.start, list(self.ignore), self.allow_initial_skip,
+            )
+            fp = hashlib.sha256(marshal.dumps(content, 2)).hexdigest()
+            self.__dict__["_fingerprint"] = fp
+        return fp
 
     def __str__(self) -> str:
         lines = []
