@@ -852,15 +852,28 @@ class _Pattern:
     semantics). The compiler itself matches with `json` on midword's linear-time
     engine; `py` (backtracking) serves tests and debugging."""
 
-    __slots__ = ("json", "extended", "py")
+    __slots__ = ("json", "extended", "_py_source", "_py")
 
-    def __init__(self, json_regex: str | None, extended: bool, py: re.Pattern | None):
+    def __init__(self, json_regex: str | None, extended: bool, py_source: str | None):
         self.json = json_regex
         self.extended = extended
-        self.py = py
+        self._py_source = py_source
+        self._py: re.Pattern | None = None
+
+    @property
+    def py(self) -> re.Pattern | None:
+        # Compiled on first use: only tests and checks of literal values need it, and
+        # Python's re compiler costs as much as the rest of a schema's compile.
+        if self._py is None and self._py_source is not None:
+            try:
+                self._py = re.compile(self._py_source, re.DOTALL)
+            except re.error as e:  # pragma: no cover - our own output; a bug if reached
+                raise GrammarError(f"internal error translating a pattern to Python: {e}") from None
+        return self._py
 
     def matches(self, text: str) -> bool:
-        return self.py is not None and self.py.fullmatch(text) is not None
+        py = self.py
+        return py is not None and py.fullmatch(text) is not None
 
 
 _pattern_cache: dict[str, _Pattern] = {}
@@ -908,13 +921,9 @@ def pattern_to_regex(pattern: str, where: str = "#") -> _Pattern:
         result = _Pattern(None, False, None)
     else:
         jre = json_alts[0] if len(json_alts) == 1 else "(?:" + "|".join(json_alts) + ")"
-        try:
-            py = re.compile("(?:" + "|".join(py_alts) + ")", re.DOTALL)
-        except re.error as e:  # pragma: no cover - our own output; a bug if reached
-            raise GrammarError(f"internal error translating pattern {pattern!r} at {where}: {e}") from None
         if len(jre) > MAX_REGEX_CHARS:
             raise LimitExceeded("max_regex_chars", MAX_REGEX_CHARS, f"pattern {pattern!r} at {where}")
-        result = _Pattern(jre, extended, py)
+        result = _Pattern(jre, extended, "(?:" + "|".join(py_alts) + ")")
     if len(_pattern_cache) > 4096:
         _pattern_cache.clear()
     _pattern_cache[pattern] = result
@@ -1488,7 +1497,7 @@ class _Compiler:
         from .regex import ExprSet
 
         if self._exprs is None:
-            self._exprs = ExprSet(self.limits)
+            self._exprs = ExprSet.shared(self.limits)
         try:
             empty = self._exprs.is_empty(self._exprs.parse(regex, "", extended=True))
         except LimitExceeded:
@@ -1508,7 +1517,7 @@ class _Compiler:
             if self._exprs is None:
                 from .regex import ExprSet
 
-                self._exprs = ExprSet(self.limits)
+                self._exprs = ExprSet.shared(self.limits)
             dfa = self._dfas[pattern] = LazyDFA(self._exprs, self._exprs.parse(pr.json, "", extended=True))
         return dfa.matches(json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8"))
 
@@ -2708,20 +2717,26 @@ class _Generator:
         return self._pruned(start, whitespace)
 
     # Pruning: drop what derives no finite string, then what is unreachable.
+    # (Part of every schema's compile time: plain loops, no per-symbol calls.)
     def _pruned(self, start: int, whitespace: str) -> Grammar:
         b = self.b
+        rules = b.rules
         n = len(b.nonterminals)
         productive = [False] * n
         by_sym: dict[int, list[int]] = {}
         missing = []
-        for i, r in enumerate(b.rules):
+        for i, (_, rhs) in enumerate(rules):
             cnt = 0
-            for s in set(r.rhs):
-                if not is_lexeme(s):
+            for s in set(rhs):
+                if s >= 0:  # a nonterminal (lexemes are negative)
                     cnt += 1
-                    by_sym.setdefault(s, []).append(i)
+                    lst = by_sym.get(s)
+                    if lst is None:
+                        by_sym[s] = [i]
+                    else:
+                        lst.append(i)
             missing.append(cnt)
-        work = [r.lhs for i, r in enumerate(b.rules) if missing[i] == 0]
+        work = [r.lhs for i, r in enumerate(rules) if missing[i] == 0]
         while work:
             nt = work.pop()
             if productive[nt]:
@@ -2730,39 +2745,48 @@ class _Generator:
             for i in by_sym.get(nt, ()):
                 missing[i] -= 1
                 if missing[i] == 0:
-                    work.append(b.rules[i].lhs)
+                    work.append(rules[i].lhs)
         if not productive[start]:
             raise GrammarError("the schema at # accepts no finite JSON value (its constraints contradict each other)")
-        good = [r for r in b.rules if all(is_lexeme(s) or productive[s] for s in r.rhs)]
         by_lhs: dict[int, list] = {}
-        for r in good:
-            by_lhs.setdefault(r.lhs, []).append(r)
+        for r in rules:
+            if all(s < 0 or productive[s] for s in r.rhs):
+                lst = by_lhs.get(r.lhs)
+                if lst is None:
+                    by_lhs[r.lhs] = [r]
+                else:
+                    lst.append(r)
+        # Reachable rules, numbered in the order they were built (as the source rules).
         reach = {start}
         stack = [start]
         while stack:
             nt = stack.pop()
             for r in by_lhs.get(nt, ()):
                 for s in r.rhs:
-                    if not is_lexeme(s) and s not in reach:
+                    if s >= 0 and s not in reach:
                         reach.add(s)
                         stack.append(s)
         out = GrammarBuilder(self.limits)
         nt_map: dict[int, int] = {}
         lx_map: dict[int, int] = {}
+        lexemes = b.lexemes
+        names = b.nonterminals
 
         def map_sym(s: int) -> int:
-            if is_lexeme(s):
-                if s not in lx_map:
-                    lx = b.lexemes[~s]
-                    lx_map[s] = out.lexeme(lx.name, lx.regex, literal=lx.literal, flags=lx.flags)
-                return lx_map[s]
-            if s not in nt_map:
-                nt_map[s] = out.nonterminal(b.nonterminals[s])
-            return nt_map[s]
+            if s < 0:
+                m = lx_map.get(s)
+                if m is None:
+                    lx = lexemes[~s]
+                    m = lx_map[s] = out.lexeme(lx.name, lx.regex, literal=lx.literal, flags=lx.flags)
+                return m
+            m = nt_map.get(s)
+            if m is None:
+                m = nt_map[s] = out.nonterminal(names[s])
+            return m
 
         map_sym(start)
-        for r in good:
-            if r.lhs in reach:
+        for r in rules:
+            if r.lhs in reach and all(s < 0 or productive[s] for s in r.rhs):
                 out.rule(map_sym(r.lhs), [map_sym(s) for s in r.rhs])
         if whitespace == "flexible":
             out.add_ignore(_WHITESPACE)
