@@ -13,8 +13,11 @@ continues. Dropped bytes stay forced by the grammar, so nothing is lost.
 
 from __future__ import annotations
 
+import numpy as np
+
+from .lexer import DEAD
 from .mask import MaskWalker
-from .recognizer import Recognizer
+from .recognizer import NO_ROW, Recognizer
 from .trie import TokenTrie
 
 MAX_FORCED_BYTES = 4096  # bound on one fast-forward, against grammars that force forever
@@ -36,6 +39,8 @@ def forced_bytes(rec: Recognizer, state, limit: int = MAX_FORCED_BYTES) -> tuple
 
 
 def _forced_bytes(rec: Recognizer, state, limit: int) -> tuple[bytes, object]:
+    if _surely_unforced(rec, state):
+        return b"", state
     out = bytearray()
     while len(out) < limit and not rec.is_accepting(state):
         allowed = rec.allowed_bytes(state)
@@ -47,16 +52,56 @@ def _forced_bytes(rec: Recognizer, state, limit: int) -> tuple[bytes, object]:
     return bytes(out), state
 
 
+def _surely_unforced(rec: Recognizer, state) -> bool:
+    """Whether two bytes are already known to be allowed: then nothing is forced, and
+    no derivative needs computing. After a mask at `state` the lexer rows involved are
+    filled, so this settles almost every state."""
+    lexstate, row = state
+    # Table entries are only ever filled in, so a lexer state seen with two live bytes
+    # keeps them: remember it instead of scanning its row again.
+    branching = rec.__dict__.setdefault("_branching_lexstates", set())
+    if lexstate in branching:
+        return True
+    trans = rec.lexer.table[lexstate]
+    live = trans > DEAD
+    if np.count_nonzero(live) >= 2:
+        branching.add(lexstate)
+        return True
+    row2 = rec.end_lexeme(lexstate, row)
+    if row2 == NO_ROW:
+        return False
+    restart = rec.lexer.table[int(rec.row_lexstate[row2])]
+    live |= (trans == DEAD) & (restart > DEAD)
+    return int(np.count_nonzero(live)) >= 2
+
+
 def forced_tokens(tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognizer, state,
                   recent_tokens: list[int], forced: bytes | None = None) -> list[int]:
-    """Canonical fast-forward tokens from `state`, given the tokens generated so far."""
+    """Canonical fast-forward tokens from `state`, given the tokens generated so far;
+    cached per state and recent tokens (the only context the result depends on)."""
     if forced is None:
         forced, _ = forced_bytes(rec, state)
     if not forced:
         return []
+    recent = tuple(recent_tokens[-CONTEXT_TOKENS:])
+    cache = rec.__dict__.setdefault("_forced_tokens_cache", {})
+    # The tokenizer object itself (not its id) keys the entry, so it cannot be confused
+    # with a later tokenizer at the same address.
+    key = (tokenizer, trie.fingerprint, state, forced, recent)
+    hit = cache.get(key)
+    if hit is None:
+        hit = _forced_tokens(tokenizer, trie, walker, rec, state, list(recent), forced)
+        if len(cache) > 100_000:
+            cache.clear()
+        cache[key] = hit
+    return list(hit)
+
+
+def _forced_tokens(tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognizer, state,
+                   recent_tokens: list[int], forced: bytes) -> tuple[int, ...]:
     tokens = _tokenize_in_context(tokenizer, forced, recent_tokens[-CONTEXT_TOKENS:])
     if not tokens:
-        return []
+        return ()
     token_bytes = tokenizer.token_bytes
     tail = tokens[-HEAL_TOKENS:]
     max_length = sum(len(token_bytes(t)) for t in tail)
@@ -79,7 +124,7 @@ def forced_tokens(tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognize
             break
         kept.append(t)
         length += n
-    return kept
+    return tuple(kept)
 
 
 def _tokenize_in_context(tokenizer, forced: bytes, recent: list[int]) -> list[int]:
