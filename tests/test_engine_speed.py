@@ -1,0 +1,183 @@
+"""The engine's speed-ups must not change a single answer: each is checked against the
+plain way of computing the same thing."""
+
+import random
+import re
+
+import numpy as np
+import pytest
+from toy import toy
+
+from midword.engine import regex as regex_module
+from midword.engine.fastforward import _forced_bytes, _surely_unforced
+from midword.engine.grammar import Grammar, GrammarBuilder
+from midword.engine.lexer import UNKNOWN, Lexer
+from midword.engine.limits import Limits
+from midword.engine.mask import MaskCache, MaskWalker
+from midword.engine.matcher import Matcher
+from midword.engine.recognizer import Recognizer
+from midword.engine.regex import ExprSet, LazyDFA
+
+TOY = toy()
+
+JSONISH = r"""
+start: value
+value: obj | arr | STR | NUM | "true" | "null"
+obj: "{" (pair ("," pair)*)? "}"
+pair: KEY ":" value
+arr: "[" (value ("," value)*)? "]"
+KEY: "\"name\"" | "\"nested\"" | "\"n\""
+STR: /"[^"\\]{0,12}"/
+NUM: /-?[0-9]+/
+%ignore /[ \n]+/
+"""
+
+
+def grammar() -> Grammar:
+    return Grammar.from_lark(JSONISH)
+
+
+# Mask cache ------------------------------------------------------------------------
+
+def test_mask_cache_evicts_least_recent_within_budget():
+    cache = MaskCache(budget_bytes=3 * 64)
+    masks = {k: np.full(16, k, dtype=np.uint32) for k in range(4)}  # 64 bytes each
+    for k in range(3):
+        cache.put(("k", k), masks[k], False)
+    assert cache.get(("k", 0)) is not None  # now most recent
+    cache.put(("k", 3), masks[3], True)
+    assert cache.get(("k", 1)) is None  # the least recent went
+    assert cache.get(("k", 0)) is not None and cache.get(("k", 3))[1] is True
+
+
+def test_cached_masks_equal_fresh_walks_and_belong_to_the_caller():
+    g = grammar()
+    rng = random.Random(5)
+    for _ in range(20):
+        m = Matcher(TOY, g)
+        fresh = Matcher(TOY, g)
+        fresh.walker.cache = None
+        for _ in range(12):
+            first = m.compute_mask()
+            first[:] = 0  # the caller may write into its mask; the cache must not see it
+            got = m.compute_mask()
+            assert np.array_equal(got, fresh.compute_mask())
+            assert np.array_equal(got, m.reference_mask())
+            allowed = np.flatnonzero(np.unpackbits(got.view(np.uint8), bitorder="little")[:TOY.vocab_size])
+            allowed = [int(t) for t in allowed if int(t) not in TOY.eos_token_ids]
+            if not allowed:
+                break
+            t = rng.choice(allowed)
+            m.consume_token(t)
+            fresh.consume_token(t)
+
+
+def test_walk_variants_do_not_share_cache_entries():
+    rec = Recognizer(grammar())
+    trie = Matcher(TOY, grammar()).trie
+    a = MaskWalker(trie, rec, use_jit=True)
+    b = MaskWalker(trie, rec, use_jit=False)
+    assert a._cache_prefix != b._cache_prefix
+
+
+# Lexer rows ------------------------------------------------------------------------
+
+def test_lazy_steps_and_full_rows_fill_the_same_table():
+    g = grammar()
+    lazy, full = Lexer(g), Lexer(g)
+    start = lazy.initial_state(frozenset(range(lazy.num_lexemes)))
+    assert full.initial_state(frozenset(range(full.num_lexemes))) == start
+    rng = random.Random(1)
+    frontier = [start]
+    seen = {start}
+    while frontier and len(seen) < 200:
+        s = frontier.pop()
+        for byte in rng.sample(range(256), 256):
+            t = lazy.step(s, byte)
+            if t not in seen:
+                seen.add(t)
+                frontier.append(t)
+    for s in sorted(seen):
+        full_s = full._intern(lazy.states[s])
+        full.fill_row(full_s)
+        row = lazy.table[s]
+        assert (row != UNKNOWN).all()
+        assert [lazy.states[t] for t in row] == [full.states[t] for t in full.table[full_s]]
+
+
+# Regex parsing -----------------------------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(8))
+def test_plain_text_runs_parse_to_the_same_language(seed, monkeypatch):
+    rng = random.Random(seed)
+    atoms = ["ab", "name", "x_y", "a-b", "q", "[a-c]", "(?:de|f)", ".", "\\.", "z", "9", "k:v"]
+    quants = ["", "", "", "?", "*", "+", "{2}", "{1,3}"]
+    pattern = "|".join(
+        "".join(rng.choice(atoms) + rng.choice(quants) for _ in range(rng.randint(1, 4))) for _ in range(3)
+    )
+    fast = ExprSet()
+    fast_dfa = LazyDFA(fast, fast.parse(pattern))
+    monkeypatch.setattr(regex_module, "_PLAIN_RUN", re.compile(r"(?!)"))
+    slow = ExprSet()
+    slow_dfa = LazyDFA(slow, slow.parse(pattern))
+    alphabet = "abcdefknqvxyz_-:.9"
+    for _ in range(400):
+        s = "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 9)))
+        expected = re.fullmatch(pattern, s) is not None
+        assert fast_dfa.matches(s.encode()) == expected == slow_dfa.matches(s.encode()), (pattern, s)
+
+
+def test_shared_expression_set_rolls_over():
+    limits = Limits(max_regex_nodes=1_000)
+    first = ExprSet.shared(limits)
+    assert ExprSet.shared(limits) is first
+    first.parse("|".join(f"word{i}x" for i in range(20)))  # well past 5% of the budget
+    second = ExprSet.shared(limits)
+    assert second is not first and len(second) < len(first)
+
+
+# Fast-forward ------------------------------------------------------------------------
+
+def test_quick_unforced_check_agrees_with_allowed_bytes():
+    g = grammar()
+    rng = random.Random(2)
+    for _ in range(30):
+        m = Matcher(TOY, g)
+        for _ in range(10):
+            state = m._state
+            m.compute_mask()  # fills the lexer rows the quick check reads
+            if _surely_unforced(m.rec, state):
+                assert m.rec.allowed_bytes(state).sum() >= 2
+            assert _forced_bytes(m.rec, state, 64)[0] == _forced_bytes_plain(m.rec, state, 64)
+            nxt = m.rec.next_bytes(state)
+            if not nxt:
+                break
+            m.consume_bytes(bytes([rng.choice(nxt)]))
+
+
+def _forced_bytes_plain(rec, state, limit):
+    out = bytearray()
+    while len(out) < limit and not rec.is_accepting(state):
+        allowed = rec.allowed_bytes(state)
+        if allowed.sum() != 1:
+            break
+        b = int(allowed.argmax())
+        out.append(b)
+        state = rec.step(state, b)
+    return bytes(out)
+
+
+# Grammar fingerprints ----------------------------------------------------------------
+
+def test_fingerprint_ignores_which_objects_are_shared():
+    def build(shared: bool) -> Grammar:
+        b = GrammarBuilder()
+        s = b.nonterminal("s")
+        rx = "[a-z]+"
+        for i in range(3):
+            # Equal regex strings, as one object or as three.
+            b.lexeme(f"L{i}", rx if shared else "".join(["[a-z", "]+"]), flags="i" * i)
+        b.rule(s, [-1, -2, -3])
+        return b.build(s)
+
+    assert build(True).fingerprint() == build(False).fingerprint()
