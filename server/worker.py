@@ -27,6 +27,7 @@ ready, error, busy, idle) go to the `notify` callback, called on the worker thre
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -290,6 +291,10 @@ class ModelWorker:
                 self._emit(Event("progress", str(message), _clamp_fraction(fraction)))
 
             engine.load(progress)
+            # The model, tokenizer tables and tries are millions of long-lived objects: out of
+            # the collector's way, its passes during completions stay short.
+            gc.collect()
+            gc.freeze()
         except BaseException as e:  # noqa: BLE001 - anything the engine raises is reported, never fatal
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise
