@@ -494,6 +494,9 @@ def _read_table(path: Path) -> list[bytes]:
 class Tokenizer:
     """Exact byte view of a tokenizer; see the module docstring."""
 
+    # A Hugging Face tokenizer.json with this vocabulary, where one exists on disk.
+    tokenizer_file: str | None = None
+
     def __init__(
         self,
         *,
@@ -635,7 +638,9 @@ class Tokenizer:
             if eos:
                 eos_names.append(eos)
             bos_name = _token_name(cfg.get("bos_token"))
-        return cls._from_json_text(path.read_text(encoding="utf-8"), name, eos_names, bos_name)[0]
+        out = cls._from_json_text(path.read_text(encoding="utf-8"), name, eos_names, bos_name)[0]
+        out.tokenizer_file = str(path)
+        return out
 
     @classmethod
     def _llama3(cls) -> "Tokenizer":
@@ -694,6 +699,9 @@ class Tokenizer:
             raise TypeError(f"{path}: transformers gave a slow tokenizer ({type(hf).__name__}); a fast one is needed")
         out, spec, text = cls._from_json_text(hf.backend_tokenizer.to_str(), name, eos_names, bos_name)
         cls._store_cached(key, out, spec, text)
+        stored = cache_root() / f"{key}-v{_CACHE_FORMAT}" / "tokenizer.json"
+        if stored.is_file():
+            out.tokenizer_file = str(stored)
         return out
 
     @staticmethod
@@ -737,7 +745,7 @@ class Tokenizer:
 
         # Parsing Gemma's 500k merges takes over a second; the token table alone is enough
         # for building tries, so the BPE is loaded on the first encode.
-        return cls(
+        out = cls(
             name=name,
             table=table,
             special_ids=meta["special"],
@@ -746,6 +754,10 @@ class Tokenizer:
             pretokenizer_regex=meta["regex"],
             backend=load_backend,
         )
+        # The same vocabulary as a Hugging Face tokenizer.json, for tools that read one
+        # (MaskBench's peers).
+        out.tokenizer_file = str(folder / "tokenizer.json")
+        return out
 
     # -- the table ---------------------------------------------------------
 

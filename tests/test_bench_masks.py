@@ -329,6 +329,22 @@ def test_resolve_llama3(spec):
         resolve_tokenizer("no-such-tokenizer")
 
 
+def test_resolve_gemma3_uses_the_converted_vocabulary():
+    from midword.bench.masks import MidwordAdapter
+    from midword.bench.peers import reference_tokenizer
+    from midword.engine.tokenizer import Tokenizer
+
+    spec = resolve_tokenizer("gemma3")
+    tok = Tokenizer.from_pretrained("gemma3")
+    # the tokenizer.json converted from the GGUF, with Gemma's own end tokens ("<eos>", not
+    # the ordinary "</s>" token its vocabulary also has)
+    assert spec.path == tok.tokenizer_file and Path(spec.path).is_file()
+    assert spec.eos_ids == tuple(sorted(tok.eos_token_ids)) and 1 in spec.eos_ids
+    adapter = MidwordAdapter(spec)
+    text = '{"name": "warm up", "n": 12}'
+    assert adapter.encode(text) == reference_tokenizer(spec).encode(text, add_special_tokens=False).ids
+
+
 def test_load_case_tokenizes_json_dumps(tmp_path, reference):
     data = {"naïve": [1, 2.5, None], "b": "x y"}
     f = tmp_path / "t.json"

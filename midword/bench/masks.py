@@ -107,8 +107,18 @@ class MidwordAdapter(EngineAdapter):
         self._matcher = Matcher
         self._refused = (GrammarError, LimitExceeded)
         self._matcher_error = MatcherError
-        # By path, not by name: then midword reads the very file the peers read.
-        self._tok = Tokenizer.from_pretrained(spec.path)
+        # By path, so that midword reads the very file the peers read; by name when the
+        # name resolves to that same file (gemma3's, converted from its GGUF), which also
+        # brings the special-token metadata a bare tokenizer.json may lack.
+        tok = None
+        if not Path(spec.name).exists():
+            try:
+                named = Tokenizer.from_pretrained(spec.name)
+            except Exception:  # not a name midword knows: the path below decides
+                named = None
+            if named is not None and named.tokenizer_file == spec.path:
+                tok = named
+        self._tok = tok if tok is not None else Tokenizer.from_pretrained(spec.path)
 
     def describe(self) -> str:
         from midword import __version__
@@ -189,9 +199,14 @@ def resolve_tokenizer(name: str) -> TokenizerSpec:
         try:
             from midword.engine.tokenizer import Tokenizer
 
-            path = _tokenizer_file_of(Tokenizer.from_pretrained(name))
+            named = Tokenizer.from_pretrained(name)
+            path = _tokenizer_file_of(named)
         except Exception:  # an unknown name is reported below, with what would work
             path = None
+        if path is not None:
+            # midword knows this tokenizer's end tokens (Gemma's "<eos>"; its vocabulary
+            # also has an ordinary "</s>" that a guess by name would take).
+            return TokenizerSpec(name=name, path=path, eos_ids=tuple(sorted(named.eos_token_ids)))
     if path is None:
         raise BenchInputError(
             f"--tokenizer {name!r}: give a tokenizer.json file, a folder holding one, or llama3 "
