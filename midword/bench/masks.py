@@ -143,6 +143,12 @@ class MidwordAdapter(EngineAdapter):
     def fill_mask(self, matcher) -> np.ndarray:
         return matcher.compute_mask()
 
+    def mask_sliced(self, matcher) -> bool | None:
+        return bool(matcher.walker.last_sliced)
+
+    def vocab_size(self) -> int:
+        return int(self._tok.vocab_size)
+
     def consume(self, matcher, token: int) -> bool:
         try:
             matcher.consume_token(token)
@@ -327,6 +333,8 @@ class FileResult:
     failures: list[str] = field(default_factory=list)
     tbm_ns: list[int] = field(default_factory=list)
     ttfm_ns: list[int] = field(default_factory=list)
+    # per mask, aligned with tbm_ns, where the engine can tell: MASK_CATEGORIES index
+    mask_categories: list[int] = field(default_factory=list)
     valid_tokens: int = 0
     ff_calls: int = 0
     ff_ns: int = 0
@@ -377,7 +385,7 @@ def run_file(
                 matcher = adapter.new_matcher(compiled)
                 t = clock()
                 mask = adapter.fill_mask(matcher)
-                res.tbm_ns.append(clock() - t)
+                _record_mask(adapter, matcher, mask, clock() - t, res)
             else:
                 matcher, mask, compiled = _first_mask(adapter, case.schema, res, clock)
             res.tests_run += 1
@@ -408,6 +416,23 @@ def run_file(
     return res
 
 
+# The seed's breakdown (what_makes_it_fast.md): how full a mask is, and whether slices
+# were OR-ed in for it.
+MASK_CATEGORIES = ("0-2% & !sliced", "2-85% & !sliced", "85%+ & !sliced", "0-2% & sliced", "2-85% & sliced",
+                   "85%+ & sliced")
+
+
+def _record_mask(adapter, matcher, mask: np.ndarray, ns: int, res: FileResult) -> None:
+    res.tbm_ns.append(ns)
+    sliced = adapter.mask_sliced(matcher)
+    if sliced is None:
+        return
+    allowed = int(np.unpackbits(np.ascontiguousarray(mask).view(np.uint8)).sum())
+    share = allowed / max(1, adapter.vocab_size())
+    size = 0 if share <= 0.02 else 1 if share < 0.85 else 2
+    res.mask_categories.append(size + (3 if sliced else 0))
+
+
 def _first_mask(adapter: EngineAdapter, schema: Any, res: FileResult, clock):
     """Compile, make a matcher and fill its first mask: one TTFM sample (and one TBM)."""
     t0 = clock()
@@ -417,7 +442,7 @@ def _first_mask(adapter: EngineAdapter, schema: Any, res: FileResult, clock):
     mask = adapter.fill_mask(matcher)
     t2 = clock()
     res.ttfm_ns.append(t2 - t0)
-    res.tbm_ns.append(t2 - t1)
+    _record_mask(adapter, matcher, mask, t2 - t1, res)
     return matcher, mask, compiled
 
 
@@ -434,7 +459,7 @@ def _walk(adapter, matcher, mask, inst: Instance, eos_ids, res: FileResult, dead
         if i:
             t = clock()
             mask = adapter.fill_mask(matcher)
-            res.tbm_ns.append(clock() - t)
+            _record_mask(adapter, matcher, mask, clock() - t, res)
         if track_ff and i >= covered:
             t = clock()
             ff = adapter.ff_tokens(matcher)
@@ -460,7 +485,7 @@ def _walk(adapter, matcher, mask, inst: Instance, eos_ids, res: FileResult, dead
             raise _Timeout(f"inside an instance at token {i} of {n}")
     t = clock()
     mask = adapter.fill_mask(matcher)
-    res.tbm_ns.append(clock() - t)
+    _record_mask(adapter, matcher, mask, clock() - t, res)
     eos_ok = any(token_allowed(mask, e) for e in eos_ids)
     complete = adapter.is_accepting(matcher)
     if eos_ok != complete:
@@ -676,6 +701,29 @@ def reason_key(message: str) -> str:
     return line[:90]
 
 
+def _category_table(rs: list[FileResult]) -> list[dict[str, Any]] | None:
+    """Share of masks, share of mask time and mean time per MASK_CATEGORIES entry, or None
+    when the engine does not say which masks were sliced."""
+    cats: list[int] = []
+    times: list[int] = []
+    for r in rs:
+        if r.mask_categories and len(r.mask_categories) == len(r.tbm_ns):
+            cats.extend(r.mask_categories)
+            times.extend(r.tbm_ns)
+    if not cats:
+        return None
+    c = np.asarray(cats)
+    t = np.asarray(times, dtype=np.float64) / 1000.0
+    total = float(t.sum()) or 1.0
+    table = []
+    for k, name in enumerate(MASK_CATEGORIES):
+        sel = c == k
+        if sel.any():
+            table.append({"category": name, "masks_share": float(sel.mean()), "time_share": float(t[sel].sum() / total),
+                          "us_per_mask": float(t[sel].mean())})
+    return table
+
+
 class EngineStats:
     def __init__(self, engine: str):
         self.engine = engine
@@ -697,7 +745,9 @@ class EngineStats:
         ff_bad = sum(r.ff_noncanonical for r in rs)
         compile_reasons = Counter(reason_key(r.reason) for r in rs if r.status == "compile_error")
         error_reasons = Counter(reason_key(r.reason) for r in rs if r.status in ("error", "crash"))
+        categories = _category_table(rs)
         out: dict[str, Any] = {
+            "mask_categories": categories,
             "files": len(rs),
             "passed": sum(r.passed for r in rs),
             "compile_errors": sum(r.status == "compile_error" for r in rs),
@@ -826,6 +876,10 @@ def format_table(summaries: dict[str, dict[str, Any]]) -> str:
     for e in engines:
         s = summaries[e]
         out.append(f"\n{e}: {s.get('engine', '')}")
+        if s.get("mask_categories"):
+            out.append(f"  {'masks by category':<18} {'% masks':>8} {'% time':>8} {'us/mask':>9}")
+            out += [f"  {c['category']:<18} {100 * c['masks_share']:>7.1f}% {100 * c['time_share']:>7.1f}%"
+                    f" {c['us_per_mask']:>9.1f}" for c in s["mask_categories"]]
         if s["compile_error_reasons"]:
             out.append("  compile errors, top reasons:")
             out += [f"    {n:5d}  {reason}" for reason, n in s["compile_error_reasons"]]

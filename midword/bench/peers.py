@@ -127,6 +127,13 @@ class EngineAdapter(ABC):
         """The allowed-token bitmask for the next position, as uint32 words."""
 
     @abstractmethod
+    def mask_sliced(self, matcher: Any) -> bool | None:
+        """Whether the last mask OR-ed in precomputed slices; None when the engine does not say."""
+        return None
+
+    def vocab_size(self) -> int | None:
+        return None
+
     def consume(self, matcher: Any, token: int) -> bool:
         """Advance by one token; False when the engine rejects it."""
 
