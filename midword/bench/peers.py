@@ -126,14 +126,15 @@ class EngineAdapter(ABC):
     def fill_mask(self, matcher: Any) -> np.ndarray:
         """The allowed-token bitmask for the next position, as uint32 words."""
 
-    @abstractmethod
     def mask_sliced(self, matcher: Any) -> bool | None:
         """Whether the last mask OR-ed in precomputed slices; None when the engine does not say."""
         return None
 
     def vocab_size(self) -> int | None:
+        """Tokens a mask covers, for the category table (with `mask_sliced`)."""
         return None
 
+    @abstractmethod
     def consume(self, matcher: Any, token: int) -> bool:
         """Advance by one token; False when the engine rejects it."""
 
