@@ -100,6 +100,8 @@ class ModelStats:
     full_head_rows: int = 0
     # Positions whose logits were computed only for a set of allowed ids.
     restricted_head_rows: int = 0
+    # Full log-prob rows served again from memory (same token sequence as an earlier call).
+    cached_rows: int = 0
     forward_seconds: float = 0.0
     head_seconds: float = 0.0
 

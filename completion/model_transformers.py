@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
@@ -45,6 +46,9 @@ _PROBE_TEXT = "def add(a, b):\n    return a +"
 # Prefill chunk: large enough for efficient matmuls, small enough that the attention
 # scores of one chunk (chunk x context per head) stay a few MB.
 _PREFILL_CHUNK = 512
+# Full log-prob rows kept by next_logprobs (1 MB each for Gemma's 262k tokens).
+_ROW_CACHE_SIZE = 16
+_BRANCH_CACHE_SIZE = 32
 # A cancellable prefill checks between chunks this long (~0.2 s on a laptop core).
 _CANCELLABLE_CHUNK = 64
 # Head rows computed at once over the full vocabulary (each row is vocab_size floats).
@@ -245,9 +249,20 @@ class TransformersModel:
         toks = _as_token_array(tokens, "tokens", self.vocab_size)
         ids = self._allowed(allowed, "allowed")
         with self._lock, torch.inference_mode():
-            self._ensure(toks)
-            h = self._hidden[toks.size - 1 : toks.size]
-            lp = torch.log_softmax(self._head(h, None).float(), dim=-1)[0]
+            # Keystrokes inside one word share the prompt before it: CPC asks for the same
+            # full row again and again, and a full head row is the price of a decode step.
+            key = toks.tobytes()
+            lp = self._row_cache.get(key)
+            if lp is None:
+                self._ensure(toks)
+                h = self._hidden[toks.size - 1 : toks.size]
+                lp = torch.log_softmax(self._head(h, None).float(), dim=-1)[0]
+                self._row_cache[key] = lp
+                while len(self._row_cache) > _ROW_CACHE_SIZE:
+                    self._row_cache.popitem(last=False)
+            else:
+                self._row_cache.move_to_end(key)
+                self.stats.cached_rows += 1
             return (lp if ids is None else lp[ids]).numpy()
 
     def logprobs(self, tokens: Sequence[int], start: int = 1) -> np.ndarray:
@@ -295,11 +310,39 @@ class TransformersModel:
                 "max_context", self.max_context, f"prefix of {pre.size} tokens plus a branch of {deepest}"
             )
         with self._lock, torch.inference_mode():
-            self._ensure(pre)
-            rows = self._hidden[pre.size - 1 : pre.size]
-            if len(tree):
-                rows = torch.cat([rows, self._tree_hidden(pre.size, tree)])
-            return self._branch_scores(rows, tree, brs, allowed_ids)
+            # Successive keystrokes inside a word score many of the same branches (the
+            # splits of the typed text they share): those come from memory, exactly.
+            base = pre.tobytes() + b"|"
+            keys = [base + b.tobytes() for b in brs]
+            found = {k: self._branch_cache[k] for k in keys if k in self._branch_cache}
+            todo = [j for j, k in enumerate(keys) if k not in found]
+            if todo:
+                fresh = [brs[j] for j in todo]
+                tree = _Tree(fresh, self.max_branch_nodes)
+                self._ensure(pre)
+                rows = self._hidden[pre.size - 1 : pre.size]
+                if len(tree):
+                    rows = torch.cat([rows, self._tree_hidden(pre.size, tree)])
+                first = self._row_cache.get(pre.tobytes())
+                for j, score in zip(todo, self._branch_scores(rows, tree, fresh, [None] * len(todo), first)):
+                    found[keys[j]] = (score.token_logprobs, torch.from_numpy(score.next_logprobs))
+            self.stats.cached_rows += len(brs) - len(todo)
+            for k in keys:
+                self._branch_cache[k] = found[k]
+                self._branch_cache.move_to_end(k)
+            while len(self._branch_cache) > _BRANCH_CACHE_SIZE:
+                self._branch_cache.popitem(last=False)
+            out = []
+            for j, branch in enumerate(brs):
+                token_lp, row = found[keys[j]]
+                ids = allowed_ids[j]
+                out.append(BranchScore(
+                    tokens=tuple(branch.tolist()),
+                    token_logprobs=token_lp.copy(),
+                    next_logprobs=(row if ids is None else row[ids]).numpy().copy(),
+                    allowed=None if ids is None else ids.numpy(),
+                ))
+            return out
 
     # -- the cache -------------------------------------------------------------
 
@@ -310,6 +353,10 @@ class TransformersModel:
         # earlier prefix (see the module docstring).
         self._cache = DynamicCache()
         self._cache.layer_class_to_replicate = _growable_layer_class()
+        # Full log-prob rows by token sequence (exact: the same weights give the same row).
+        self._row_cache: OrderedDict[bytes, torch.Tensor] = OrderedDict()
+        # (prefix, branch) -> (token log-probs, full next-token log-prob row)
+        self._branch_cache: OrderedDict[bytes, tuple] = OrderedDict()
         self._tokens = np.zeros(0, dtype=np.int64)
         self._hidden_buffer = torch.zeros((0, int(self._w.shape[1])), dtype=self.dtype)
         self._hidden = self._hidden_buffer[:0]
@@ -504,7 +551,8 @@ class TransformersModel:
             return next(iter(masks.values()))
         return masks
 
-    def _branch_scores(self, rows: torch.Tensor, tree: _Tree, brs, allowed_ids) -> list[BranchScore]:
+    def _branch_scores(self, rows: torch.Tensor, tree: _Tree, brs, allowed_ids, first=None) -> list[BranchScore]:
+        """`first`: the prefix end's full log-prob row when it is known already."""
         # Row 0 is the prefix end; row i + 1 is tree node i.
         children: list[list[int]] = [[] for _ in range(rows.shape[0])]
         for i, parent in enumerate(tree.parent):
@@ -517,7 +565,12 @@ class TransformersModel:
         tokens = torch.tensor(tree.token, dtype=torch.long)
         for lo in range(0, rows.shape[0], _HEAD_ROWS):
             hi = min(lo + _HEAD_ROWS, rows.shape[0])
-            lp = torch.log_softmax(self._head(rows[lo:hi], None).float(), dim=-1)
+            if lo == 0 and first is not None:
+                rest = rows[1:hi]
+                tail = torch.log_softmax(self._head(rest, None).float(), dim=-1) if rest.shape[0] else first[None][:0]
+                lp = torch.cat([first[None], tail])
+            else:
+                lp = torch.log_softmax(self._head(rows[lo:hi], None).float(), dim=-1)
             for r in range(lo, hi):
                 row = lp[r - lo]
                 if children[r]:

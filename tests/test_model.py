@@ -325,6 +325,32 @@ def test_score_branches_equals_sequential(which, request):
     assert got[1].next_mass == pytest.approx(0.0, abs=1e-4)
 
 
+def test_repeated_rows_and_branches_come_from_memory(gemma_tiny):
+    _, m = gemma_tiny
+    m.reset()
+    toks = m.encode_prompt(PROMPT)
+    pre, branches = toks[:-3], [toks[-3:], toks[-3:-1], [7, 8]]
+    first = m.score_branches(pre, branches)
+    row = m.next_logprobs(pre)
+    m.stats.reset()
+    again = m.score_branches(pre, [branches[1], [9]], allowed=[np.array([1, 2, 3]), None])
+    # one branch was scored before: only the new one costs a forward pass
+    assert m.stats.cached_rows == 1 and m.stats.forward_passes == 1
+    np.testing.assert_array_equal(again[0].token_logprobs, first[1].token_logprobs)
+    np.testing.assert_array_equal(again[0].next_logprobs, first[1].next_logprobs[[1, 2, 3]])
+    fresh = m.score_branches(pre, [[9]])[0]
+    np.testing.assert_array_equal(again[1].next_logprobs, fresh.next_logprobs)
+    np.testing.assert_array_equal(m.next_logprobs(pre), row)
+    # the [9] tree needed only its node's row: the prefix row was kept by next_logprobs
+    assert m.stats.cached_rows == 3 and m.stats.full_head_rows == 1
+    many = m.score_branches(pre, [[t] for t in range(40)])  # more branches than are kept
+    assert len(many) == 40 and many[39].tokens == (39,)
+    m.reset()  # new weights would make every kept row wrong
+    m.stats.reset()
+    m.next_logprobs(pre)
+    assert m.stats.cached_rows == 0
+
+
 def test_score_branches_prefix_shorter_than_cache(gemma_tiny):
     # The tree is laid after the cached tokens and masked from the ones past the prefix,
     # so the longer cached sequence survives scoring.
