@@ -212,17 +212,17 @@ class CompletionEngine:
                     state = constraint.advance(state, t)
         word = _IDENT_TAIL.search(request.prefix).group(0)
         replace_start = len(request.prefix) - len(word)
-        on_text = None
-        if partial is not None:
-            def on_text(inserted: bytes) -> None:
-                partial(word + _complete_utf8(inserted), replace_start)
+
+        def on_text(inserted: bytes) -> None:
+            partial(word + _complete_utf8(inserted), replace_start)
+
         rules = StopRules(
             max_tokens=request.max_tokens,
             single_line=request.single_line,
             suffix_line=request.suffix.split("\n", 1)[0].strip(),
             time_budget_s=request.time_budget_s,
             cancelled=cancelled,
-            on_text=on_text,
+            on_text=on_text if partial is not None else None,
         )
         gen = generate(model, constraint, prompt, state, rules, temperature=request.temperature, rng=rng,
                        initial_tokens=initial, typed_len=len(back.typed), started=budget_started)

@@ -54,7 +54,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
 from typing import Any, Iterable
 
-from .grammar import Grammar, GrammarBuilder, is_lexeme, regex_escape_bytes
+from .grammar import Grammar, GrammarBuilder, regex_escape_bytes
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 
 __all__ = [

@@ -28,7 +28,7 @@ def _cmd_bench_trie(args) -> int:
 
 def _cmd_mask(args) -> int:
     """Shows the mask and forced tokens after some text, for a grammar: a debugging aid."""
-    from midword.engine import Grammar, Matcher, Tokenizer
+    from midword.engine import Matcher, Tokenizer
     from midword.engine.matcher import mask_to_ids
 
     grammar = _load_grammar(args.grammar)

@@ -383,7 +383,7 @@ class MidwordServer(LanguageServer):
         if running is not None:
             # The user typed on while the model worked, and typed what it predicts: its
             # answer will cover this keystroke too.
-            outcome = await self._wait(running)
+            await self._wait(running)
             self._store(running)
             hit = self.cache.get(doc.uri, request)
             if hit is not None:

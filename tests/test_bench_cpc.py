@@ -231,7 +231,6 @@ def test_agreeing_events_and_logprob_match_brute_force(model, prompt, typed, hea
 
 
 def test_local_weighting_matches_the_constrained_decoder(model, prompt):
-    tok = model.tokenizer
     typed, target = b"abcab", b"abcabde"
     brute = brute_events(model, prompt, typed, local=True)
     tree = B.expand_covers(model, prompt, typed, weighting="local", target=target, want_best=False)

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from midword.engine.grammar import Grammar, is_lexeme, lexeme_of
+from midword.engine.grammar import Grammar
 from midword.engine.lark import MAX_NESTING, common_terminals, compile_lark
 from midword.engine.limits import GrammarError, LimitExceeded, Limits
 from midword.engine.parser import grammar_accepts
