@@ -32,14 +32,18 @@ SERVER = [sys.executable, "-m", "midword.server", "--engine", FAKE]
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER, server_env=ENV))
 async def client(lsp_client: LanguageClient):
+    _watch_status(lsp_client)
+    yield
+    await lsp_client.shutdown_session()
+
+
+def _watch_status(lsp_client: LanguageClient) -> None:
+    """Collect the server's midword/status notifications in `lsp_client.statuses`."""
     lsp_client.statuses = []
 
     @lsp_client.feature("midword/status")
     def on_status(ls, params):
         ls.statuses.append(_plain(params))
-
-    yield
-    await lsp_client.shutdown_session()
 
 
 def _plain(value):
@@ -604,12 +608,7 @@ REAL_SERVER = [sys.executable, "-m", "midword.server"]
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=REAL_SERVER, server_env=ENV))
 async def real_client(lsp_client: LanguageClient):
-    lsp_client.statuses = []
-
-    @lsp_client.feature("midword/status")
-    def on_status(ls, params):
-        ls.statuses.append(_plain(params))
-
+    _watch_status(lsp_client)
     yield
     await lsp_client.shutdown_session()
 
