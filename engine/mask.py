@@ -27,7 +27,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ._jit import njit
+from ._jit import compiled_for, njit
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN
 from .recognizer import LEXSET_BITS, STEP_EMPTY, Recognizer
 from .trie import TokenTrie, mask_words
@@ -146,7 +146,8 @@ class MaskWalker:
         self.trie = trie
         self.rec = rec
         self.sliced = sliced
-        self.walk = walk_jit if use_jit else walk_py
+        self._walk_fn = walk_jit if use_jit else walk_py
+        self.walk = None  # compiled for the argument types at the first walk
         self.cache = cache
         # Walk variants stay apart in the cache, so tests comparing them compare walks.
         self._cache_prefix = (rec.uid, trie.fingerprint, use_jit, None if sliced is None else sliced.regexes)
@@ -166,11 +167,15 @@ class MaskWalker:
         range_idx, node = 0, int(ranges[0, 0])
         while True:
             lexer = rec.lexer
-            status, range_idx, node, a, b = self.walk(
+            args = (
                 trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens,
                 lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
                 self.stack_lex, self.stack_row, ranges, range_idx, node, stop_at_first, mask, self.stats,
             )
+            walk = self.walk
+            if walk is None:
+                walk = self.walk = compiled_for(self._walk_fn, args)
+            status, range_idx, node, a, b = walk(*args)
             if status == DONE:
                 return bool(a)
             if status == NEED_LEXER:

@@ -6,17 +6,24 @@ is `p + 1`. An Earley item is `(p, origin)`, where `origin` is the id of the row
 rule started in.
 
 A row is the item set after scanning one more lexeme. Rows are identified by where
-they came from: scanning lexeme set L from row r always gives the same row, so
-`scan(r, L)` is computed once and cached as the child `(r, L)` (this generalises the
-seed's row-reuse trick: when the trie walk backs up and scans the same lexeme again,
-the row is already there). A parse state is therefore just a row id; rolling back is
-going back to an ancestor id.
+they came from: scanning lexeme set L from row r always gives the same row, so the
+recognizer keeps `(r, L) -> child` in its step table (this generalises the seed's
+row-reuse trick: when the trie walk backs up and scans the same lexeme again, the row
+is already there). A parse state is therefore just a row id; rolling back is going
+back to an ancestor id.
+
+Rows are built by a compiled function (`build_row_py` is its plain-Python twin) into
+flat pools: a row keeps only what later rows need of it, its items with a symbol after
+the dot, already advanced past it and sorted by that symbol, so completing a
+nonterminal or scanning a lexeme in a later row is a binary search and a copy. No
+Python object exists per row or item.
 
 Nullable nonterminals use the Aycock–Horspool rule (predicting a nullable symbol also
 advances over it), so completion never needs to look at the row being built. Items
 predicted in a row depend only on which nonterminals are predicted, so each
-nonterminal's prediction closure is computed once per grammar and added wholesale.
-Non-productive rules are dropped up front so every allowed lexeme can be completed.
+nonterminal's prediction closure is computed once per grammar (in Python, on the
+first row that needs it) and added wholesale. Non-productive rules are dropped up
+front so every allowed lexeme can be completed.
 """
 
 from __future__ import annotations
@@ -24,15 +31,195 @@ from __future__ import annotations
 import numpy as np
 
 from .grammar import Grammar, Rule, is_lexeme
+from ._jit import compiled_for, njit
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 
 END = 1 << 30  # dot_symbol of a position at the end of its rule
 
 
+# Row building statuses (what `build_row` returns with its value).
+ROW_BUILT = 0  # value: entries appended to the row pool
+NEED_PREDICTION = 1  # value: a nonterminal whose prediction closure is not computed yet
+TOO_MANY_ITEMS = 2  # value: items in the row so far
+NOTHING_SCANS = 3  # the parent row expects none of the scanned lexemes
+NEED_SCRATCH = 4  # the scratch arrays are too small for this row: grow them and build again
+NEED_POOL = 5  # the row pool has no room for this row: grow it and build again
+
+
+def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
+                 dot_symbol, dot_lhs, nullable, accept_pos,
+                 pred_start, pred_end, pred_pool, prednt_start, prednt_end, prednt_pool,
+                 row_start, row_end, row_accepting, adv_sym, adv_pos, adv_origin, pool_used,
+                 hkeys, hstamp, pstamp, ntstamp, work_pos, work_origin, item_pos, item_origin, pred_list,
+                 allowed_out, max_items):
+    """Builds Earley row `row_id` at `adv_*[pool_used:]`; returns (status, value, n):
+    when built, the row's expected lexemes are `allowed_out[:n]`, ascending.
+
+    The kernel is what scanning `lexemes` in row `parent` advances (or `kpos/korigin[:nk]`
+    for the root, `parent` < 0). The row is stored as its items with a symbol after the
+    dot, already moved past it, sorted by that symbol: exactly what a later completion
+    of the symbol or a scan of it (a lexeme, negative) adds. Nothing outside the row's
+    own slots and the scratch arrays is written until the row is complete, so a build
+    stopped for a missing prediction closure is simply run again.
+
+    `epoch` (unique per call) marks the scratch sets: a slot belongs to this build iff
+    its stamp equals `epoch`, so nothing is cleared between builds."""
+    n_work = 0
+    if parent >= 0:
+        lo = row_start[parent]
+        hi = row_end[parent]
+        for k in range(lexemes.shape[0]):
+            sym = -lexemes[k] - 1
+            i = lo
+            j = hi
+            while i < j:
+                mid = (i + j) >> 1
+                if adv_sym[mid] < sym:
+                    i = mid + 1
+                else:
+                    j = mid
+            while i < hi and adv_sym[i] == sym:
+                if n_work >= work_pos.shape[0]:
+                    return NEED_SCRATCH, 0, 0
+                work_pos[n_work] = adv_pos[i]
+                work_origin[n_work] = adv_origin[i]
+                n_work += 1
+                i += 1
+        if n_work == 0:
+            return NOTHING_SCANS, 0, 0
+    else:
+        for k in range(nk):
+            work_pos[n_work] = kpos[k]
+            work_origin[n_work] = korigin[k]
+            n_work += 1
+    hmask = hkeys.shape[0] - 1
+    end_sym = END
+    n_items = 0
+    n_pred = 0
+    while n_work > 0:
+        n_work -= 1
+        pos = work_pos[n_work]
+        origin = work_origin[n_work]
+        key = (pos << 32) | origin
+        slot = (pos * 40503 + origin * 9973) & hmask
+        seen = False
+        while hstamp[slot] == epoch:
+            if hkeys[slot] == key:
+                seen = True
+                break
+            slot = (slot + 1) & hmask
+        if seen:
+            continue
+        hstamp[slot] = epoch
+        hkeys[slot] = key
+        if n_items + n_pred >= max_items:
+            return TOO_MANY_ITEMS, n_items + n_pred, 0
+        if n_items >= item_pos.shape[0] or 2 * n_items >= hkeys.shape[0]:
+            return NEED_SCRATCH, 0, 0
+        item_pos[n_items] = pos
+        item_origin[n_items] = origin
+        n_items += 1
+        sym = dot_symbol[pos]
+        if sym == end_sym:
+            if origin == row_id:
+                continue  # an empty derivation: Aycock-Horspool advanced over it at prediction
+            lhs = dot_lhs[pos]
+            lo = row_start[origin]
+            hi = row_end[origin]
+            # Binary search for the first entry with symbol lhs.
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if adv_sym[mid] < lhs:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            hi = row_end[origin]
+            while lo < hi and adv_sym[lo] == lhs:
+                if n_work >= work_pos.shape[0]:
+                    return NEED_SCRATCH, 0, 0
+                work_pos[n_work] = adv_pos[lo]
+                work_origin[n_work] = adv_origin[lo]
+                n_work += 1
+                lo += 1
+        elif sym >= 0:
+            if ntstamp[sym] != epoch:
+                s = pred_start[sym]
+                if s < 0:
+                    return NEED_PREDICTION, sym, 0
+                for q in range(prednt_start[sym], prednt_end[sym]):
+                    ntstamp[prednt_pool[q]] = epoch
+                if n_pred + pred_end[sym] - s > pred_list.shape[0]:
+                    return NEED_SCRATCH, 0, 0
+                for q in range(s, pred_end[sym]):
+                    p = pred_pool[q]
+                    if pstamp[p] != epoch:
+                        pstamp[p] = epoch
+                        pred_list[n_pred] = p
+                        n_pred += 1
+                if n_items + n_pred > max_items:
+                    return TOO_MANY_ITEMS, n_items + n_pred, 0
+            if nullable[sym]:
+                if n_work >= work_pos.shape[0]:
+                    return NEED_SCRATCH, 0, 0
+                work_pos[n_work] = pos + 1
+                work_origin[n_work] = origin
+                n_work += 1
+    # Store the row: items with a symbol after the dot, advanced, sorted by symbol.
+    base = pool_used
+    if base + n_items + n_pred > adv_sym.shape[0]:
+        return NEED_POOL, n_items + n_pred, 0
+    if n_items + n_pred > allowed_out.shape[0]:
+        return NEED_SCRATCH, 0, 0
+    m = 0
+    accepting = False
+    for k in range(n_items + n_pred):
+        if k < n_items:
+            pos = item_pos[k]
+            origin = item_origin[k]
+        else:
+            pos = pred_list[k - n_items]
+            origin = row_id
+        sym = dot_symbol[pos]
+        if sym == end_sym:
+            if pos == accept_pos and origin == 0:
+                accepting = True
+            continue
+        adv_sym[base + m] = sym
+        adv_pos[base + m] = pos + 1
+        adv_origin[base + m] = origin
+        m += 1
+    if m > 1:
+        order = np.argsort(adv_sym[base:base + m], kind="mergesort")
+        s_sym = adv_sym[base:base + m][order]
+        s_pos = adv_pos[base:base + m][order]
+        s_origin = adv_origin[base:base + m][order]
+        adv_sym[base:base + m] = s_sym
+        adv_pos[base:base + m] = s_pos
+        adv_origin[base:base + m] = s_origin
+    row_start[row_id] = base
+    row_end[row_id] = base + m
+    row_accepting[row_id] = accepting
+    # Lexemes are the negative symbols, first and in descending lexeme order.
+    n_allowed = 0
+    last = 0
+    for k in range(m - 1, -1, -1):
+        sym = adv_sym[base + k]
+        if sym < 0 and sym != last:
+            allowed_out[n_allowed] = -sym - 1
+            n_allowed += 1
+            last = sym
+    return ROW_BUILT, m, n_allowed
+
+
+build_row_jit = njit(build_row_py)
+
+
 class EarleyParser:
-    def __init__(self, grammar: Grammar, limits: Limits = DEFAULT_LIMITS):
+    def __init__(self, grammar: Grammar, limits: Limits = DEFAULT_LIMITS, use_jit: bool = True):
         self.grammar = grammar
         self.limits = limits
+        self._build_fn = build_row_jit if use_jit else build_row_py
+        self._build = None
         n_nt = len(grammar.nonterminals)
         if grammar.size() > limits.max_grammar_size:
             raise LimitExceeded("max_grammar_size", limits.max_grammar_size, f"grammar has size {grammar.size()}")
@@ -46,131 +233,118 @@ class EarleyParser:
         # Augmented start: the accepting item is (start' -> start ., origin root).
         self.augmented = n_nt
         rules.append(Rule(self.augmented, (grammar.start,)))
-        self.rule_lhs = np.array([r.lhs for r in rules], dtype=np.int32)
         first_pos = []
         dot_symbol: list[int] = []
-        dot_rule: list[int] = []
-        for ri, r in enumerate(rules):
+        dot_lhs: list[int] = []
+        rules_by_lhs: list[list[int]] = [[] for _ in range(n_nt + 1)]
+        for r in rules:
+            rules_by_lhs[r.lhs].append(len(dot_symbol))
             first_pos.append(len(dot_symbol))
-            for s in r.rhs:
-                dot_symbol.append(s)
-                dot_rule.append(ri)
+            dot_symbol.extend(r.rhs)
             dot_symbol.append(END)
-            dot_rule.append(ri)
-        self.rule_first_pos = np.array(first_pos, dtype=np.int32)
+            dot_lhs.extend([r.lhs] * (len(r.rhs) + 1))
         self.dot_symbol = np.array(dot_symbol, dtype=np.int64)
-        self.dot_rule = np.array(dot_rule, dtype=np.int32)
-        self.rules_by_lhs: list[list[int]] = [[] for _ in range(n_nt + 1)]
-        for ri, r in enumerate(rules):
-            self.rules_by_lhs[r.lhs].append(ri)
-        self.nullable = _nullable(rules, n_nt + 1)
+        self.dot_lhs = np.array(dot_lhs, dtype=np.int64)
+        nullable = _nullable(rules, n_nt + 1)
+        self.nullable = np.array(nullable, dtype=np.bool_)
+        self._nullable_list = nullable
         self._dot_symbol = dot_symbol  # plain list: faster to index from Python
-        self._dot_rule = dot_rule
-        self._rule_lhs = self.rule_lhs.tolist()
-        self._rule_first_pos = first_pos
+        self._predicted = rules_by_lhs  # each nonterminal's rules, as first positions
         self.accept_pos = first_pos[-1] + 1
-        # Positions a prediction of each nonterminal adds (its rules' first positions).
-        self._predicted: list[tuple[int, ...]] = [tuple(first_pos[ri] for ri in rl) for rl in self.rules_by_lhs]
-        # Rows are kept only as what later rows need from them, in parallel lists (no
-        # object per row, so the garbage collector has little to scan).
-        # `row_advanced[r][sym]` holds the items of row r with `sym` after the dot, already
-        # moved past it: completing `sym` later, or scanning it when it is a lexeme, adds
-        # exactly these. The items themselves are not kept.
-        self.row_advanced: list[dict[int, tuple[tuple[int, int], ...]]] = []
-        self.row_allowed: list[frozenset[int]] = []  # shared: one object per distinct set
-        self.row_accepting: list[bool] = []
-        self.row_parent: list[int] = []
-        self.row_depth: list[int] = []
-        self._lexeme_sets: dict[frozenset[int], frozenset[int]] = {}
-        self._predictions: dict[int, tuple[tuple[int, ...], frozenset[int]]] = {}
-        self._children: dict[tuple[int, int], int] = {}
+        # Prediction closures, computed on demand, as ranges of flat pools (-1: not yet).
+        self.pred_start = np.full(n_nt + 1, -1, dtype=np.int64)
+        self.pred_end = np.full(n_nt + 1, -1, dtype=np.int64)
+        self.prednt_start = np.full(n_nt + 1, -1, dtype=np.int64)
+        self.prednt_end = np.full(n_nt + 1, -1, dtype=np.int64)
+        self.pred_pool = np.zeros(256, dtype=np.int64)
+        self.prednt_pool = np.zeros(256, dtype=np.int64)
+        self._pred_used = 0
+        self._prednt_used = 0
+        # Rows live in flat pools (see build_row_py): no Python object per row or item,
+        # so the garbage collector has nothing to scan however many rows there are.
+        self.num_rows = 0
+        self.row_start = np.zeros(64, dtype=np.int64)
+        self.row_end = np.zeros(64, dtype=np.int64)
+        self.row_accepting = np.zeros(64, dtype=np.bool_)
+        self.adv_sym = np.zeros(1024, dtype=np.int32)
+        self.adv_pos = np.zeros(1024, dtype=np.int32)
+        self.adv_origin = np.zeros(1024, dtype=np.int32)
+        self.pool_used = 0
+        # Scratch for one row build, grown (doubling) when a row needs more.
+        self._pstamp = np.full(len(dot_symbol), -1, dtype=np.int64)
+        self._ntstamp = np.full(n_nt + 1, -1, dtype=np.int64)
+        self._size_scratch(256)
+        self._epoch = 0
+        self.last_allowed: tuple[int, np.ndarray] = (-1, np.zeros(0, dtype=np.int64))
+        self._lexeme_arrays: dict[int, np.ndarray] = {}
+        self._allowed: dict[int, frozenset[int]] = {}
+        self._no_lexemes = np.zeros(0, dtype=np.int64)
         self.steps_used = 0
-        self.root = self._make_row([(first_pos[-1], 0)], parent=-1)
+        kernel = np.array([first_pos[-1]], dtype=np.int64)
+        self.root = self._make_row(-1, self._no_lexemes, kernel, np.zeros(1, dtype=np.int64))
 
     # Rows -------------------------------------------------------------------------
-    def _make_row(self, kernel: list[tuple[int, int]], parent: int) -> int:
-        row_id = len(self.row_advanced)
-        dot_symbol = self._dot_symbol
-        dot_rule = self._dot_rule
-        rule_lhs = self._rule_lhs
-        nullable = self.nullable
-        row_advanced = self.row_advanced
-        max_items = self.limits.max_items_per_row
-        # Items that started in this row (predictions) depend only on which nonterminals
-        # are predicted: they come as precomputed closures, as bare positions. Only the
-        # items that started earlier are closed over one by one.
-        items: list[tuple[int, int]] = []
-        seen: set[tuple[int, int]] = set()
-        predicted_nts: set[int] = set()
-        predicted: list[int] = []
-        predicted_seen: set[int] = set()
-        for it in kernel:
-            if it not in seen:
-                seen.add(it)
-                items.append(it)
-        j = 0
-        while j < len(items):
-            pos, origin = items[j]
-            j += 1
-            sym = dot_symbol[pos]
-            if sym == END:
-                if origin == row_id:
-                    continue  # an empty derivation: Aycock-Horspool advanced over it at prediction
-                for it in row_advanced[origin].get(rule_lhs[dot_rule[pos]], ()):
-                    if it not in seen:
-                        seen.add(it)
-                        items.append(it)
-            elif sym >= 0:
-                if sym not in predicted_nts:
-                    positions, nts = self._prediction(sym)
-                    predicted_nts.update(nts)
-                    for p in positions:
-                        if p not in predicted_seen:
-                            predicted_seen.add(p)
-                            predicted.append(p)
-                if nullable[sym]:
-                    it = (pos + 1, origin)
-                    if it not in seen:
-                        seen.add(it)
-                        items.append(it)
-            if len(items) + len(predicted) > max_items:
-                raise LimitExceeded("max_items_per_row", max_items, "grammar too ambiguous")
-        items.extend((p, row_id) for p in predicted)
-        advanced: dict[int, list[tuple[int, int]]] = {}
-        allowed = set()
-        accepting = False
-        for pos, origin in items:
-            sym = dot_symbol[pos]
-            if sym == END:
-                if pos == self.accept_pos and origin == 0:
-                    accepting = True
-                continue
-            lst = advanced.get(sym)
-            if lst is None:
-                advanced[sym] = [(pos + 1, origin)]
+    def _make_row(self, parent: int, lexemes: np.ndarray, kpos: np.ndarray, korigin: np.ndarray) -> int:
+        row_id = self.num_rows
+        if row_id >= self.row_start.shape[0]:
+            grow = 2 * self.row_start.shape[0]
+            self.row_start = _grown(self.row_start, grow)
+            self.row_end = _grown(self.row_end, grow)
+            self.row_accepting = _grown(self.row_accepting, grow)
+        while True:
+            self._epoch += 1
+            args = (
+                row_id, self._epoch, parent, lexemes, kpos, korigin, kpos.shape[0],
+                self.dot_symbol, self.dot_lhs, self.nullable, self.accept_pos,
+                self.pred_start, self.pred_end, self.pred_pool, self.prednt_start, self.prednt_end, self.prednt_pool,
+                self.row_start, self.row_end, self.row_accepting, self.adv_sym, self.adv_pos, self.adv_origin,
+                self.pool_used, self._hkeys, self._hstamp, self._pstamp, self._ntstamp,
+                self._work_pos, self._work_origin, self._item_pos, self._item_origin, self._pred_list,
+                self._allowed_out, self.limits.max_items_per_row,
+            )
+            build = self._build
+            if build is None:
+                build = self._build = compiled_for(self._build_fn, args)
+            status, value, n_allowed = build(*args)
+            if status == ROW_BUILT:
+                self.pool_used += int(value)
+                self.num_rows += 1
+                # What the recognizer asks next, for the row it just made.
+                self.last_allowed = (row_id, self._allowed_out[:n_allowed].copy())
+                return row_id
+            if status == NEED_PREDICTION:
+                self._add_prediction(int(value))
+            elif status == NOTHING_SCANS:
+                return -1
+            elif status == NEED_POOL:
+                grow = max(self.pool_used + int(value), 2 * self.adv_sym.shape[0])
+                self.adv_sym = _grown(self.adv_sym, grow)
+                self.adv_pos = _grown(self.adv_pos, grow)
+                self.adv_origin = _grown(self.adv_origin, grow)
+            elif status == NEED_SCRATCH and self._item_pos.shape[0] <= self.limits.max_items_per_row:
+                self._size_scratch(2 * self._item_pos.shape[0])
             else:
-                lst.append((pos + 1, origin))
-            if sym < 0:
-                allowed.add(~sym)
-        frozen = frozenset(allowed)
-        frozen = self._lexeme_sets.setdefault(frozen, frozen)
-        row_advanced.append({k: tuple(v) for k, v in advanced.items()})
-        self.row_allowed.append(frozen)
-        self.row_accepting.append(accepting)
-        self.row_parent.append(parent)
-        self.row_depth.append(0 if parent < 0 else self.row_depth[parent] + 1)
-        return row_id
+                raise LimitExceeded("max_items_per_row", self.limits.max_items_per_row, "grammar too ambiguous")
 
-    def _prediction(self, nt: int) -> tuple[tuple[int, ...], frozenset[int]]:
-        """(positions, nonterminals) that predicting `nt` adds to a row, with the origin
-        that row: its rules' first positions, transitively, and past nullable symbols."""
-        hit = self._predictions.get(nt)
-        if hit is not None:
-            return hit
-        dot_symbol, nullable = self._dot_symbol, self.nullable
+    def _size_scratch(self, items: int) -> None:
+        self._hkeys = np.zeros(_pow2_at_least(4 * items), dtype=np.int64)
+        self._hstamp = np.full(self._hkeys.shape[0], -1, dtype=np.int64)
+        self._work_pos = np.zeros(4 * items, dtype=np.int64)
+        self._work_origin = np.zeros(4 * items, dtype=np.int64)
+        self._item_pos = np.zeros(items, dtype=np.int64)
+        self._item_origin = np.zeros(items, dtype=np.int64)
+        self._pred_list = np.zeros(items + self._pstamp.shape[0], dtype=np.int64)
+        self._allowed_out = np.zeros(items + self._pstamp.shape[0], dtype=np.int64)
+
+    def _add_prediction(self, nt: int) -> None:
+        """Stores the (positions, nonterminals) that predicting `nt` adds to a row, with
+        the origin that row: its rules' first positions, transitively, and past nullable
+        symbols. Computed once per nonterminal per grammar."""
+        dot_symbol, nullable = self._dot_symbol, self._nullable_list
         positions: list[int] = []
         seen: set[int] = set()
-        nts = {nt}
+        nts = [nt]
+        nts_seen = {nt}
         todo = [nt]
         while todo:
             stack = list(self._predicted[todo.pop()])
@@ -182,40 +356,78 @@ class EarleyParser:
                 positions.append(p)
                 sym = dot_symbol[p]
                 if sym != END and sym >= 0:
-                    if sym not in nts:
-                        nts.add(sym)
+                    if sym not in nts_seen:
+                        nts_seen.add(sym)
+                        nts.append(sym)
                         todo.append(sym)
                     if nullable[sym]:
                         stack.append(p + 1)
-        hit = (tuple(positions), frozenset(nts))
-        self._predictions[nt] = hit
-        return hit
+        self.pred_pool, self.pred_start[nt], self.pred_end[nt], self._pred_used = _append(
+            self.pred_pool, self._pred_used, positions)
+        self.prednt_pool, self.prednt_start[nt], self.prednt_end[nt], self._prednt_used = _append(
+            self.prednt_pool, self._prednt_used, nts)
 
     def scan(self, row_id: int, lexset_id: int, lexemes: frozenset[int]) -> int:
-        """The row after scanning any of `lexemes` in row `row_id`, or -1 if none is expected."""
-        key = (row_id, lexset_id)
-        child = self._children.get(key)
-        if child is not None:
-            return child
+        """The row after scanning any of `lexemes` in row `row_id`, or -1 if none is expected.
+        Every call builds a new row: callers keep the answer (the recognizer's step table)."""
         self.steps_used += 1
         if self.steps_used > self.limits.parser_fuel:
             raise LimitExceeded("parser_fuel", self.limits.parser_fuel, "too many Earley rows built")
-        advanced = self.row_advanced[row_id]
-        kernel = []
-        for lx in lexemes:
-            kernel.extend(advanced.get(~lx, ()))
-        child = self._make_row(kernel, row_id) if kernel else -1
-        self._children[key] = child
-        return child
+        arr = self._lexeme_arrays.get(lexset_id)
+        if arr is None or arr.shape[0] != len(lexemes):
+            arr = np.array(sorted(lexemes), dtype=np.int64)
+            self._lexeme_arrays[lexset_id] = arr
+        return self._make_row(row_id, arr, self._no_lexemes, self._no_lexemes)
+
+    def allowed_array(self, row_id: int) -> np.ndarray:
+        """The lexemes row `row_id` expects, sorted (int64)."""
+        if self.last_allowed[0] == row_id:
+            return self.last_allowed[1]
+        lo, hi = int(self.row_start[row_id]), int(self.row_end[row_id])
+        syms = self.adv_sym[lo:hi]
+        n = int(np.searchsorted(syms, 0))  # lexemes are the negative symbols, first
+        return np.unique(-1 - syms[:n])
 
     def allowed_lexemes(self, row_id: int) -> frozenset[int]:
-        return self.row_allowed[row_id]
+        hit = self._allowed.get(row_id)
+        if hit is None:
+            hit = frozenset(self.allowed_array(row_id).tolist())
+            if len(self._allowed) < 4096:
+                self._allowed[row_id] = hit
+        return hit
 
     def is_accepting(self, row_id: int) -> bool:
-        return self.row_accepting[row_id]
+        return bool(self.row_accepting[row_id])
+
+    def row_items(self, row_id: int) -> list[tuple[int, int, int]]:
+        """(symbol, advanced position, origin) entries of a row, sorted; for tests."""
+        lo, hi = int(self.row_start[row_id]), int(self.row_end[row_id])
+        return sorted(zip(self.adv_sym[lo:hi].tolist(), self.adv_pos[lo:hi].tolist(), self.adv_origin[lo:hi].tolist()))
 
     def expected_names(self, row_id: int) -> list[str]:
-        return sorted(self.grammar.lexemes[i].name for i in self.row_allowed[row_id])
+        return sorted(self.grammar.lexemes[i].name for i in self.allowed_lexemes(row_id))
+
+
+def _pow2_at_least(n: int) -> int:
+    p = 1
+    while p < n:
+        p <<= 1
+    return p
+
+
+def _grown(arr: np.ndarray, size: int) -> np.ndarray:
+    out = np.zeros(size, dtype=arr.dtype)
+    out[: arr.shape[0]] = arr
+    return out
+
+
+def _append(pool: np.ndarray, used: int, values: list[int]):
+    """(pool, start, end, used) after appending `values` to a growable pool."""
+    end = used + len(values)
+    if end > pool.shape[0]:
+        pool = _grown(pool, max(end, 2 * pool.shape[0]))
+    pool[used:end] = values
+    return pool, used, end, end
 
 
 def _productive(g: Grammar) -> list[bool]:

@@ -57,6 +57,7 @@ class Recognizer:
         self.step_keys = np.full(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
         self.step_vals = np.full(1 << self.step_bits, NO_ROW, dtype=np.int32)
         self.step_count = 0
+        self._start_states: dict[tuple[bytes, bool], int] = {}
         self._register_row(self.parser.root)
 
     @classmethod
@@ -85,11 +86,18 @@ class Recognizer:
             acc[: self.row_accepting.shape[0]] = self.row_accepting
             self.row_lexstate, self.row_accepting = lex, acc
         if self.row_lexstate[row] == UNKNOWN:
-            allowed = self.parser.allowed_lexemes(row)
+            allowed = self.parser.allowed_array(row)
             # %ignore only between lexemes, as in llguidance: never after the last one
             # (the model should end, not pad), nor before the first unless asked for.
-            with_ignore = bool(allowed) and (row != self.parser.root or self.grammar.allow_initial_skip)
-            self.row_lexstate[row] = self.lexer.initial_state(allowed, with_ignore)
+            with_ignore = bool(allowed.shape[0]) and (row != self.parser.root or self.grammar.allow_initial_skip)
+            # Rows are many and their lexeme sets few: look the start state up by the
+            # set's bytes before building a frozenset for the lexer.
+            key = (allowed.tobytes(), with_ignore)
+            lexstate = self._start_states.get(key)
+            if lexstate is None:
+                lexstate = self.lexer.initial_state(frozenset(allowed.tolist()), with_ignore)
+                self._start_states[key] = lexstate
+            self.row_lexstate[row] = lexstate
             self.row_accepting[row] = self.parser.is_accepting(row)
 
     def scan(self, row: int, lexset: int) -> int:

@@ -1,0 +1,137 @@
+"""The Earley parser's rows: the compiled row builder against its plain-Python twin,
+and both against a textbook Earley recognizer written independently here."""
+
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from midword.engine.grammar import GrammarBuilder
+from midword.engine.limits import LimitExceeded, Limits
+from midword.engine.parser import EarleyParser
+
+import pytest
+
+N_LEXEMES = 4
+
+
+@st.composite
+def grammars(draw):
+    """Random BNF over a few lexemes, with empty rules, left and right recursion."""
+    b = GrammarBuilder()
+    lexemes = [b.lexeme(f"L{i}", chr(ord("a") + i), literal=chr(ord("a") + i).encode()) for i in range(N_LEXEMES)]
+    nts = [b.nonterminal(f"n{i}") for i in range(draw(st.integers(1, 5)))]
+    symbols = lexemes + nts
+    for nt in nts:
+        for _ in range(draw(st.integers(1, 3))):
+            b.rule(nt, draw(st.lists(st.sampled_from(symbols), max_size=4)))
+        b.rule(nt, [draw(st.sampled_from(lexemes))])  # keeps every nonterminal productive
+    return b.build(nts[0])
+
+
+def textbook(grammar, seq):
+    """(accepts seq, lexemes that may come next): Earley sets closed to a fixpoint, so
+    nullable symbols need no special rule."""
+    rules = [(r.lhs, tuple(r.rhs)) for r in grammar.rules]
+    start = grammar.start
+
+    def close(items, i, chart):
+        items = set(items)
+        changed = True
+        while changed:
+            changed = False
+            for (ri, dot, origin) in list(items):
+                lhs, rhs = rules[ri]
+                if dot < len(rhs) and rhs[dot] >= 0:
+                    for rj, (l2, _) in enumerate(rules):
+                        if l2 == rhs[dot] and (rj, 0, i) not in items:
+                            items.add((rj, 0, i))
+                            changed = True
+                elif dot == len(rhs):
+                    source = items if origin == i else chart[origin]
+                    for (rk, d2, o2) in list(source):
+                        l3, rhs3 = rules[rk]
+                        if d2 < len(rhs3) and rhs3[d2] == lhs and (rk, d2 + 1, o2) not in items:
+                            items.add((rk, d2 + 1, o2))
+                            changed = True
+        return items
+
+    chart = [close({(ri, 0, 0) for ri, (lhs, _) in enumerate(rules) if lhs == start}, 0, [])]
+    for i, lx in enumerate(seq):
+        nxt = {(ri, dot + 1, o) for (ri, dot, o) in chart[i]
+               if dot < len(rules[ri][1]) and rules[ri][1][dot] == ~lx}
+        chart.append(close(nxt, i + 1, chart))
+    last = chart[-1]
+    accepts = any(rules[ri][0] == start and dot == len(rules[ri][1]) and o == 0 for (ri, dot, o) in last)
+    allowed = {~rules[ri][1][dot] for (ri, dot, o) in last if dot < len(rules[ri][1]) and rules[ri][1][dot] < 0}
+    return accepts, allowed
+
+
+def walk(parser, seq):
+    row = parser.root
+    for lx in seq:
+        row = parser.scan(row, lx, frozenset([lx]))
+        if row < 0:
+            return None
+    return row
+
+
+@settings(max_examples=80, deadline=None)
+@given(grammars(), st.integers(0, 2**32 - 1))
+def test_rows_agree_with_textbook_earley_and_the_twin(grammar, seed):
+    rng = random.Random(seed)
+    compiled = EarleyParser(grammar)
+    twin = EarleyParser(grammar, use_jit=False)
+    seq: list[int] = []
+    for _ in range(12):
+        row = walk(compiled, seq)
+        accepts, allowed = textbook(grammar, seq)
+        assert row is not None
+        assert compiled.is_accepting(row) == accepts, seq
+        assert compiled.allowed_lexemes(row) == allowed, seq
+        twin_row = walk(twin, seq)
+        assert compiled.row_items(row) == twin.row_items(twin_row)
+        # A lexeme the row does not expect scans to nothing.
+        for lx in range(N_LEXEMES):
+            if lx not in allowed:
+                assert compiled.scan(row, lx, frozenset([lx])) == -1
+        if not allowed:
+            break
+        seq.append(rng.choice(sorted(allowed)))
+
+
+def test_scanning_a_set_of_lexemes_unions_their_items():
+    b = GrammarBuilder()
+    a, c = b.lexeme("A", "a", literal=b"a"), b.lexeme("C", "c", literal=b"c")
+    s, x, y = b.nonterminal("s"), b.nonterminal("x"), b.nonterminal("y")
+    b.rule(s, [x]), b.rule(s, [y])
+    b.rule(x, [a, a]), b.rule(y, [c, c])
+    p = EarleyParser(b.build(s))
+    both = p.scan(p.root, 99, frozenset([0, 1]))
+    assert p.allowed_lexemes(both) == {0, 1}
+    only_a = p.scan(both, 0, frozenset([0]))
+    assert p.is_accepting(only_a) and p.allowed_lexemes(only_a) == frozenset()
+
+
+def test_rows_grow_past_their_first_scratch_and_pool_sizes():
+    # One nonterminal with 2,000 alternatives: the first row holds them all.
+    b = GrammarBuilder()
+    lexemes = [b.lexeme(f"K{i}", f"k{i}x", literal=f"k{i}x".encode()) for i in range(2000)]
+    s = b.nonterminal("s")
+    for lx in lexemes:
+        b.rule(s, [lx, lx])
+    p = EarleyParser(b.build(s))
+    assert len(p.allowed_lexemes(p.root)) == 2000
+    row = p.scan(p.root, 7, frozenset([7]))
+    assert p.allowed_lexemes(row) == {7}
+    assert p.is_accepting(p.scan(row, 7, frozenset([7])))
+
+
+def test_row_item_limit_is_a_limit_error():
+    b = GrammarBuilder()
+    lexemes = [b.lexeme(f"K{i}", f"k{i}x", literal=f"k{i}x".encode()) for i in range(300)]
+    s = b.nonterminal("s")
+    for lx in lexemes:
+        b.rule(s, [lx])
+    with pytest.raises(LimitExceeded, match="max_items_per_row"):
+        EarleyParser(b.build(s), Limits(max_items_per_row=100))
