@@ -48,27 +48,32 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
     """
     slot_mask = step_keys.shape[0] - 1
     n_ranges = ranges.shape[0]
+    # Counted in a local: a store to stats on every node kept the compiled loop from
+    # holding the count in a register.
+    visited = 0
     while range_idx < n_ranges:
         end_node = ranges[range_idx, 1]
         while node < end_node:
             depth = node_depth[node]
             lexstate = stack_lex[depth - 1]
-            row = stack_row[depth - 1]
             byte = node_byte[node]
-            stats[0] += 1
+            visited += 1
             nxt = lex_table[lexstate, byte]
-            if nxt == UNKNOWN:
-                return NEED_LEXER, range_idx, node, lexstate, byte
-            if nxt == DEAD:
+            if nxt <= 0:  # UNKNOWN or DEAD: both rare inside a lexeme, one test for both
+                if nxt == UNKNOWN:
+                    stats[0] += visited
+                    return NEED_LEXER, range_idx, node, lexstate, byte
                 accepted = lex_accept[lexstate]
                 if accepted == NO_ACCEPT:
                     node += subtree_size[node]
                     continue
+                row = stack_row[depth - 1]
                 if accepted != IGNORE_ONLY:
                     key = (row << LEXSET_BITS) | accepted
                     slot = (row * 1000003 + accepted * 7919) & slot_mask
                     while step_keys[slot] != key:
                         if step_keys[slot] == STEP_EMPTY:
+                            stats[0] += visited
                             return NEED_PARSER, range_idx, node, row, accepted
                         slot = (slot + 1) & slot_mask
                     row = step_vals[slot]
@@ -78,21 +83,29 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
                 start = row_lexstate[row]
                 nxt = lex_table[start, byte]
                 if nxt == UNKNOWN:
+                    stats[0] += visited
                     return NEED_LEXER, range_idx, node, start, byte
                 if nxt == DEAD:
                     node += subtree_size[node]
                     continue
+                stack_row[depth] = row
+            else:
+                stack_row[depth] = stack_row[depth - 1]
             stack_lex[depth] = nxt
-            stack_row[depth] = row
-            for k in range(tok_start[node], tok_end[node]):
-                t = node_tokens[k]
-                mask[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+            first = tok_start[node]
+            last = tok_end[node]
+            if first < last:
+                for k in range(first, last):
+                    t = node_tokens[k]
+                    mask[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
                 if stop_at_first:
+                    stats[0] += visited
                     return DONE, range_idx, node, 1, 0
             node += 1
         range_idx += 1
         if range_idx < n_ranges:
             node = ranges[range_idx, 0]
+    stats[0] += visited
     return DONE, range_idx, node, 0, 0
 
 
@@ -181,7 +194,7 @@ class MaskWalker:
             if status == NEED_LEXER:
                 lexer.step(int(a), int(b))
             else:
-                child = rec.scan(int(a), int(b))
+                child = rec.scan_missing(int(a), int(b))
                 if child >= 0:
                     # The node's byte starts the child row's first lexeme: fill that
                     # entry now rather than return for it next.

@@ -110,6 +110,11 @@ class Recognizer:
             if keys[slot] == key:
                 return int(self.step_vals[slot])
             slot = (slot + 1) & ((1 << bits) - 1)
+        return self.scan_missing(row, lexset)
+
+    def scan_missing(self, row: int, lexset: int) -> int:
+        """`scan` for a step the caller found missing from the step table (the mask walk)."""
+        key = (row << LEXSET_BITS) | lexset
         if lexset >= (1 << LEXSET_BITS):
             raise OverflowError("too many distinct lexeme sets")
         child = self.parser.scan(row, lexset, self.lexer.lexsets[lexset])
