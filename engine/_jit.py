@@ -15,6 +15,18 @@ def njit(fn):
     return numba.njit(cache=True, nogil=True)(fn)
 
 
+_compiled: dict = {}
+
+
+def _shape_key(value):
+    # What numba's type of an argument depends on, read without numba's typeof
+    # (which costs more than the whole row build for a small grammar).
+    flags = getattr(value, "flags", None)
+    if flags is None:
+        return type(value)
+    return (value.dtype.char, value.ndim, flags.c_contiguous, flags.writeable)
+
+
 def compiled_for(fn, args):
     """`fn` compiled for exactly the types of `args`, called without numba's dispatcher.
 
@@ -25,6 +37,11 @@ def compiled_for(fn, args):
     parser do with arrays they own. A plain-Python twin is returned as it is."""
     if not hasattr(fn, "compile"):
         return fn
-    import numba
+    key = (fn, tuple(_shape_key(a) for a in args))
+    entry = _compiled.get(key)
+    if entry is None:
+        import numba
 
-    return fn.compile(tuple(numba.typeof(a) for a in args))
+        entry = fn.compile(tuple(numba.typeof(a) for a in args))
+        _compiled[key] = entry
+    return entry
