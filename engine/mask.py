@@ -225,6 +225,12 @@ class MaskWalker:
 
         sliced = self.sliced
         applicable = applicable_slices(self.rec, sliced, int(state[0]))
+        if not any(applicable):
+            # Slice tries repeat the prefixes they share (every trie has its own '"',
+            # ' ', ...), so with no slice to skip the whole trie is the shorter walk.
+            mask = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
+            self._run(self.trie, state, self._full_range, 0, False, mask)
+            return mask, False
         ranges = self._range_cache.get(applicable)
         if ranges is None:
             ranges = sliced.ranges_to_walk(applicable)
