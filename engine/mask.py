@@ -35,16 +35,28 @@ from .trie import TokenTrie, mask_words
 DONE = 0
 NEED_LEXER = 1  # (lexer state, byte) missing from the lexer table
 NEED_PARSER = 2  # (row, lexeme set) missing from the parser step table
+NEED_SPACE = 3  # the frontier array is full
 
 
 def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens,
             lex_table, lex_accept, row_lexstate, step_keys, step_vals,
-            stack_lex, stack_row, ranges, range_idx, node, stop_at_first, mask, stats):
-    """Walks the trie node ranges `ranges[range_idx:]` ([start, end) rows, all below the
-    same base state on the stacks), starting at `node`; returns (status, range_idx, node, a, b).
+            stack_lex, stack_row, ranges, range_idx, node, stop_at_first, mask, stats,
+            base_row, frontier, frontier_count, record_frontier):
+    """Walks the trie node ranges `ranges[range_idx:]`, starting at `node`; returns
+    (status, range_idx, node, a, b).
+
+    A range is [start, end, lexer state]: when the lexer state is -1 the nodes sit
+    below the base state already on the stacks, else the range is a subtree whose
+    parent is in that lexer state and row `base_row` (a frontier, see below).
 
     With `stop_at_first`, returns (DONE, range_idx, node, 1, 0) at the first allowed
     token's node. stats[0] counts visited nodes.
+
+    With `record_frontier`, the walk never leaves the current lexeme: a node whose
+    byte would end it is recorded in `frontier[frontier_count[0]]` as a range
+    [node, end of its subtree, lexer state before it], not walked. What lies inside
+    the lexeme depends only on the lexer state; the frontier is where the row
+    matters, so a mask for another row in the same lexer state walks only that.
     """
     slot_mask = step_keys.shape[0] - 1
     n_ranges = ranges.shape[0]
@@ -53,6 +65,10 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
     visited = 0
     while range_idx < n_ranges:
         end_node = ranges[range_idx, 1]
+        if node == ranges[range_idx, 0] and ranges[range_idx, 2] >= 0:
+            parent = node_depth[node] - 1
+            stack_lex[parent] = ranges[range_idx, 2]
+            stack_row[parent] = base_row
         while node < end_node:
             depth = node_depth[node]
             lexstate = stack_lex[depth - 1]
@@ -65,6 +81,17 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
                     return NEED_LEXER, range_idx, node, lexstate, byte
                 accepted = lex_accept[lexstate]
                 if accepted == NO_ACCEPT:
+                    node += subtree_size[node]
+                    continue
+                if record_frontier:
+                    c = frontier_count[0]
+                    if c >= frontier.shape[0]:
+                        stats[0] += visited - 1
+                        return NEED_SPACE, range_idx, node, 0, 0
+                    frontier[c, 0] = node
+                    frontier[c, 1] = node + subtree_size[node]
+                    frontier[c, 2] = lexstate
+                    frontier_count[0] = c + 1
                     node += subtree_size[node]
                     continue
                 row = stack_row[depth - 1]
@@ -123,23 +150,27 @@ class MaskCache:
 
     def __init__(self, budget_bytes: int):
         self.budget_bytes = budget_bytes
-        self._items: OrderedDict[tuple, tuple[np.ndarray, bool]] = OrderedDict()
+        self._items: OrderedDict[tuple, tuple] = OrderedDict()
         self._bytes = 0
 
-    def get(self, key: tuple) -> tuple[np.ndarray, bool] | None:
+    def get(self, key: tuple) -> tuple | None:
+        """`(mask, extra)` kept under `key`, or None."""
         hit = self._items.get(key)
-        if hit is not None:
-            self._items.move_to_end(key)
-        return hit
+        if hit is None:
+            return None
+        self._items.move_to_end(key)
+        return hit[0], hit[1]
 
-    def put(self, key: tuple, mask: np.ndarray, sliced: bool) -> None:
-        if mask.nbytes > self.budget_bytes or key in self._items:
+    def put(self, key: tuple, mask: np.ndarray, extra, extra_bytes: int = 0) -> None:
+        """Keeps `(mask, extra)` under `key`; `extra_bytes` is what `extra` holds."""
+        size = mask.nbytes + extra_bytes
+        if size > self.budget_bytes or key in self._items:
             return
-        self._items[key] = (mask, sliced)
-        self._bytes += mask.nbytes
+        self._items[key] = (mask, extra, size)
+        self._bytes += size
         while self._bytes > self.budget_bytes:
-            _, (old, _) = self._items.popitem(last=False)
-            self._bytes -= old.nbytes
+            _, (_, _, old_size) = self._items.popitem(last=False)
+            self._bytes -= old_size
 
     def clear(self) -> None:
         self._items.clear()
@@ -155,28 +186,34 @@ class MaskWalker:
     slice tries when a `SlicedTrie` is given (see slicer.py): all in one compiled call."""
 
     def __init__(self, trie: TokenTrie, rec: Recognizer, use_jit: bool = True, sliced=None,
-                 cache: MaskCache | None = MASK_CACHE):
+                 cache: MaskCache | None = MASK_CACHE, split_at_lexeme: bool = True):
         self.trie = trie
+        self.split_at_lexeme = split_at_lexeme
         self.rec = rec
         self.sliced = sliced
         self._walk_fn = walk_jit if use_jit else walk_py
         self.walk = None  # compiled for the argument types at the first walk
         self.cache = cache
         # Walk variants stay apart in the cache, so tests comparing them compare walks.
-        self._cache_prefix = (rec.uid, trie.fingerprint, use_jit, None if sliced is None else sliced.regexes)
+        self._cache_prefix = (rec.uid, trie.fingerprint, use_jit, None if sliced is None else sliced.regexes,
+                              split_at_lexeme)
         depth = trie.max_depth + 2
         self.stack_lex = np.zeros(depth, dtype=np.int64)
         self.stack_row = np.zeros(depth, dtype=np.int64)
         self.stats = np.zeros(1, dtype=np.int64)
         self.last_sliced = False
-        self._full_range = np.array([[1, trie.num_nodes]], dtype=np.int64)
+        self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
         self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
+        self._frontier = np.zeros((256, 3), dtype=np.int64)
+        self._frontier_count = np.zeros(1, dtype=np.int64)
+        self._prefix_key = self._cache_prefix + ("inside lexeme",)
 
     def _run(self, trie: TokenTrie, state, ranges: np.ndarray, base_depth: int, stop_at_first: bool,
-             mask: np.ndarray) -> bool:
+             mask: np.ndarray, record_frontier: bool = False) -> bool:
         rec = self.rec
         self.stack_lex[base_depth] = state[0]
         self.stack_row[base_depth] = state[1]
+        self._frontier_count[0] = 0
         range_idx, node = 0, int(ranges[0, 0])
         while True:
             lexer = rec.lexer
@@ -184,6 +221,7 @@ class MaskWalker:
                 trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens,
                 lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
                 self.stack_lex, self.stack_row, ranges, range_idx, node, stop_at_first, mask, self.stats,
+                int(state[1]), self._frontier, self._frontier_count, record_frontier,
             )
             walk = self.walk
             if walk is None:
@@ -193,6 +231,10 @@ class MaskWalker:
                 return bool(a)
             if status == NEED_LEXER:
                 lexer.step(int(a), int(b))
+            elif status == NEED_SPACE:
+                grown = np.zeros((2 * self._frontier.shape[0], 3), dtype=np.int64)
+                grown[: self._frontier.shape[0]] = self._frontier
+                self._frontier = grown
             else:
                 child = rec.scan_missing(int(a), int(b))
                 if child >= 0:
@@ -217,28 +259,66 @@ class MaskWalker:
         return mask
 
     def _compute(self, state) -> tuple[np.ndarray, bool]:
-        if self.sliced is None:
-            mask = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
-            self._run(self.trie, state, self._full_range, 0, False, mask)
-            return mask, False
-        from .slicer import applicable_slices
+        """The mask in two parts. What lies inside the current lexeme depends on the lexer
+        state alone and is kept per lexer state (in the mask cache), with its frontier:
+        the nodes where a lexeme ends and the row decides. A state met again with
+        another row (the next string value, the next array element) walks only the
+        frontier: inside a JSON string, a few hundred nodes instead of thousands."""
+        lexstate = int(state[0])
+        applicable: tuple[bool, ...] = ()
+        if self.sliced is not None:
+            from .slicer import applicable_slices
 
-        sliced = self.sliced
-        applicable = applicable_slices(self.rec, sliced, int(state[0]))
+            applicable = applicable_slices(self.rec, self.sliced, lexstate)
+        if not self.split_at_lexeme:
+            return self._whole_walk(state, applicable), any(applicable)
+        inside = None
+        if self.cache is not None:
+            hit = self.cache.get(self._prefix_key + (lexstate, applicable))
+            if hit is not None:
+                inside, frontier = hit
+        if inside is None:
+            inside, frontier = self._inside_lexeme(lexstate, applicable)
+            if self.cache is not None:
+                self.cache.put(self._prefix_key + (lexstate, applicable), inside, frontier, extra_bytes=frontier.nbytes)
+        mask = inside.copy()
+        if frontier.shape[0]:
+            trie = self.sliced.forest if any(applicable) else self.trie
+            self._run(trie, state, frontier, 0, False, mask)
+        return mask, any(applicable)
+
+    def _inside_lexeme(self, lexstate: int, applicable: tuple[bool, ...]) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens allowed without leaving the lexeme, frontier ranges) from `lexstate`."""
+        trie, ranges, mask = self._walk_plan(applicable)
+        if ranges.shape[0] == 0:
+            return mask, np.zeros((0, 3), dtype=np.int64)
+        # The row plays no part inside a lexeme: any row will do for the stacks.
+        self._run(trie, (lexstate, 0), ranges, 0, False, mask, record_frontier=True)
+        return mask, self._frontier[: int(self._frontier_count[0])].copy()
+
+    def _whole_walk(self, state, applicable: tuple[bool, ...]) -> np.ndarray:
+        """The mask in one walk, lexeme boundaries and all (split_at_lexeme=False)."""
+        trie, ranges, mask = self._walk_plan(applicable)
+        if ranges.shape[0]:
+            self._run(trie, state, ranges, 0, False, mask)
+        return mask
+
+    def _walk_plan(self, applicable: tuple[bool, ...]) -> tuple[TokenTrie, np.ndarray, np.ndarray]:
+        """(trie, node ranges to walk, mask of the slices allowed whole)."""
         if not any(applicable):
             # Slice tries repeat the prefixes they share (every trie has its own '"',
             # ' ', ...), so with no slice to skip the whole trie is the shorter walk.
+            trie, ranges = self.trie, self._full_range
             mask = np.zeros(mask_words(self.trie.vocab_size), dtype=np.uint32)
-            self._run(self.trie, state, self._full_range, 0, False, mask)
-            return mask, False
-        ranges = self._range_cache.get(applicable)
-        if ranges is None:
-            ranges = sliced.ranges_to_walk(applicable)
-            self._range_cache[applicable] = ranges
-        mask = sliced.mask_of(applicable)
-        if ranges.shape[0]:
-            self._run(sliced.forest, state, ranges, 0, False, mask)
-        return mask, any(applicable)
+        else:
+            trie = self.sliced.forest
+            ranges = self._range_cache.get(applicable)
+            if ranges is None:
+                two = self.sliced.ranges_to_walk(applicable)
+                ranges = np.concatenate([two, np.full((two.shape[0], 1), -1, dtype=np.int64)], axis=1)
+                self._range_cache[applicable] = ranges
+            mask = self.sliced.mask_of(applicable)
+        return trie, ranges, mask
 
     def any_extension(self, state, node: int) -> bool:
         """Whether some token strictly below trie node `node` is allowed, when `state` is
@@ -255,7 +335,7 @@ class MaskWalker:
         return mask
 
     def _subtree_range(self, node: int) -> np.ndarray:
-        return np.array([[node + 1, node + int(self.trie.subtree_size[node])]], dtype=np.int64)
+        return np.array([[node + 1, node + int(self.trie.subtree_size[node]), -1]], dtype=np.int64)
 
 
 def reference_mask(rec: Recognizer, state, token_bytes: list[bytes], excluded, tokens=None) -> np.ndarray:

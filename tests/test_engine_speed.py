@@ -6,6 +6,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from toy import toy
 
 from midword.engine import regex as regex_module
@@ -70,6 +72,48 @@ def test_cached_masks_equal_fresh_walks_and_belong_to_the_caller():
             t = rng.choice(allowed)
             m.consume_token(t)
             fresh.consume_token(t)
+
+
+def test_masks_split_at_the_lexeme_equal_whole_walks_on_a_real_tokenizer():
+    # Inside-lexeme parts are kept per lexer state and reused for every row that meets
+    # it again (each string value, each array element): the masks must not change.
+    from midword.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained("llama3")
+    schema = {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}},
+        "n": {"type": "array", "items": {"type": "integer"}}, "name": {"type": "string"}}}
+    text = '{"tags": ["a", "bb", "a\\n", "dd"], "n": [1, 22, 333], "name": "x\\"y"}'
+    g = Grammar.from_json_schema(schema)
+    split = Matcher(tok, g)
+    whole = Matcher(tok, g)
+    whole.walker.split_at_lexeme = False
+    whole.walker._cache_prefix += ("whole",)
+    for t in tok.encode(text):
+        assert np.array_equal(split.compute_mask(), whole.compute_mask())
+        split.consume_token(t)
+        whole.consume_token(t)
+    assert np.array_equal(split.compute_mask(), whole.compute_mask())
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 2**32 - 1))
+def test_masks_split_at_the_lexeme_equal_whole_walks_along_random_walks(seed):
+    g = grammar()
+    rng = random.Random(seed)
+    split, whole = Matcher(TOY, g), Matcher(TOY, g)
+    whole.walker.split_at_lexeme = False
+    whole.walker.cache = None
+    for _ in range(16):
+        got = split.compute_mask()
+        assert np.array_equal(got, whole.compute_mask())
+        allowed = [int(t) for t in np.flatnonzero(np.unpackbits(got.view(np.uint8), bitorder="little")[:TOY.vocab_size])
+                   if int(t) not in TOY.eos_token_ids]
+        if not allowed:
+            break
+        t = rng.choice(allowed)
+        split.consume_token(t)
+        whole.consume_token(t)
 
 
 def test_walk_variants_do_not_share_cache_entries():
