@@ -55,6 +55,10 @@ class Rule(NamedTuple):
     rhs: tuple[int, ...]
 
 
+# Makes a Rule without the named tuple's __new__, a Python-level call.
+_new_rule = tuple.__new__
+
+
 @dataclass
 class Grammar:
     lexemes: list[Lexeme]
@@ -138,6 +142,7 @@ class GrammarBuilder:
         self.limits = limits
         self.lexemes: list[Lexeme] = []
         self._lexeme_index: dict[tuple[str, str], int] = {}
+        self._literal_index: dict[bytes | str, int] = {}
         self.nonterminals: list[str] = []
         self._nonterminal_index: dict[str, int] = {}
         self.rules: list[Rule] = []
@@ -158,9 +163,17 @@ class GrammarBuilder:
         return lexeme_symbol(idx)
 
     def literal(self, data: bytes | str, name: str | None = None) -> int:
-        if isinstance(data, str):
-            data = data.encode("utf-8")
-        return self.lexeme(name or _literal_name(data), regex_escape_bytes(data), literal=data)
+        # Front ends ask for the same punctuation and keys over and over; the lexeme a
+        # byte string maps to never changes, so it is looked up before it is escaped.
+        if not isinstance(data, (str, bytes)):
+            data = bytes(data)  # a bytearray or memoryview: hashable from here on
+        sym = self._literal_index.get(data)
+        if sym is not None:
+            return sym
+        raw = data.encode("utf-8") if isinstance(data, str) else data
+        sym = self.lexeme(name or _literal_name(raw), regex_escape_bytes(raw), literal=raw)
+        self._literal_index[data] = sym
+        return sym
 
     def nonterminal(self, name: str, *, fresh: bool = False) -> int:
         """Symbol for a nonterminal; `fresh=True` makes a new one even if the name exists."""
@@ -185,10 +198,14 @@ class GrammarBuilder:
     def rule(self, lhs: int, rhs: Sequence[int]) -> None:
         if lhs < 0:
             raise ValueError("the left-hand side of a rule must be a nonterminal")
-        rule = Rule(lhs, tuple(rhs))
-        if rule in self._rule_set:
+        rule = _new_rule(Rule, (lhs, tuple(rhs)))
+        # One hash of the rule, not two (`in`, then `add`): rules are built by the
+        # hundred thousand, and tuples do not cache their hash.
+        seen = self._rule_set
+        before = len(seen)
+        seen.add(rule)
+        if len(seen) == before:
             return
-        self._rule_set.add(rule)
         self.rules.append(rule)
         self._size += 1 + len(rule.rhs)
         if self._size > self.limits.max_grammar_size:
@@ -263,16 +280,16 @@ def regex_escape_bytes(data: bytes) -> str:
     except UnicodeDecodeError:
         # Not text: the lexer matches `Lexeme.literal` byte for byte; this string only names it.
         return "(?#bytes:" + data.hex() + ")"
-    out = []
-    for ch in text:
-        o = ord(ch)
-        if o >= 0x80 or ch.isalnum() or ch == "_":
-            out.append(ch)
-        elif 0x20 < o < 0x7F:
-            out.append("\\" + ch)
-        else:
-            out.append(f"\\x{o:02x}")
-    return "".join(out)
+    return text.translate(_ESCAPE_TABLE)
+
+
+# What regex_escape_bytes writes for each ASCII character that is not a word character
+# (everything else stands for itself); str.translate applies it without a Python loop.
+_ESCAPE_TABLE = {
+    o: ("\\" + chr(o) if 0x20 < o < 0x7F else f"\\x{o:02x}")
+    for o in range(0x80)
+    if not (chr(o).isalnum() or chr(o) == "_")
+}
 
 
 def validate(g: Grammar) -> None:

@@ -54,7 +54,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
 from typing import Any, Iterable
 
-from .grammar import Grammar, GrammarBuilder, regex_escape_bytes
+from .grammar import Grammar, GrammarBuilder, Rule, _new_rule, regex_escape_bytes
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 
 __all__ = [
@@ -161,6 +161,23 @@ _TYPE_KIND = {
     "string": "str", "array": "arr", "object": "obj",
 }
 _ALL_KINDS = frozenset(_TYPE_KIND.values())
+# Every keyword that _typed (and the per-type methods under it) reads besides `type`.
+_TYPE_KEYWORDS = frozenset(
+    """minimum maximum exclusiveMinimum exclusiveMaximum multipleOf minLength maxLength pattern format
+    prefixItems items additionalItems unevaluatedItems minItems maxItems uniqueItems contains minContains
+    maxContains properties patternProperties additionalProperties unevaluatedProperties required
+    minProperties maxProperties propertyNames""".split()
+)
+
+# Keywords holding subschemas, by shape: "map" (name -> schema), "list" (a schema or a
+# list of them), "one" (a schema).
+_SUBSCHEMA_SHAPE = {
+    **dict.fromkeys(("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"),
+                    "map"),
+    **dict.fromkeys(("items", "prefixItems", "allOf", "anyOf", "oneOf"), "list"),
+    **dict.fromkeys(("additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
+                     "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contentSchema"), "one"),
+}
 
 # Bounds on work for adversarial schemas (the grammar size itself is bounded by Limits).
 MAX_SCHEMA_DEPTH = 200
@@ -253,6 +270,19 @@ def _ptr(path: tuple) -> str:
     return "#" + "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
 
 
+class _Where:
+    """The pointer of `path`, spelled only if an error message formats it: most
+    subschemas raise nothing, and spelling every pointer costs a share of a compile."""
+
+    __slots__ = ("path",)
+
+    def __init__(self, path: tuple):
+        self.path = path
+
+    def __str__(self) -> str:
+        return _ptr(self.path)
+
+
 def _decode_pointer(fragment: str, where: str) -> tuple:
     if fragment == "":
         return ()
@@ -286,6 +316,11 @@ def _value_key(v: Any):
     if isinstance(v, dict):
         return ("dict", frozenset((k, _value_key(x)) for k, x in v.items()))
     return ("other", repr(v))
+
+
+# A string's `json.dumps(s, ensure_ascii=False)` spelling, without the encoder object
+# json.dumps sets up per call (keys are spelled by the thousand).
+_json_str = json.encoder.encode_basestring
 
 
 def _canon(value: Any) -> str:
@@ -323,19 +358,49 @@ def _cs(ranges: Iterable[tuple[int, int]]) -> tuple:
 
 
 def _cs_complement(s: tuple) -> tuple:
+    """The characters not in `s` (a set as `_cs` makes them: sorted, merged, without
+    surrogates). Its gaps are already sorted and apart, so only the surrogates need
+    cutting out of them."""
     out = []
     prev = 0
     for lo, hi in s:
         if lo > prev:
-            out.append((prev, lo - 1))
+            _add_gap(out, prev, lo - 1)
         prev = hi + 1
     if prev <= _MAX_CP:
-        out.append((prev, _MAX_CP))
-    return _cs(out)
+        _add_gap(out, prev, _MAX_CP)
+    return tuple(out)
+
+
+def _add_gap(out: list, lo: int, hi: int) -> None:
+    if hi < 0xD800 or lo > 0xDFFF:
+        out.append((lo, hi))
+        return
+    if lo < 0xD800:
+        out.append((lo, 0xD7FF))
+    if hi > 0xDFFF:
+        out.append((0xE000, hi))
 
 
 def _cs_intersect(a: tuple, b: tuple) -> tuple:
-    return _cs_complement(_cs(_cs_complement(a) + _cs_complement(b)))
+    """The characters in both sets (sets as `_cs` makes them; so is the result: a
+    range of either set ends where the next character is outside it, so the pieces
+    never touch)."""
+    out = []
+    i = j = 0
+    na, nb = len(a), len(b)
+    while i < na and j < nb:
+        alo, ahi = a[i]
+        blo, bhi = b[j]
+        lo = alo if alo > blo else blo
+        hi = ahi if ahi < bhi else bhi
+        if lo <= hi:
+            out.append((lo, hi))
+        if ahi < bhi:
+            i += 1
+        else:
+            j += 1
+    return tuple(out)
 
 
 _ALL = _cs([(0, _MAX_CP)])
@@ -879,7 +944,7 @@ class _Pattern:
 _pattern_cache: dict[str, _Pattern] = {}
 
 
-def pattern_to_regex(pattern: str, where: str = "#") -> _Pattern:
+def pattern_to_regex(pattern: str, where: "str | _Where" = "#") -> _Pattern:
     """Translate an ECMA-262 `pattern` (unanchored, JSON Schema semantics) into the
     language of strings containing a match, over canonical JSON-encoded text."""
     hit = _pattern_cache.get(pattern)
@@ -1364,7 +1429,7 @@ class _Obj(_Node):
     for other keys, `required` names, a member count range, and `names`: the schema
     every key must satisfy (propertyNames; ANY when unconstrained)."""
 
-    __slots__ = ("props", "patterns", "additional", "required", "min_props", "max_props", "names")
+    __slots__ = ("props", "patterns", "additional", "required", "min_props", "max_props", "names", "_by_name")
 
     def __init__(self, props=(), patterns=(), additional=None, required=(), min_props=0, max_props=None, names=None):
         additional = ANY if additional is None else additional
@@ -1373,12 +1438,22 @@ class _Obj(_Node):
         self.props, self.patterns, self.additional = props, patterns, additional
         self.required, self.min_props, self.max_props = required, min_props, max_props
         self.names = names
+        self._by_name: dict[str, _Node] | None = None
 
     def prop(self, name: str):
-        for k, v in self.props:
-            if k == name:
-                return v
-        return None
+        if len(self.props) < 8:
+            for k, v in self.props:
+                if k == name:
+                    return v
+            return None
+        # Merging and generating ask for every property by name: a scan each would be
+        # quadratic in the number of properties.
+        by_name = self._by_name
+        if by_name is None:
+            by_name = self._by_name = {}
+            for k, v in self.props:
+                by_name.setdefault(k, v)
+        return by_name.get(name)
 
 
 class _Const(_Node):
@@ -1475,7 +1550,7 @@ class _Compiler:
         self.steps = 0
         self.validating = 0
         self._exprs = None
-        self._empty_cache: dict[str, bool] = {}
+        self._empty_cache: dict[str | tuple[str, str], bool] = {}
         self._dfas: dict[str, Any] = {}
         schema_uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
         self.honor_id = not isinstance(schema_uri, str) or "draft-04" in schema_uri or "draft-03" in schema_uri
@@ -1505,6 +1580,27 @@ class _Compiler:
         self._empty_cache[regex] = empty
         return empty
 
+    def regexes_disjoint(self, a: str, b: str) -> bool:
+        """Whether two extended-syntax regexes share no string (unsure: False): the
+        emptiness of `(?:a)&(?:b)`, with each side parsed on its own. oneOf compares
+        every pair of branches, so each regex is parsed (and cached) once, not once
+        per pair inside a combined text."""
+        key = (a, b)
+        hit = self._empty_cache.get(key)
+        if hit is not None:
+            return hit
+        from .regex import ExprSet
+
+        if self._exprs is None:
+            self._exprs = ExprSet.shared(self.limits)
+        exprs = self._exprs
+        try:
+            empty = exprs.is_empty(exprs.and_(exprs.parse(a, "", extended=True), exprs.parse(b, "", extended=True)))
+        except LimitExceeded:
+            empty = False
+        self._empty_cache[key] = empty
+        return empty
+
     def pattern_matches(self, pattern: str, text: str) -> bool:
         """Whether a (translated) pattern finds a match in `text`, in linear time."""
         pr = pattern_to_regex(pattern)
@@ -1519,7 +1615,7 @@ class _Compiler:
 
                 self._exprs = ExprSet.shared(self.limits)
             dfa = self._dfas[pattern] = LazyDFA(self._exprs, self._exprs.parse(pr.json, "", extended=True))
-        return dfa.matches(json.dumps(text, ensure_ascii=False)[1:-1].encode("utf-8"))
+        return dfa.matches(_json_str(text)[1:-1].encode("utf-8"))
 
     # Warnings --------------------------------------------------------------------
     def relax(self, keyword: str, path: tuple, detail: str = "") -> None:
@@ -1558,18 +1654,17 @@ class _Compiler:
         if isinstance(anchor, str):
             self.anchors.setdefault(base + "#" + anchor, (s, base, path))
         for key, v in s.items():
-            if key in ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"):
+            shape = _SUBSCHEMA_SHAPE.get(key)
+            if shape is None:
+                continue
+            if shape == "map":
                 if isinstance(v, dict):
                     for k2, v2 in v.items():
                         self._index(v2, base, path + (key, k2), depth + 1)
-            elif key in ("items", "prefixItems", "allOf", "anyOf", "oneOf"):
-                if isinstance(v, list):
-                    for i, v2 in enumerate(v):
-                        self._index(v2, base, path + (key, i), depth + 1)
-                else:
-                    self._index(v, base, path + (key,), depth + 1)
-            elif key in ("additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
-                         "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contentSchema"):
+            elif shape == "list" and isinstance(v, list):
+                for i, v2 in enumerate(v):
+                    self._index(v2, base, path + (key, i), depth + 1)
+            else:
                 self._index(v, base, path + (key,), depth + 1)
 
     def _resolve(self, ref: str, base: str, path: tuple) -> str:
@@ -1676,22 +1771,25 @@ class _Compiler:
             self.depth -= 1
 
     def _norm(self, s: Any, base: str, path: tuple) -> _Node:
-        where = _ptr(path)
         if s is True:
             return ANY
         if s is False:
             return NOTHING
         if not isinstance(s, dict):
-            raise GrammarError(f"schema at {where} must be an object or a boolean, not {type(s).__name__}")
-        base = self.base_of.get(path, self._own_id(s, base))
-        for key in s:
-            if key in UNSUPPORTED_KEYWORDS:
-                raise GrammarError(f"unsupported keyword {key!r} at {where}")
-        applicators = [k for k in _APPLICATORS if k in s]
+            raise GrammarError(f"schema at {_ptr(path)} must be an object or a boolean, not {type(s).__name__}")
+        known = self.base_of.get(path)
+        base = known if known is not None else self._own_id(s, base)
+        if not UNSUPPORTED_KEYWORDS.isdisjoint(s):
+            for key in s:
+                if key in UNSUPPORTED_KEYWORDS:
+                    raise GrammarError(f"unsupported keyword {key!r} at {_ptr(path)}")
         for key in ("unevaluatedProperties", "unevaluatedItems"):
-            if key in s and applicators and s[key] is not True:
+            if key not in s or s[key] is True:
+                continue
+            applicators = [k for k in _APPLICATORS if k in s]
+            if applicators:
                 raise GrammarError(
-                    f"unsupported keyword {key!r} at {where} (only without in-place applicators such as "
+                    f"unsupported keyword {key!r} at {_ptr(path)} (only without in-place applicators such as "
                     f"{', '.join(applicators)} beside it)"
                 )
 
@@ -1700,7 +1798,7 @@ class _Compiler:
             values = []
             if "enum" in s:
                 if not isinstance(s["enum"], list):
-                    raise GrammarError(f"enum at {where} must be an array")
+                    raise GrammarError(f"enum at {_ptr(path)} must be an array")
                 values = list(s["enum"])
             if "const" in s:
                 values = [v for v in values if _json_equal(v, s["const"])] if "enum" in s else [s["const"]]
@@ -1715,7 +1813,7 @@ class _Compiler:
         if "$ref" in s:
             ref = s["$ref"]
             if not isinstance(ref, str):
-                raise GrammarError(f"$ref at {where} must be a string")
+                raise GrammarError(f"$ref at {_ptr(path)} must be a string")
             name = self._resolve(ref, base, path)
             node = self.intersect(node, _Ref(frozenset([name])))
         if "allOf" in s:
@@ -1738,7 +1836,7 @@ class _Compiler:
         if "oneOf" in s:
             subs = self._schema_list(s, "oneOf", path)
             raw = [self.norm(sub, base, path + ("oneOf", i)) for i, sub in enumerate(subs)]
-            node = self._one_of(node, raw, where)
+            node = self._one_of(node, raw, _ptr(path))
         return node
 
     def _dependencies(self, s: dict, node: _Node, base: str, path: tuple) -> _Node:
@@ -1978,17 +2076,19 @@ class _Compiler:
 
     def _typed(self, s: dict, base: str, path: tuple) -> _Node:
         """The conjunction of `type` and the type-specific keywords of one schema."""
-        where = _ptr(path)
         t = s.get("type")
         if t is None:
+            if _TYPE_KEYWORDS.isdisjoint(s):
+                # Every type unconstrained: the union below would come out as ANY.
+                return ANY
             types = None
         else:
             tl = [t] if isinstance(t, str) else t
             if not isinstance(tl, list) or not all(isinstance(x, str) for x in tl):
-                raise GrammarError(f"type at {where} must be a string or an array of strings")
+                raise GrammarError(f"type at {_ptr(path)} must be a string or an array of strings")
             for x in tl:
                 if x not in _TYPES:
-                    raise GrammarError(f"unknown type {x!r} at {where}")
+                    raise GrammarError(f"unknown type {x!r} at {_ptr(path)}")
             types = set(tl)
         parts: list[_Node] = []
 
@@ -2007,13 +2107,13 @@ class _Compiler:
         if want("array"):
             parts.append(self._arr(s, base, path))
         elif "uniqueItems" in s and not isinstance(s["uniqueItems"], bool):
-            raise GrammarError(f"uniqueItems at {where} must be a boolean")
+            raise GrammarError(f"uniqueItems at {_ptr(path)} must be a boolean")
         if want("object"):
             parts.append(self._obj(s, base, path))
-        return _union(parts)
+        return parts[0] if len(parts) == 1 else _union(parts)
 
     def _num(self, s: dict, path: tuple, integer: bool) -> _Node:
-        where = _ptr(path)
+        where = _Where(path)
         lo = hi = None
         lox = hix = False
         if "minimum" in s:
@@ -2051,20 +2151,19 @@ class _Compiler:
         _num_regex(n, where)
 
     def _str(self, s: dict, path: tuple) -> _Node:
-        where = _ptr(path)
         lo = self._count(s, "minLength", path) or 0
         hi = self._count(s, "maxLength", path)
         patterns: list[str] = []
         if "pattern" in s:
             p = s["pattern"]
             if not isinstance(p, str):
-                raise GrammarError(f"pattern at {where} must be a string")
-            pattern_to_regex(p, _ptr(path + ("pattern",)))
+                raise GrammarError(f"pattern at {_ptr(path)} must be a string")
+            pattern_to_regex(p, _Where(path + ("pattern",)))
             patterns.append(p)
         if "format" in s:
             f = s["format"]
             if not isinstance(f, str):
-                raise GrammarError(f"format at {where} must be a string")
+                raise GrammarError(f"format at {_ptr(path)} must be a string")
             if f in _FORMAT_PATTERNS:
                 patterns.append(_FORMAT_PATTERNS[f])
             else:
@@ -2073,14 +2172,13 @@ class _Compiler:
         return _make_str(lo, hi, tuple(patterns))
 
     def _arr(self, s: dict, base: str, path: tuple) -> _Node:
-        where = _ptr(path)
         prefix: list[_Node] = []
         items: _Node = ANY
         if "prefixItems" in s:
             if not isinstance(s["prefixItems"], list):
-                raise GrammarError(f"prefixItems at {where} must be an array")
+                raise GrammarError(f"prefixItems at {_ptr(path)} must be an array")
             if isinstance(s.get("items"), list):
-                raise GrammarError(f"items at {where} must be a schema when prefixItems is present")
+                raise GrammarError(f"items at {_ptr(path)} must be a schema when prefixItems is present")
             prefix = [self.norm(x, base, path + ("prefixItems", i)) for i, x in enumerate(s["prefixItems"])]
         if "items" in s:
             v = s["items"]
@@ -2097,19 +2195,19 @@ class _Compiler:
         if "uniqueItems" in s:
             u = s["uniqueItems"]
             if not isinstance(u, bool):
-                raise GrammarError(f"uniqueItems at {where} must be a boolean")
+                raise GrammarError(f"uniqueItems at {_ptr(path)} must be a boolean")
             if u and (hi is None or hi > 1):
                 self.relax("uniqueItems", path)
         arr = _make_arr(tuple(prefix), items, lo, hi)
         if "contains" in s:
             min_c = self._count(s, "minContains", path)
             if "maxContains" in s:
-                raise GrammarError(f"unsupported keyword 'maxContains' at {where} (counting matches is not supported)")
+                raise GrammarError(f"unsupported keyword 'maxContains' at {_ptr(path)} (counting matches is not supported)")
             if min_c is None or min_c == 1:
                 witness = self.norm(s["contains"], base, path + ("contains",))
                 arr = self.intersect(arr, self._contains(witness, len(prefix)))
             elif min_c > 1:
-                raise GrammarError(f"unsupported keyword 'minContains' at {where} (only 0 or 1)")
+                raise GrammarError(f"unsupported keyword 'minContains' at {_ptr(path)} (only 0 or 1)")
         return arr
 
     def _contains(self, c: _Node, p: int) -> _Node:
@@ -2139,19 +2237,18 @@ class _Compiler:
         return _union(options)
 
     def _obj(self, s: dict, base: str, path: tuple) -> _Node:
-        where = _ptr(path)
         props: list[tuple[str, _Node]] = []
         if "properties" in s:
             if not isinstance(s["properties"], dict):
-                raise GrammarError(f"properties at {where} must be an object")
+                raise GrammarError(f"properties at {_ptr(path)} must be an object")
             for k, v in s["properties"].items():
                 props.append((k, self.norm(v, base, path + ("properties", k))))
         patterns: list[tuple[str, _Node]] = []
         if "patternProperties" in s:
             if not isinstance(s["patternProperties"], dict):
-                raise GrammarError(f"patternProperties at {where} must be an object")
+                raise GrammarError(f"patternProperties at {_ptr(path)} must be an object")
             for k, v in s["patternProperties"].items():
-                pattern_to_regex(k, _ptr(path + ("patternProperties", k)))
+                pattern_to_regex(k, _Where(path + ("patternProperties", k)))
                 patterns.append((k, self.norm(v, base, path + ("patternProperties", k))))
         additional: _Node = ANY
         if "additionalProperties" in s:
@@ -2162,9 +2259,9 @@ class _Compiler:
         if "required" in s and s["required"] is not False:
             r = s["required"]
             if r is True:
-                raise GrammarError(f"unsupported keyword 'required': true (draft-03) at {where}")
+                raise GrammarError(f"unsupported keyword 'required': true (draft-03) at {_ptr(path)}")
             if not isinstance(r, list) or not all(isinstance(x, str) for x in r):
-                raise GrammarError(f"required at {where} must be an array of strings")
+                raise GrammarError(f"required at {_ptr(path)} must be an array of strings")
             for x in r:
                 if x not in required:
                     required.append(x)
@@ -2438,7 +2535,7 @@ class _Compiler:
                 ra, rb = _string_body(a), _string_body(b)
                 if ra is None or rb is None:
                     return True
-                return self.regex_empty('(?:"' + ra[0] + '")&(?:"' + rb[0] + '")')
+                return self.regexes_disjoint('"' + ra[0] + '"', '"' + rb[0] + '"')
             return False
         if isinstance(a, _Arr):
             if _apart(a.min_items, a.max_items, b.min_items, b.max_items):
@@ -2699,13 +2796,21 @@ class _Generator:
         self.memo: dict[_Node, int] = {}
         self.pending: list[tuple[int, _Ref]] = []
         self.names = 0
-        b = self.b
-        self.LBRACE, self.RBRACE = b.literal("{"), b.literal("}")
-        self.LBRACK, self.RBRACK = b.literal("["), b.literal("]")
-        self.COMMA, self.COLON = b.literal(","), b.literal(":")
         self._any = None
         self._nothing = None
         self._name_counts: dict[str, int] = {}
+
+    # The punctuation lexemes (LBRACE, COMMA, ...) are made on first use: a grammar
+    # without arrays then has no bracket lexemes for pruning to renumber away.
+    _PUNCTUATION = {"LBRACE": "{", "RBRACE": "}", "LBRACK": "[", "RBRACK": "]", "COMMA": ",", "COLON": ":"}
+
+    def __getattr__(self, name: str) -> int:
+        text = _Generator._PUNCTUATION.get(name)
+        if text is None:
+            raise AttributeError(name)
+        sym = self.b.literal(text)
+        setattr(self, name, sym)
+        return sym
 
     def build(self, root: _Node, whitespace: str) -> Grammar:
         b = self.b
@@ -2716,81 +2821,92 @@ class _Generator:
             b.rule(nt, [self.sym(self.c.unfold(ref))])
         return self._pruned(start, whitespace)
 
-    # Pruning: drop what derives no finite string, then what is unreachable.
-    # (Part of every schema's compile time: plain loops, no per-symbol calls.)
+    # Pruning: drop what derives no finite string, then what is unreachable. Part of
+    # every schema's compile time, so plain loops over ints. The builder's rules are
+    # already unique and within the size limit, and what survives is a valid grammar by
+    # construction, so the kept rules are renumbered in place instead of going through
+    # a second builder and `validate`.
     def _pruned(self, start: int, whitespace: str) -> Grammar:
         b = self.b
         rules = b.rules
         n = len(b.nonterminals)
-        productive = [False] * n
-        by_sym: dict[int, list[int]] = {}
-        missing = []
-        for i, (_, rhs) in enumerate(rules):
+        # missing[i]: occurrences of nonterminals in rule i not yet known productive.
+        missing = [0] * len(rules)
+        uses: list = [None] * n
+        work = []
+        for i, (lhs, rhs) in enumerate(rules):
             cnt = 0
-            for s in set(rhs):
+            for s in rhs:
                 if s >= 0:  # a nonterminal (lexemes are negative)
                     cnt += 1
-                    lst = by_sym.get(s)
+                    lst = uses[s]
                     if lst is None:
-                        by_sym[s] = [i]
+                        uses[s] = [i]
                     else:
                         lst.append(i)
-            missing.append(cnt)
-        work = [r.lhs for i, r in enumerate(rules) if missing[i] == 0]
+            if cnt:
+                missing[i] = cnt
+            else:
+                work.append(lhs)
+        productive = [False] * n
         while work:
             nt = work.pop()
             if productive[nt]:
                 continue
             productive[nt] = True
-            for i in by_sym.get(nt, ()):
-                missing[i] -= 1
-                if missing[i] == 0:
-                    work.append(rules[i].lhs)
+            lst = uses[nt]
+            if lst is not None:
+                for i in lst:
+                    missing[i] -= 1
+                    if not missing[i]:
+                        work.append(rules[i][0])
         if not productive[start]:
             raise GrammarError("the schema at # accepts no finite JSON value (its constraints contradict each other)")
-        by_lhs: dict[int, list] = {}
-        for r in rules:
-            if all(s < 0 or productive[s] for s in r.rhs):
-                lst = by_lhs.get(r.lhs)
+        # A rule survives when all its nonterminals are productive (missing == 0) and its
+        # left side is reachable through such rules.
+        by_lhs: list = [None] * n
+        for i, r in enumerate(rules):
+            if not missing[i]:
+                lst = by_lhs[r[0]]
                 if lst is None:
-                    by_lhs[r.lhs] = [r]
+                    by_lhs[r[0]] = [r]
                 else:
                     lst.append(r)
-        # Reachable rules, numbered in the order they were built (as the source rules).
-        reach = {start}
+        lexemes = b.lexemes
+        lx_used = [False] * len(lexemes)
+        reach = [False] * n
+        reach[start] = True
         stack = [start]
         while stack:
-            nt = stack.pop()
-            for r in by_lhs.get(nt, ()):
-                for s in r.rhs:
-                    if s >= 0 and s not in reach:
-                        reach.add(s)
+            for r in by_lhs[stack.pop()]:
+                for s in r[1]:
+                    if s < 0:
+                        lx_used[~s] = True
+                    elif not reach[s]:
+                        reach[s] = True
                         stack.append(s)
-        out = GrammarBuilder(self.limits)
-        nt_map: dict[int, int] = {}
-        lx_map: dict[int, int] = {}
-        lexemes = b.lexemes
+        kept = [r for i, r in enumerate(rules) if not missing[i] and reach[r[0]]]
         names = b.nonterminals
-
-        def map_sym(s: int) -> int:
-            if s < 0:
-                m = lx_map.get(s)
-                if m is None:
-                    lx = lexemes[~s]
-                    m = lx_map[s] = out.lexeme(lx.name, lx.regex, literal=lx.literal, flags=lx.flags)
-                return m
-            m = nt_map.get(s)
-            if m is None:
-                m = nt_map[s] = out.nonterminal(names[s])
-            return m
-
-        map_sym(start)
-        for r in rules:
-            if r.lhs in reach and all(s < 0 or productive[s] for s in r.rhs):
-                out.rule(map_sym(r.lhs), [map_sym(s) for s in r.rhs])
-        if whitespace == "flexible":
-            out.add_ignore(_WHITESPACE)
-        return out.build(nt_map[start])
+        if all(reach) and all(lx_used):
+            out_lexemes, out_names, new_start = list(lexemes), list(names), start
+        else:
+            # One list maps both kinds of symbol: nonterminal s at index s, lexeme ~j at
+            # index -1 - j, which Python's negative indexing places at the end.
+            sym_map = [0] * (n + len(lexemes))
+            out_names = []
+            for i in range(n):
+                if reach[i]:
+                    sym_map[i] = len(out_names)
+                    out_names.append(names[i])
+            out_lexemes = []
+            for j, lx in enumerate(lexemes):
+                if lx_used[j]:
+                    sym_map[~j] = ~len(out_lexemes)
+                    out_lexemes.append(lx)
+            get = sym_map.__getitem__
+            kept = [_new_rule(Rule, (get(lhs), tuple(map(get, rhs)))) for lhs, rhs in kept]
+            new_start = sym_map[start]
+        return Grammar(out_lexemes, out_names, kept, new_start, [_WHITESPACE] if whitespace == "flexible" else [])
 
     # Helpers ------------------------------------------------------------------------
     def nt(self, name: str) -> int:
@@ -2890,7 +3006,7 @@ class _Generator:
             if len(words) > ENUM_LEXEME_THRESHOLD:
                 # One trie-shaped lexeme instead of hundreds of literals: the lexer then
                 # follows one expression per byte, not one per value.
-                spelled = [json.dumps(w, ensure_ascii=False) for w in words]
+                spelled = [_json_str(w) for w in words]
                 b.rule(nt, [self.regex_lexeme("enum", _literal_regex(spelled), False)])
                 parts = [p for p in parts if not (isinstance(p, _Const) and isinstance(p.value, str))]
             for p in parts:
@@ -2926,7 +3042,7 @@ class _Generator:
             for i, (k, x) in enumerate(v.items()):
                 if i:
                     rhs.append(self.COMMA)
-                rhs += [b.literal(json.dumps(k, ensure_ascii=False)), self.COLON, self.const(x)]
+                rhs += [b.literal(_json_str(k)), self.COLON, self.const(x)]
             b.rule(nt, rhs + [self.RBRACE])
             return nt
         if isinstance(v, list):
@@ -2969,7 +3085,7 @@ class _Generator:
         rest: list[int | None] = [None] * (p + 1)
         if node.contains:
             rest[p] = tail_start
-        elif comma_item is not None and (hi is None or hi > p):
+        elif p > 0 and comma_item is not None and (hi is None or hi > p):
             rest[p] = self.repeat(comma_item, max(0, lo - p), None if hi is None else hi - p)
         for i in range(p - 1, 0, -1):
             if hi is not None and i >= hi:
@@ -3040,13 +3156,23 @@ class _Generator:
         c = self.c
         listed: list[tuple[str, _Node, bool]] = []
         names: list[str] = []
+        required = set(node.required)
+        # value_schema, without its scan of the properties per key (quadratic in their
+        # number) where no patternProperties can add to a listed property's schema.
+        own: dict[str, _Node] | None = None
+        if not node.patterns:
+            own = {}
+            for k, v in node.props:
+                own.setdefault(k, v)
         for k, _ in node.props:
-            listed.append((k, c.value_schema(node, k), k in node.required))
+            listed.append((k, own[k] if own is not None else c.value_schema(node, k), k in required))
             names.append(k)
+        seen = set(names)
         for r in node.required:
-            if r not in names:
+            if r not in seen:
                 listed.append((r, c.value_schema(node, r), True))
                 names.append(r)
+                seen.add(r)
         if node.names is not ANY:
             # A listed key the key schema rejects cannot appear.
             listed = [(k, v if c.accepts(node.names, k) else NOTHING, req) for k, v, req in listed]
@@ -3064,15 +3190,26 @@ class _Generator:
                 f"object schema with {n} properties and minProperties {lo} / maxProperties {hi} "
                 "needs too many grammar states"
             )
-        keys = [b.literal(json.dumps(k, ensure_ascii=False)) for k, _, _ in listed]
+        keys = [b.literal(_json_str(k)) for k, _, _ in listed]
         values = [self.sym(v) for _, v, _ in listed]
 
         def bump(cnt: int) -> int:
             return cnt + 1 if hi is not None else min(cnt + 1, cap)
 
-        # state[i][cnt]: the members from listed property i on, after cnt members.
-        state = [[self.nt("members") for _ in range(cap + 1)] for _ in range(n + 1)]
-        for cnt in range(cap + 1):
+        # state[i][cnt]: the members from listed property i on, after cnt members. Only
+        # reachable states are made (the others would be built just for pruning to drop):
+        # before property i, at least the required ones and at most i members are written.
+        first: list[int] = []
+        req = 0
+        for i in range(n + 1):
+            first.append(min(req, cap))
+            if i < n and listed[i][2]:
+                req += 1
+        state: list[dict[int, int]] = [
+            {cnt: self.nt("members") for cnt in range(first[i], (min(i, cap) if i < n else cap) + 1)}
+            for i in range(n + 1)
+        ]
+        for cnt in range(first[n], cap + 1):
             nt = state[n][cnt]
             sep = [self.COMMA] if cnt > 0 else []
             saturated = hi is None and cnt == cap
@@ -3086,8 +3223,7 @@ class _Generator:
             if extra is not None and (hi is None or cnt < hi):
                 b.rule(nt, sep + [extra, state[n][bump(cnt)]])
         for i in range(n - 1, -1, -1):
-            for cnt in range(cap + 1):
-                nt = state[i][cnt]
+            for cnt, nt in state[i].items():
                 sep = [self.COMMA] if cnt > 0 else []
                 if hi is None or cnt < hi:
                     b.rule(nt, sep + [keys[i], self.COLON, values[i], state[i + 1][bump(cnt)]])
@@ -3121,7 +3257,7 @@ class _Generator:
             alts = []
             for part in node.names.parts if isinstance(node.names, _Union) else (node.names,):
                 if isinstance(part, _Const) and isinstance(part.value, str):
-                    alts.append(regex_escape_bytes(json.dumps(part.value, ensure_ascii=False).encode()))
+                    alts.append(regex_escape_bytes(_json_str(part.value).encode()))
                 elif isinstance(part, _Str):
                     body = _string_body(part)
                     if body is not None:
@@ -3129,10 +3265,14 @@ class _Generator:
             if not alts:
                 return None
             names_re = "(?:" + "|".join(alts) + ")"
+        if not groups and node.additional is NOTHING:
+            return None
         exclude = None
         if listed:
-            spelled = [regex_escape_bytes(json.dumps(k, ensure_ascii=False).encode()) for k in listed]
-            exclude = "(?:" + "|".join(spelled) + ")"
+            # The listed keys' encoded text, escaped once for both spellings below (with
+            # and without the quotes; escaping works character by character).
+            bodies = [regex_escape_bytes(_json_str(k)[1:-1].encode()) for k in listed]
+            exclude = '(?:\\"' + '\\"|\\"'.join(bodies) + '\\")'
         group_langs = []
         group_bodies = []
         for pats, _ in groups:
@@ -3172,8 +3312,7 @@ class _Generator:
                     inner = ["(?:" + CANON_CHAR + "*)"]
                     inner += ["~(?:" + group_bodies[i] + ")" for i in range(len(groups)) if group_bodies[i]]
                     if listed:
-                        inner.append("~(?:" + "|".join(
-                            regex_escape_bytes(json.dumps(k, ensure_ascii=False)[1:-1].encode()) for k in listed) + ")")
+                        inner.append("~(?:" + "|".join(bodies) + ")")
                     key = self.regex_lexeme("key", '"(?:' + "&".join(inner) + ')"', True)
                     m = self.nt("member")
                     b.rule(m, [key, self.COLON, self.sym(value)])
@@ -3217,7 +3356,7 @@ def _string_body(node: _Str, depth: int = 0) -> tuple[str, bool] | None:
     negs = []
     for x in node.excluded:
         if isinstance(x, _Const):
-            negs.append(regex_escape_bytes(json.dumps(x.value, ensure_ascii=False)[1:-1].encode()))
+            negs.append(regex_escape_bytes(_json_str(x.value)[1:-1].encode()))
         else:
             sub = _string_body(x, depth + 1)
             if sub is not None:
