@@ -21,6 +21,8 @@ _compiled: dict = {}
 def _shape_key(value):
     # What numba's type of an argument depends on, read without numba's typeof
     # (which costs more than the whole row build for a small grammar).
+    if isinstance(value, tuple):
+        return tuple(_shape_key(v) for v in value)
     flags = getattr(value, "flags", None)
     if flags is None:
         return type(value)
@@ -45,3 +47,33 @@ def compiled_for(fn, args):
         entry = fn.compile(tuple(numba.typeof(a) for a in args))
         _compiled[key] = entry
     return entry
+
+
+def njit_calling(fn, depends=(), **callees):
+    """`fn` compiled with some of its global names bound to other compiled functions.
+
+    The plain-Python twin `fn` keeps calling the plain twins it names; the compiled
+    copy calls the compiled ones. numba keys its on-disk cache on the caller's source
+    file only, and a compiled callee is linked into the caller, so the files named in
+    `depends` (the callees' modules) are added to the cache's freshness stamp: an
+    edited callee then recompiles its callers instead of running stale code."""
+    import os
+    import types
+
+    import numba
+
+    names = dict(fn.__globals__)
+    names.update(callees)
+    bound = types.FunctionType(fn.__code__, names, fn.__name__, fn.__defaults__, fn.__closure__)
+    bound.__qualname__ = fn.__qualname__
+    bound.__module__ = fn.__module__
+    bound.__doc__ = fn.__doc__
+    compiled = numba.njit(cache=True, nogil=True)(bound)
+    cache_file = getattr(getattr(compiled, "_cache", None), "_cache_file", None)
+    if depends and cache_file is not None and hasattr(cache_file, "_source_stamp"):
+        stamps = []
+        for path in depends:
+            st = os.stat(path)
+            stamps.append((os.path.basename(path), st.st_mtime, st.st_size))
+        cache_file._source_stamp = (cache_file._source_stamp, tuple(stamps))
+    return compiled

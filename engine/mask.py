@@ -27,9 +27,11 @@ from collections import OrderedDict
 
 import numpy as np
 
-from ._jit import compiled_for, njit
+from . import parser as parser_module
+from ._jit import compiled_for, njit_calling
+from .parser import EPOCH, NOTHING_SCANS, POOL_USED, ROW_BUILT, ROWS, STEPS_USED, build_row_jit, build_row_py
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN
-from .recognizer import LEXSET_BITS, STEP_EMPTY, Recognizer
+from .recognizer import LEXSET_BITS, NO_ROW, STEP_EMPTY, Recognizer
 from .trie import TokenTrie, mask_words
 
 DONE = 0
@@ -41,7 +43,7 @@ NEED_SPACE = 3  # the frontier array is full
 def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens,
             lex_table, lex_accept, row_lexstate, step_keys, step_vals,
             stack_lex, stack_row, ranges, range_idx, node, stop_at_first, mask, stats,
-            base_row, frontier, frontier_count, record_frontier):
+            base_row, frontier, frontier_count, record_frontier, parser_arrays, scan_arrays):
     """Walks the trie node ranges `ranges[range_idx:]`, starting at `node`; returns
     (status, range_idx, node, a, b).
 
@@ -51,6 +53,10 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
 
     With `stop_at_first`, returns (DONE, range_idx, node, 1, 0) at the first allowed
     token's node. stats[0] counts visited nodes.
+
+    A parser step missing from the step table is computed here (`scan_in_walk`, with
+    the parser's and recognizer's arrays); only what needs Python (a new prediction
+    closure, a new lexer start state, a table to grow) returns NEED_PARSER.
 
     With `record_frontier`, the walk never leaves the current lexeme: a node whose
     byte would end it is recorded in `frontier[frontier_count[0]]` as a range
@@ -98,12 +104,20 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
                 if accepted != IGNORE_ONLY:
                     key = (row << LEXSET_BITS) | accepted
                     slot = (row * 1000003 + accepted * 7919) & slot_mask
-                    while step_keys[slot] != key:
-                        if step_keys[slot] == STEP_EMPTY:
-                            stats[0] += visited
-                            return NEED_PARSER, range_idx, node, row, accepted
+                    while True:
+                        found = step_keys[slot]
+                        if found == key:
+                            row = step_vals[slot]
+                            break
+                        if found == STEP_EMPTY:
+                            child = scan_in_walk(row, accepted, key, slot, step_keys, step_vals, row_lexstate,
+                                                 parser_arrays, scan_arrays)
+                            if child == SCAN_IN_PYTHON:
+                                stats[0] += visited
+                                return NEED_PARSER, range_idx, node, row, accepted
+                            row = child
+                            break
                         slot = (slot + 1) & slot_mask
-                    row = step_vals[slot]
                     if row < 0:
                         node += subtree_size[node]
                         continue
@@ -136,7 +150,75 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
     return DONE, range_idx, node, 0, 0
 
 
-walk_jit = njit(walk_py)
+def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, parser_arrays, scan_arrays):
+    """The child of `row` after lexeme set `lexset`, built and entered in the step table
+    at `slot` (the free slot the walk's probe ended on); NO_ROW if nothing scans;
+    SCAN_IN_PYTHON when Python must do it (tables to grow, a new prediction closure, a
+    lexeme set or start state not mirrored yet, fuel spent)."""
+    (counts, dot_symbol, dot_lhs, nullable, accept_pos, pred_start, pred_end, pred_pool, prednt_start,
+     prednt_end, prednt_pool, row_start, row_end, p_row_accepting, adv_sym, adv_pos, adv_origin, hkeys, hstamp,
+     pstamp, ntstamp, work_pos, work_origin, item_pos, item_origin, pred_list, allowed_out, max_items, parser_fuel,
+     no_kernel) = parser_arrays
+    (step_fill, lexset_ptr, lexset_lex, n_lexsets, rec_row_accepting, start_keys, start_val, start_ptr, start_len,
+     start_pool) = scan_arrays
+    child = counts[ROWS]
+    if (lexset >= n_lexsets or child >= row_start.shape[0] or child >= row_lexstate.shape[0]
+            or child >= rec_row_accepting.shape[0] or 2 * (step_fill[0] + 1) > step_keys.shape[0]
+            or counts[STEPS_USED] >= parser_fuel):
+        return SCAN_IN_PYTHON
+    lexemes = lexset_lex[lexset_ptr[lexset]:lexset_ptr[lexset + 1]]
+    counts[EPOCH] += 1
+    status, used, n_allowed = build_row(
+        child, counts[EPOCH], row, lexemes, no_kernel, no_kernel, 0, dot_symbol, dot_lhs, nullable, accept_pos,
+        pred_start, pred_end, pred_pool, prednt_start, prednt_end, prednt_pool, row_start, row_end, p_row_accepting,
+        adv_sym, adv_pos, adv_origin, counts[POOL_USED], hkeys, hstamp, pstamp, ntstamp, work_pos, work_origin,
+        item_pos, item_origin, pred_list, allowed_out, max_items)
+    if status == NOTHING_SCANS:
+        result = NO_ROW
+    elif status != ROW_BUILT:
+        return SCAN_IN_PYTHON
+    else:
+        # The new row's start lexer state, by its expected lexemes (see
+        # Recognizer.start_state_of); a set not seen yet needs the lexer, in Python.
+        # The row built so far is simply built again there.
+        h = 0
+        for i in range(n_allowed):
+            h = (h * 31 + allowed_out[i] + 1) & 0xFFFFFFFFFF
+        size_mask = start_keys.shape[0] - 1
+        s = h & size_mask
+        lexstate = -1
+        while start_keys[s] != -1:
+            if start_keys[s] == h and start_len[s] == n_allowed:
+                base = start_ptr[s]
+                same = True
+                for i in range(n_allowed):
+                    if start_pool[base + i] != allowed_out[i]:
+                        same = False
+                        break
+                if same:
+                    lexstate = start_val[s]
+                    break
+            s = (s + 1) & size_mask
+        if lexstate < 0:
+            return SCAN_IN_PYTHON
+        counts[ROWS] += 1
+        counts[POOL_USED] += used
+        row_lexstate[child] = lexstate
+        rec_row_accepting[child] = p_row_accepting[child]
+        result = child
+    counts[STEPS_USED] += 1
+    step_keys[slot] = key
+    step_vals[slot] = result
+    step_fill[0] += 1
+    return result
+
+
+SCAN_IN_PYTHON = -2
+scan_in_walk = scan_in_walk_py
+build_row = build_row_py
+_PARSER_FILE = parser_module.__file__
+scan_in_walk_jit = njit_calling(scan_in_walk_py, depends=(_PARSER_FILE,), build_row=build_row_jit)
+walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE,), scan_in_walk=scan_in_walk_jit)
 
 
 class MaskCache:
@@ -207,6 +289,8 @@ class MaskWalker:
         self._frontier = np.zeros((256, 3), dtype=np.int64)
         self._frontier_count = np.zeros(1, dtype=np.int64)
         self._prefix_key = self._cache_prefix + ("inside lexeme",)
+        self.limits_items = rec.limits.max_items_per_row
+        self.limits_fuel = rec.limits.parser_fuel
 
     def _run(self, trie: TokenTrie, state, ranges: np.ndarray, base_depth: int, stop_at_first: bool,
              mask: np.ndarray, record_frontier: bool = False) -> bool:
@@ -217,11 +301,25 @@ class MaskWalker:
         range_idx, node = 0, int(ranges[0, 0])
         while True:
             lexer = rec.lexer
+            rec.sync_lexsets()
+            parser = rec.parser
+            parser_arrays = (
+                parser.counts, parser.dot_symbol, parser.dot_lhs, parser.nullable, parser.accept_pos,
+                parser.pred_start, parser.pred_end, parser.pred_pool, parser.prednt_start, parser.prednt_end,
+                parser.prednt_pool, parser.row_start, parser.row_end, parser.row_accepting, parser.adv_sym,
+                parser.adv_pos, parser.adv_origin, parser._hkeys, parser._hstamp, parser._pstamp, parser._ntstamp,
+                parser._work_pos, parser._work_origin, parser._item_pos, parser._item_origin, parser._pred_list,
+                parser._allowed_out, self.limits_items, self.limits_fuel, parser._no_lexemes,
+            )
+            scan_arrays = (
+                rec.step_fill, rec.lexset_ptr, rec.lexset_lex, rec.lexsets_mirrored, rec.row_accepting,
+                rec.start_keys, rec.start_val, rec.start_ptr, rec.start_len, rec.start_pool,
+            )
             args = (
                 trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens,
                 lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
                 self.stack_lex, self.stack_row, ranges, range_idx, node, stop_at_first, mask, self.stats,
-                int(state[1]), self._frontier, self._frontier_count, record_frontier,
+                int(state[1]), self._frontier, self._frontier_count, record_frontier, parser_arrays, scan_arrays,
             )
             walk = self.walk
             if walk is None:

@@ -97,7 +97,8 @@ class Matcher:
     def _guard(self, fn, *args):
         self._check()
         try:
-            return fn(*args)
+            with self.rec.lock:
+                return fn(*args)
         except MatcherError:
             raise
         except Exception as err:  # any internal failure becomes a sticky, explained error

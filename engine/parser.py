@@ -45,6 +45,9 @@ NOTHING_SCANS = 3  # the parent row expects none of the scanned lexemes
 NEED_SCRATCH = 4  # the scratch arrays are too small for this row: grow them and build again
 NEED_POOL = 5  # the row pool has no room for this row: grow it and build again
 
+# EarleyParser.counts
+ROWS, POOL_USED, EPOCH, STEPS_USED = range(4)
+
 
 def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
                  dot_symbol, dot_lhs, nullable, accept_pos,
@@ -262,43 +265,55 @@ class EarleyParser:
         self._prednt_used = 0
         # Rows live in flat pools (see build_row_py): no Python object per row or item,
         # so the garbage collector has nothing to scan however many rows there are.
-        self.num_rows = 0
+        # Counters shared with compiled callers that build rows themselves (the mask
+        # walk): rows, pool entries used, build epoch, rows built against the fuel.
+        self.counts = np.zeros(4, dtype=np.int64)
         self.row_start = np.zeros(64, dtype=np.int64)
         self.row_end = np.zeros(64, dtype=np.int64)
         self.row_accepting = np.zeros(64, dtype=np.bool_)
         self.adv_sym = np.zeros(1024, dtype=np.int32)
         self.adv_pos = np.zeros(1024, dtype=np.int32)
         self.adv_origin = np.zeros(1024, dtype=np.int32)
-        self.pool_used = 0
         # Scratch for one row build, grown (doubling) when a row needs more.
         self._pstamp = np.full(len(dot_symbol), -1, dtype=np.int64)
         self._ntstamp = np.full(n_nt + 1, -1, dtype=np.int64)
         self._size_scratch(256)
-        self._epoch = 0
         self.last_allowed: tuple[int, np.ndarray] = (-1, np.zeros(0, dtype=np.int64))
         self._lexeme_arrays: dict[int, np.ndarray] = {}
         self._allowed: dict[int, frozenset[int]] = {}
         self._no_lexemes = np.zeros(0, dtype=np.int64)
-        self.steps_used = 0
         kernel = np.array([first_pos[-1]], dtype=np.int64)
         self.root = self._make_row(-1, self._no_lexemes, kernel, np.zeros(1, dtype=np.int64))
 
+    @property
+    def num_rows(self) -> int:
+        return int(self.counts[ROWS])
+
+    @property
+    def pool_used(self) -> int:
+        return int(self.counts[POOL_USED])
+
+    @property
+    def steps_used(self) -> int:
+        return int(self.counts[STEPS_USED])
+
     # Rows -------------------------------------------------------------------------
     def _make_row(self, parent: int, lexemes: np.ndarray, kpos: np.ndarray, korigin: np.ndarray) -> int:
-        row_id = self.num_rows
+        counts = self.counts
+        row_id = int(counts[ROWS])
         if row_id >= self.row_start.shape[0]:
             grow = 2 * self.row_start.shape[0]
             self.row_start = _grown(self.row_start, grow)
             self.row_end = _grown(self.row_end, grow)
             self.row_accepting = _grown(self.row_accepting, grow)
         while True:
-            self._epoch += 1
+            counts[EPOCH] += 1
             args = (
-                row_id, self._epoch, parent, lexemes, kpos, korigin, kpos.shape[0],
+                row_id, int(counts[EPOCH]), parent, lexemes, kpos, korigin, kpos.shape[0],
                 self.dot_symbol, self.dot_lhs, self.nullable, self.accept_pos,
                 self.pred_start, self.pred_end, self.pred_pool, self.prednt_start, self.prednt_end, self.prednt_pool,
                 self.row_start, self.row_end, self.row_accepting, self.adv_sym, self.adv_pos, self.adv_origin,
-                self.pool_used, self._hkeys, self._hstamp, self._pstamp, self._ntstamp,
+                int(counts[POOL_USED]), self._hkeys, self._hstamp, self._pstamp, self._ntstamp,
                 self._work_pos, self._work_origin, self._item_pos, self._item_origin, self._pred_list,
                 self._allowed_out, self.limits.max_items_per_row,
             )
@@ -307,8 +322,8 @@ class EarleyParser:
                 build = self._build = compiled_for(self._build_fn, args)
             status, value, n_allowed = build(*args)
             if status == ROW_BUILT:
-                self.pool_used += int(value)
-                self.num_rows += 1
+                counts[POOL_USED] += value
+                counts[ROWS] += 1
                 # What the recognizer asks next, for the row it just made.
                 self.last_allowed = (row_id, self._allowed_out[:n_allowed].copy())
                 return row_id
@@ -317,7 +332,7 @@ class EarleyParser:
             elif status == NOTHING_SCANS:
                 return -1
             elif status == NEED_POOL:
-                grow = max(self.pool_used + int(value), 2 * self.adv_sym.shape[0])
+                grow = max(int(counts[POOL_USED]) + int(value), 2 * self.adv_sym.shape[0])
                 self.adv_sym = _grown(self.adv_sym, grow)
                 self.adv_pos = _grown(self.adv_pos, grow)
                 self.adv_origin = _grown(self.adv_origin, grow)
@@ -370,8 +385,8 @@ class EarleyParser:
     def scan(self, row_id: int, lexset_id: int, lexemes: frozenset[int]) -> int:
         """The row after scanning any of `lexemes` in row `row_id`, or -1 if none is expected.
         Every call builds a new row: callers keep the answer (the recognizer's step table)."""
-        self.steps_used += 1
-        if self.steps_used > self.limits.parser_fuel:
+        self.counts[STEPS_USED] += 1
+        if self.counts[STEPS_USED] > self.limits.parser_fuel:
             raise LimitExceeded("parser_fuel", self.limits.parser_fuel, "too many Earley rows built")
         arr = self._lexeme_arrays.get(lexset_id)
         if arr is None or arr.shape[0] != len(lexemes):

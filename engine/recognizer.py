@@ -34,6 +34,14 @@ STEP_EMPTY = -1  # free slot in the step table
 _uids = itertools.count()
 
 
+def lexeme_set_hash(lexemes) -> int:
+    """A hash of an ascending list of lexeme ids; the mask walk computes the same one."""
+    h = 0
+    for lx in lexemes:
+        h = (h * 31 + lx + 1) & ((1 << 40) - 1)  # stays well inside int64 in compiled code
+    return h
+
+
 def step_slot(row: int, lexset: int, bits: int) -> int:
     # Small multipliers keep the product inside int64, so numba and Python agree bit for bit.
     return (row * 1000003 + lexset * 7919) & ((1 << bits) - 1)
@@ -56,8 +64,24 @@ class Recognizer:
         self.step_bits = 10
         self.step_keys = np.full(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
         self.step_vals = np.full(1 << self.step_bits, NO_ROW, dtype=np.int32)
-        self.step_count = 0
+        self.step_fill = np.zeros(1, dtype=np.int64)  # entries in the step table
         self._start_states: dict[tuple[bytes, bool], int] = {}
+        # For compiled callers that scan rows themselves (the mask walk): each lexeme
+        # set's lexemes (flat, in id order), and the start lexer state of every lexeme
+        # set a row has expected so far, by a hash of the set (see `start_state_of`).
+        self.lexset_ptr = np.zeros(65, dtype=np.int64)
+        self.lexset_lex = np.zeros(256, dtype=np.int64)
+        self.lexsets_mirrored = 0
+        self.start_keys = np.full(64, -1, dtype=np.int64)
+        self.start_val = np.zeros(64, dtype=np.int64)
+        self.start_ptr = np.zeros(64, dtype=np.int64)
+        self.start_len = np.zeros(64, dtype=np.int64)
+        self.start_pool = np.zeros(256, dtype=np.int64)
+        self._start_count = 0
+        self._start_pool_used = 0
+        # One mask walk or step at a time per recognizer: they fill shared tables, and
+        # the compiled walk runs without the GIL.
+        self.lock = threading.RLock()
         self._register_row(self.parser.root)
 
     @classmethod
@@ -97,8 +121,72 @@ class Recognizer:
             if lexstate is None:
                 lexstate = self.lexer.initial_state(frozenset(allowed.tolist()), with_ignore)
                 self._start_states[key] = lexstate
+                if with_ignore == bool(allowed.shape[0]):  # what every row but the root gets
+                    self._remember_start(allowed, lexstate)
             self.row_lexstate[row] = lexstate
             self.row_accepting[row] = self.parser.is_accepting(row)
+
+    @property
+    def step_count(self) -> int:
+        return int(self.step_fill[0])
+
+    def _remember_start(self, allowed: np.ndarray, lexstate: int) -> None:
+        if 2 * (self._start_count + 1) > self.start_keys.shape[0]:
+            size = 2 * self.start_keys.shape[0]
+            old = [(int(self.start_ptr[i]), int(self.start_len[i]), int(self.start_val[i]))
+                   for i in np.flatnonzero(self.start_keys != -1)]
+            pool = self.start_pool
+            self.start_keys = np.full(size, -1, dtype=np.int64)
+            self.start_val = np.zeros(size, dtype=np.int64)
+            self.start_ptr = np.zeros(size, dtype=np.int64)
+            self.start_len = np.zeros(size, dtype=np.int64)
+            self._start_count = 0
+            for ptr, n, val in old:
+                self._insert_start(pool[ptr:ptr + n], ptr, val)
+        n = allowed.shape[0]
+        if self._start_pool_used + n > self.start_pool.shape[0]:
+            grown = np.zeros(max(2 * self.start_pool.shape[0], self._start_pool_used + n), dtype=np.int64)
+            grown[: self._start_pool_used] = self.start_pool[: self._start_pool_used]
+            self.start_pool = grown
+        ptr = self._start_pool_used
+        self.start_pool[ptr:ptr + n] = allowed
+        self._start_pool_used += n
+        self._insert_start(allowed, ptr, lexstate)
+
+    def _insert_start(self, allowed: np.ndarray, ptr: int, lexstate: int) -> None:
+        h = lexeme_set_hash(allowed.tolist())
+        size_mask = self.start_keys.shape[0] - 1
+        slot = h & size_mask
+        while self.start_keys[slot] != -1:
+            slot = (slot + 1) & size_mask
+        self.start_keys[slot] = h
+        self.start_val[slot] = lexstate
+        self.start_ptr[slot] = ptr
+        self.start_len[slot] = allowed.shape[0]
+        self._start_count += 1
+
+    def sync_lexsets(self) -> None:
+        """Mirrors lexeme sets the lexer made since the last call into the flat arrays."""
+        lexsets = self.lexer.lexsets
+        k = self.lexsets_mirrored
+        if k == len(lexsets):
+            return
+        ptr = self.lexset_ptr
+        if len(lexsets) + 1 > ptr.shape[0]:
+            grown = np.zeros(2 * (len(lexsets) + 1), dtype=np.int64)
+            grown[: k + 1] = ptr[: k + 1]
+            self.lexset_ptr = ptr = grown
+        for i in range(k, len(lexsets)):
+            members = sorted(lexsets[i])
+            start = int(ptr[i])
+            end = start + len(members)
+            if end > self.lexset_lex.shape[0]:
+                grown = np.zeros(max(end, 2 * self.lexset_lex.shape[0]), dtype=np.int64)
+                grown[:start] = self.lexset_lex[:start]
+                self.lexset_lex = grown
+            self.lexset_lex[start:end] = members
+            ptr[i + 1] = end
+        self.lexsets_mirrored = len(lexsets)
 
     def scan(self, row: int, lexset: int) -> int:
         """Child row after scanning lexeme set `lexset` in `row` (NO_ROW if nothing scans); fills the step table."""
@@ -129,7 +217,7 @@ class Recognizer:
             self.step_bits += 1
             self.step_keys = np.full(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
             self.step_vals = np.full(1 << self.step_bits, NO_ROW, dtype=np.int32)
-            self.step_count = 0
+            self.step_fill[0] = 0
             for k, v in zip(old_keys.tolist(), old_vals.tolist()):
                 if k != STEP_EMPTY:
                     self._insert_step(k, v)
@@ -139,7 +227,7 @@ class Recognizer:
             slot = (slot + 1) & ((1 << bits) - 1)
         self.step_keys[slot] = key
         self.step_vals[slot] = child
-        self.step_count += 1
+        self.step_fill[0] += 1
 
     # The transition function -------------------------------------------------------
     def initial(self) -> tuple[int, int]:
