@@ -73,6 +73,10 @@ class Grammar:
     # What a front end relaxed or approximated (e.g. JSON Schema `uniqueItems`); not part
     # of the language, so not part of the fingerprint.
     warnings: list[str] = field(default_factory=list, compare=False)
+    # Set by a front end that already dropped every rule naming a nonterminal that
+    # derives no finite string (the JSON Schema compiler prunes so): the parser then
+    # skips that analysis, a third of its set-up time.
+    all_productive: bool = field(default=False, compare=False)
 
     # Front ends ---------------------------------------------------------------
     @classmethod

@@ -2906,7 +2906,8 @@ class _Generator:
             get = sym_map.__getitem__
             kept = [_new_rule(Rule, (get(lhs), tuple(map(get, rhs)))) for lhs, rhs in kept]
             new_start = sym_map[start]
-        return Grammar(out_lexemes, out_names, kept, new_start, [_WHITESPACE] if whitespace == "flexible" else [])
+        return Grammar(out_lexemes, out_names, kept, new_start, [_WHITESPACE] if whitespace == "flexible" else [],
+                       all_productive=True)
 
     # Helpers ------------------------------------------------------------------------
     def nt(self, name: str) -> int:

@@ -301,25 +301,12 @@ class MaskWalker:
         range_idx, node = 0, int(ranges[0, 0])
         while True:
             lexer = rec.lexer
-            rec.sync_lexsets()
-            parser = rec.parser
-            parser_arrays = (
-                parser.counts, parser.dot_symbol, parser.dot_lhs, parser.nullable, parser.accept_pos,
-                parser.pred_start, parser.pred_end, parser.pred_pool, parser.prednt_start, parser.prednt_end,
-                parser.prednt_pool, parser.row_start, parser.row_end, parser.row_accepting, parser.adv_sym,
-                parser.adv_pos, parser.adv_origin, parser._hkeys, parser._hstamp, parser._pstamp, parser._ntstamp,
-                parser._work_pos, parser._work_origin, parser._item_pos, parser._item_origin, parser._pred_list,
-                parser._allowed_out, self.limits_items, self.limits_fuel, parser._no_lexemes,
-            )
-            scan_arrays = (
-                rec.step_fill, rec.lexset_ptr, rec.lexset_lex, rec.lexsets_mirrored, rec.row_accepting,
-                rec.start_keys, rec.start_val, rec.start_ptr, rec.start_len, rec.start_pool,
-            )
             args = (
                 trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens,
                 lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
                 self.stack_lex, self.stack_row, ranges, range_idx, node, stop_at_first, mask, self.stats,
-                int(state[1]), self._frontier, self._frontier_count, record_frontier, parser_arrays, scan_arrays,
+                int(state[1]), self._frontier, self._frontier_count, record_frontier,
+                rec.parser.walk_arrays(self.limits_items, self.limits_fuel), rec.scan_arrays(),
             )
             walk = self.walk
             if walk is None:

@@ -226,13 +226,16 @@ class EarleyParser:
         n_nt = len(grammar.nonterminals)
         if grammar.size() > limits.max_grammar_size:
             raise LimitExceeded("max_grammar_size", limits.max_grammar_size, f"grammar has size {grammar.size()}")
-        productive = _productive(grammar)
-        if not productive[grammar.start]:
-            raise GrammarError(
-                f"start symbol {grammar.nonterminals[grammar.start]!r} derives no finite string "
-                "(every alternative recurses forever)"
-            )
-        rules = [r for r in grammar.rules if all(is_lexeme(s) or productive[s] for s in r.rhs)]
+        if grammar.all_productive:
+            rules = list(grammar.rules)
+        else:
+            productive = _productive(grammar)
+            if not productive[grammar.start]:
+                raise GrammarError(
+                    f"start symbol {grammar.nonterminals[grammar.start]!r} derives no finite string "
+                    "(every alternative recurses forever)"
+                )
+            rules = [r for r in grammar.rules if all(is_lexeme(s) or productive[s] for s in r.rhs)]
         # Augmented start: the accepting item is (start' -> start ., origin root).
         self.augmented = n_nt
         rules.append(Rule(self.augmented, (grammar.start,)))
@@ -268,6 +271,7 @@ class EarleyParser:
         # Counters shared with compiled callers that build rows themselves (the mask
         # walk): rows, pool entries used, build epoch, rows built against the fuel.
         self.counts = np.zeros(4, dtype=np.int64)
+        self._walk_arrays: tuple | None = None
         self.row_start = np.zeros(64, dtype=np.int64)
         self.row_end = np.zeros(64, dtype=np.int64)
         self.row_accepting = np.zeros(64, dtype=np.bool_)
@@ -284,6 +288,21 @@ class EarleyParser:
         self._no_lexemes = np.zeros(0, dtype=np.int64)
         kernel = np.array([first_pos[-1]], dtype=np.int64)
         self.root = self._make_row(-1, self._no_lexemes, kernel, np.zeros(1, dtype=np.int64))
+
+    def walk_arrays(self, max_items: int, fuel: int) -> tuple:
+        """Everything a compiled caller needs to build rows itself (mask.scan_in_walk),
+        in one tuple that stays valid until an array is replaced."""
+        arrays = self._walk_arrays
+        if arrays is None:
+            arrays = self._walk_arrays = (
+                self.counts, self.dot_symbol, self.dot_lhs, self.nullable, self.accept_pos,
+                self.pred_start, self.pred_end, self.pred_pool, self.prednt_start, self.prednt_end,
+                self.prednt_pool, self.row_start, self.row_end, self.row_accepting, self.adv_sym,
+                self.adv_pos, self.adv_origin, self._hkeys, self._hstamp, self._pstamp, self._ntstamp,
+                self._work_pos, self._work_origin, self._item_pos, self._item_origin, self._pred_list,
+                self._allowed_out, max_items, fuel, self._no_lexemes,
+            )
+        return arrays
 
     @property
     def num_rows(self) -> int:
@@ -302,6 +321,7 @@ class EarleyParser:
         counts = self.counts
         row_id = int(counts[ROWS])
         if row_id >= self.row_start.shape[0]:
+            self._walk_arrays = None
             grow = 2 * self.row_start.shape[0]
             self.row_start = _grown(self.row_start, grow)
             self.row_end = _grown(self.row_end, grow)
@@ -332,6 +352,7 @@ class EarleyParser:
             elif status == NOTHING_SCANS:
                 return -1
             elif status == NEED_POOL:
+                self._walk_arrays = None
                 grow = max(int(counts[POOL_USED]) + int(value), 2 * self.adv_sym.shape[0])
                 self.adv_sym = _grown(self.adv_sym, grow)
                 self.adv_pos = _grown(self.adv_pos, grow)
@@ -342,6 +363,7 @@ class EarleyParser:
                 raise LimitExceeded("max_items_per_row", self.limits.max_items_per_row, "grammar too ambiguous")
 
     def _size_scratch(self, items: int) -> None:
+        self._walk_arrays = None
         self._hkeys = np.zeros(_pow2_at_least(4 * items), dtype=np.int64)
         self._hstamp = np.full(self._hkeys.shape[0], -1, dtype=np.int64)
         self._work_pos = np.zeros(4 * items, dtype=np.int64)
@@ -355,6 +377,7 @@ class EarleyParser:
         """Stores the (positions, nonterminals) that predicting `nt` adds to a row, with
         the origin that row: its rules' first positions, transitively, and past nullable
         symbols. Computed once per nonterminal per grammar."""
+        self._walk_arrays = None
         dot_symbol, nullable = self._dot_symbol, self._nullable_list
         positions: list[int] = []
         seen: set[int] = set()
@@ -458,33 +481,32 @@ def _fixpoint(rules, n: int, lexemes_count: bool) -> list[bool]:
     (lexemes count as marked) or nullable (lexemes never do). A worklist: every rule
     is looked at a bounded number of times, whatever order the rules come in."""
     marked = [False] * n
-    waiting: dict[int, list[int]] = {}  # nonterminal -> rules it blocks
-    missing = []
+    waiting: list[list[int]] = [[] for _ in range(n)]  # nonterminal -> rules it blocks
+    missing = [0] * len(rules)
     work = []
     for i, (lhs, rhs) in enumerate(rules):
-        blockers = set()
-        dead = False
-        for s in rhs:
-            if s < 0:
-                if not lexemes_count:
-                    dead = True
-                    break
-            else:
-                blockers.add(s)
-        if dead:
-            missing.append(-1)
+        if not rhs:
+            work.append(lhs)
             continue
-        missing.append(len(blockers))
-        for s in blockers:
-            waiting.setdefault(s, []).append(i)
+        if lexemes_count:
+            blockers = {s for s in rhs if s >= 0}
+        elif min(rhs) < 0:
+            missing[i] = -1  # a lexeme: never nullable
+            continue
+        else:
+            blockers = set(rhs)
         if not blockers:
             work.append(lhs)
+            continue
+        missing[i] = len(blockers)
+        for s in blockers:
+            waiting[s].append(i)
     while work:
         nt = work.pop()
         if marked[nt]:
             continue
         marked[nt] = True
-        for i in waiting.get(nt, ()):
+        for i in waiting[nt]:
             missing[i] -= 1
             if missing[i] == 0:
                 work.append(rules[i][0])

@@ -72,6 +72,7 @@ class Recognizer:
         self.lexset_ptr = np.zeros(65, dtype=np.int64)
         self.lexset_lex = np.zeros(256, dtype=np.int64)
         self.lexsets_mirrored = 0
+        self._scan_arrays: tuple | None = None
         self.start_keys = np.full(64, -1, dtype=np.int64)
         self.start_val = np.zeros(64, dtype=np.int64)
         self.start_ptr = np.zeros(64, dtype=np.int64)
@@ -109,6 +110,7 @@ class Recognizer:
             acc = np.zeros(grow, dtype=np.bool_)
             acc[: self.row_accepting.shape[0]] = self.row_accepting
             self.row_lexstate, self.row_accepting = lex, acc
+            self._scan_arrays = None
         if self.row_lexstate[row] == UNKNOWN:
             allowed = self.parser.allowed_array(row)
             # %ignore only between lexemes, as in llguidance: never after the last one
@@ -131,6 +133,7 @@ class Recognizer:
         return int(self.step_fill[0])
 
     def _remember_start(self, allowed: np.ndarray, lexstate: int) -> None:
+        self._scan_arrays = None
         if 2 * (self._start_count + 1) > self.start_keys.shape[0]:
             size = 2 * self.start_keys.shape[0]
             old = [(int(self.start_ptr[i]), int(self.start_len[i]), int(self.start_val[i]))
@@ -187,6 +190,19 @@ class Recognizer:
             self.lexset_lex[start:end] = members
             ptr[i + 1] = end
         self.lexsets_mirrored = len(lexsets)
+        self._scan_arrays = None
+
+    def scan_arrays(self) -> tuple:
+        """The recognizer's part of what mask.scan_in_walk needs, valid until an array is
+        replaced or lexeme sets are added."""
+        self.sync_lexsets()
+        arrays = self._scan_arrays
+        if arrays is None:
+            arrays = self._scan_arrays = (
+                self.step_fill, self.lexset_ptr, self.lexset_lex, self.lexsets_mirrored, self.row_accepting,
+                self.start_keys, self.start_val, self.start_ptr, self.start_len, self.start_pool,
+            )
+        return arrays
 
     def scan(self, row: int, lexset: int) -> int:
         """Child row after scanning lexeme set `lexset` in `row` (NO_ROW if nothing scans); fills the step table."""

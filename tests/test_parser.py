@@ -135,3 +135,30 @@ def test_row_item_limit_is_a_limit_error():
         b.rule(s, [lx])
     with pytest.raises(LimitExceeded, match="max_items_per_row"):
         EarleyParser(b.build(s), Limits(max_items_per_row=100))
+
+
+def test_json_schema_grammars_flagged_all_productive_are():
+    # The parser trusts the flag and skips its own analysis: check the flag on the
+    # MaskBench development schemas (recursive $refs, contradictions pruned away).
+    import json
+    from pathlib import Path
+
+    from midword.engine.grammar import Grammar
+    from midword.engine.limits import GrammarError
+    from midword.engine.parser import _productive
+
+    dev = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench-dev"
+    files = sorted(dev.glob("*.json"))[:120]
+    assert files, f"MaskBench development set missing at {dev}"
+    checked = 0
+    for path in files:
+        try:
+            g = Grammar.from_json_schema(json.loads(path.read_text())["schema"])
+        except (GrammarError, LimitExceeded):
+            continue
+        assert g.all_productive
+        productive = _productive(g)
+        assert productive[g.start]
+        assert all(productive[s] for r in g.rules for s in r.rhs if s >= 0), path.name
+        checked += 1
+    assert checked > 80
