@@ -32,6 +32,7 @@ from ._jit import compiled_for, njit_calling
 from .parser import EPOCH, NOTHING_SCANS, POOL_USED, ROW_BUILT, ROWS, STEPS_USED, build_row_jit, build_row_py
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN
 from .recognizer import LEXSET_BITS, NO_ROW, STEP_EMPTY, Recognizer
+from .slicer import applicable_slices
 from .trie import TokenTrie, mask_words
 
 DONE = 0
@@ -352,8 +353,6 @@ class MaskWalker:
         lexstate = int(state[0])
         applicable: tuple[bool, ...] = ()
         if self.sliced is not None:
-            from .slicer import applicable_slices
-
             applicable = applicable_slices(self.rec, self.sliced, lexstate)
         if not self.split_at_lexeme:
             return self._whole_walk(state, applicable), any(applicable)
