@@ -191,14 +191,70 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
         adv_pos[base + m] = pos + 1
         adv_origin[base + m] = origin
         m += 1
-    if m > 1:
-        order = np.argsort(adv_sym[base:base + m], kind="mergesort")
-        s_sym = adv_sym[base:base + m][order]
-        s_pos = adv_pos[base:base + m][order]
-        s_origin = adv_origin[base:base + m][order]
-        adv_sym[base:base + m] = s_sym
-        adv_pos[base:base + m] = s_pos
-        adv_origin[base:base + m] = s_origin
+    # A stable sort by symbol, written out: numba's own argsort took seconds to compile.
+    if m <= 32:
+        for i in range(base + 1, base + m):
+            k_sym = adv_sym[i]
+            k_pos = adv_pos[i]
+            k_origin = adv_origin[i]
+            j = i - 1
+            while j >= base and adv_sym[j] > k_sym:
+                adv_sym[j + 1] = adv_sym[j]
+                adv_pos[j + 1] = adv_pos[j]
+                adv_origin[j + 1] = adv_origin[j]
+                j -= 1
+            adv_sym[j + 1] = k_sym
+            adv_pos[j + 1] = k_pos
+            adv_origin[j + 1] = k_origin
+    else:
+        # Bottom-up merge sort, runs of `width` merged from src into dst and back.
+        src_sym = adv_sym[base:base + m].copy()
+        src_pos = adv_pos[base:base + m].copy()
+        src_origin = adv_origin[base:base + m].copy()
+        dst_sym = np.empty_like(src_sym)
+        dst_pos = np.empty_like(src_pos)
+        dst_origin = np.empty_like(src_origin)
+        width = 1
+        while width < m:
+            lo = 0
+            while lo < m:
+                mid = min(lo + width, m)
+                hi = min(lo + 2 * width, m)
+                a = lo
+                b = mid
+                out = lo
+                while a < mid and b < hi:
+                    if src_sym[b] < src_sym[a]:
+                        dst_sym[out] = src_sym[b]
+                        dst_pos[out] = src_pos[b]
+                        dst_origin[out] = src_origin[b]
+                        b += 1
+                    else:
+                        dst_sym[out] = src_sym[a]
+                        dst_pos[out] = src_pos[a]
+                        dst_origin[out] = src_origin[a]
+                        a += 1
+                    out += 1
+                while a < mid:
+                    dst_sym[out] = src_sym[a]
+                    dst_pos[out] = src_pos[a]
+                    dst_origin[out] = src_origin[a]
+                    a += 1
+                    out += 1
+                while b < hi:
+                    dst_sym[out] = src_sym[b]
+                    dst_pos[out] = src_pos[b]
+                    dst_origin[out] = src_origin[b]
+                    b += 1
+                    out += 1
+                lo = hi
+            src_sym, dst_sym = dst_sym, src_sym
+            src_pos, dst_pos = dst_pos, src_pos
+            src_origin, dst_origin = dst_origin, src_origin
+            width *= 2
+        adv_sym[base:base + m] = src_sym
+        adv_pos[base:base + m] = src_pos
+        adv_origin[base:base + m] = src_origin
     row_start[row_id] = base
     row_end[row_id] = base + m
     row_accepting[row_id] = accepting
