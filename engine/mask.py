@@ -5,11 +5,19 @@ At each node it reads one byte: a lexer table lookup, and at a lexeme boundary a
 lookup in the parser-step hash table and the new row's start lexer state. A rejected
 byte skips the node's whole subtree. Tokens ending at a surviving node are allowed.
 
-Tables are filled lazily, so the walk can meet an entry that is not computed yet.
-Rather than call back into Python, it returns where it stopped and what it needs
-(`NEED_LEXER`: a lexer transition; `NEED_PARSER`: a parser step); the caller computes
-it and resumes at the same node, with the per-depth stacks untouched. Nothing is ever
-recomputed from scratch.
+Tables are filled lazily, so the walk can meet an entry that is not computed yet. A
+missing parser step is built inside the walk (the compiled Earley row builder of
+parser.py, entered in the step table at once). What needs Python — a lexer
+transition (derivatives), a lexeme set's start state never met, a table to grow —
+returns where the walk stopped and what it needs (`NEED_LEXER`, `NEED_PARSER`); the
+caller computes it and resumes at the same node, with the per-depth stacks
+untouched. Nothing is ever recomputed from scratch.
+
+A mask is computed in two parts. Tokens that stay inside the current lexeme depend
+only on the lexer state, so that part is kept per lexer state together with its
+frontier, the subtrees where a lexeme ends and the Earley row decides; the next row
+met in the same lexer state (the next string value, the next array element) walks
+only the frontier.
 
 Finished masks are kept in `MASK_CACHE` (a byte-bounded LRU keyed by recognizer, trie
 and state): decoding revisits states constantly (every position inside a string is
@@ -17,8 +25,9 @@ one state), and on MaskBench about 60% of masks are such revisits, served by a c
 (about 6 µs) instead of a walk.
 
 `walk_py` is the plain-Python twin of the compiled `walk_jit` (the very same code,
-uncompiled); `reference_mask` is an independent definition (every token's bytes
-through `Recognizer.step`) that tests compare both against.
+uncompiled, calling the plain twins of the row builder); `reference_mask` is an
+independent definition (every token's bytes through `Recognizer.step`) that tests
+compare both against.
 """
 
 from __future__ import annotations
