@@ -179,7 +179,7 @@ def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, 
     lexemes = lexset_lex[lexset_ptr[lexset]:lexset_ptr[lexset + 1]]
     counts[EPOCH] += 1
     status, used, n_allowed = build_row(
-        child, counts[EPOCH], row, lexemes, no_kernel, no_kernel, 0, dot_symbol, dot_lhs, nullable, accept_pos,
+        child, counts[EPOCH], row, lexemes, no_kernel, no_kernel, no_kernel.shape[0], dot_symbol, dot_lhs, nullable, accept_pos,
         pred_start, pred_end, pred_pool, prednt_start, prednt_end, prednt_pool, row_start, row_end, p_row_accepting,
         adv_sym, adv_pos, adv_origin, counts[POOL_USED], hkeys, hstamp, pstamp, ntstamp, work_pos, work_origin,
         item_pos, item_origin, pred_list, allowed_out, max_items)
