@@ -22,6 +22,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ._jit import njit
 from .grammar import Grammar
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, Lexer
 from .limits import DEFAULT_LIMITS, Limits
@@ -45,6 +46,27 @@ def lexeme_set_hash(lexemes) -> int:
 def step_slot(row: int, lexset: int, bits: int) -> int:
     # Small multipliers keep the product inside int64, so numba and Python agree bit for bit.
     return (row * 1000003 + lexset * 7919) & ((1 << bits) - 1)
+
+
+def rehash_steps_py(old_keys, old_vals, keys, vals, bits):
+    """Enters every step of the old table into the empty `keys`/`vals`; returns the count."""
+    size_mask = (1 << bits) - 1
+    lexset_mask = (1 << LEXSET_BITS) - 1
+    count = 0
+    for i in range(old_keys.shape[0]):
+        key = old_keys[i]
+        if key == STEP_EMPTY:
+            continue
+        slot = ((key >> LEXSET_BITS) * 1000003 + (key & lexset_mask) * 7919) & size_mask
+        while keys[slot] != STEP_EMPTY:
+            slot = (slot + 1) & size_mask
+        keys[slot] = key
+        vals[slot] = old_vals[i]
+        count += 1
+    return count
+
+
+rehash_steps_jit = njit(rehash_steps_py)
 
 
 class Recognizer:
@@ -233,10 +255,8 @@ class Recognizer:
             self.step_bits += 1
             self.step_keys = np.full(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
             self.step_vals = np.full(1 << self.step_bits, NO_ROW, dtype=np.int32)
-            self.step_fill[0] = 0
-            for k, v in zip(old_keys.tolist(), old_vals.tolist()):
-                if k != STEP_EMPTY:
-                    self._insert_step(k, v)
+            # Compiled: re-entering a million steps one by one in Python took seconds.
+            self.step_fill[0] = rehash_steps_jit(old_keys, old_vals, self.step_keys, self.step_vals, self.step_bits)
         bits = self.step_bits
         slot = step_slot(key >> LEXSET_BITS, key & ((1 << LEXSET_BITS) - 1), bits)
         while self.step_keys[slot] != STEP_EMPTY:

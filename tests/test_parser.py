@@ -162,3 +162,33 @@ def test_json_schema_grammars_flagged_all_productive_are():
         assert all(productive[s] for r in g.rules for s in r.rhs if s >= 0), path.name
         checked += 1
     assert checked > 80
+
+
+def test_step_table_rehash_keeps_every_step():
+    import numpy as np
+
+    from midword.engine.recognizer import STEP_EMPTY, rehash_steps_jit, rehash_steps_py, step_slot, LEXSET_BITS
+
+    rng = random.Random(3)
+    bits = 8
+    keys = np.full(1 << bits, STEP_EMPTY, dtype=np.int64)
+    vals = np.full(1 << bits, -1, dtype=np.int32)
+    entries = {}
+    while len(entries) < 100:
+        row, lexset = rng.randrange(5000), rng.randrange(300)
+        entries[(row << LEXSET_BITS) | lexset] = rng.randrange(-1, 9000)
+    for key, val in entries.items():
+        slot = step_slot(key >> LEXSET_BITS, key & ((1 << LEXSET_BITS) - 1), bits)
+        while keys[slot] != STEP_EMPTY:
+            slot = (slot + 1) & ((1 << bits) - 1)
+        keys[slot], vals[slot] = key, val
+    for fn in (rehash_steps_py, rehash_steps_jit):
+        new_keys = np.full(1 << (bits + 1), STEP_EMPTY, dtype=np.int64)
+        new_vals = np.full(1 << (bits + 1), -1, dtype=np.int32)
+        assert fn(keys, vals, new_keys, new_vals, bits + 1) == len(entries)
+        for key, val in entries.items():
+            slot = step_slot(key >> LEXSET_BITS, key & ((1 << LEXSET_BITS) - 1), bits + 1)
+            while new_keys[slot] != key:
+                assert new_keys[slot] != STEP_EMPTY
+                slot = (slot + 1) & ((1 << (bits + 1)) - 1)
+            assert new_vals[slot] == val
