@@ -173,6 +173,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     # `midword --help` imports nothing but argparse.
     cpc = bsub.add_parser("cpc", help="character prefix conditioning: word/line exact match per mode")
     lsp = bsub.add_parser("lsp", help="replay typing a file through a real LSP session; completion latency")
+    start = bsub.add_parser("start", help="process start to first mask, cold and warm numba cache")
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     wanted = argv or []
     if wanted[:2] == ["bench", "cpc"]:
@@ -185,6 +186,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
         add_lsp_bench_arguments(lsp)
         lsp.set_defaults(func=run_lsp_bench)
+    if wanted[:2] == ["bench", "start"]:
+        from midword.bench.start import add_start_arguments, run_start_bench
+
+        add_start_arguments(start)
+        start.set_defaults(func=run_start_bench)
     if wanted[:1] == ["serve"]:
         from midword.server.cli import add_serve_arguments, run_serve
 

@@ -439,3 +439,21 @@ def test_midword_on_first_dev_files(capsys):
     assert s["passed"] >= 4, s["failed_files"]
     assert s["mask_mismatches"] == 0
     assert s["ff_share"] is not None and s["ff_noncanonical"] == 0
+
+
+@pytest.mark.slow
+def test_start_bench_times_each_stage_in_new_processes(capsys):
+    import argparse
+    import json
+
+    from midword.bench.start import STAGES, add_start_arguments, run_start_bench
+
+    parser = argparse.ArgumentParser()
+    add_start_arguments(parser)
+    assert run_start_bench(parser.parse_args(["--warm", "1", "--json"])) == 0
+    runs = json.loads(capsys.readouterr().out)
+    assert set(runs) == {"cold", "warm 1"}
+    for timings in runs.values():
+        assert set(timings) == set(STAGES)
+        assert all(v > 0 for v in timings.values())
+        assert abs(sum(timings[s] for s in STAGES[:-1]) - timings["total"]) < 0.05
