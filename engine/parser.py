@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from .grammar import Grammar, Rule, is_lexeme
-from ._jit import compiled_for, njit
+from ._jit import compiled_for, njit, njit_calling
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 
 END = 1 << 30  # dot_symbol of a position at the end of its rule
@@ -47,6 +47,29 @@ NEED_POOL = 5  # the row pool has no room for this row: grow it and build again
 
 # EarleyParser.counts
 ROWS, POOL_USED, EPOCH, STEPS_USED = range(4)
+
+
+def push_advanced(row, sym, row_start, row_end, adv_sym, adv_pos, adv_origin, work_pos, work_origin, n_work):
+    """Pushes the entries of `row` with symbol `sym` (its items with `sym` after the dot,
+    advanced past it) onto the work stack; returns the new stack size, -1 when full."""
+    lo = row_start[row]
+    hi = row_end[row]
+    # Entries are sorted by symbol: binary search for the first with `sym`.
+    end = hi
+    while lo < end:
+        mid = (lo + end) >> 1
+        if adv_sym[mid] < sym:
+            lo = mid + 1
+        else:
+            end = mid
+    while lo < hi and adv_sym[lo] == sym:
+        if n_work >= work_pos.shape[0]:
+            return -1
+        work_pos[n_work] = adv_pos[lo]
+        work_origin[n_work] = adv_origin[lo]
+        n_work += 1
+        lo += 1
+    return n_work
 
 
 def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
@@ -69,25 +92,11 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
     its stamp equals `epoch`, so nothing is cleared between builds."""
     n_work = 0
     if parent >= 0:
-        lo = row_start[parent]
-        hi = row_end[parent]
         for k in range(lexemes.shape[0]):
-            sym = -lexemes[k] - 1
-            i = lo
-            j = hi
-            while i < j:
-                mid = (i + j) >> 1
-                if adv_sym[mid] < sym:
-                    i = mid + 1
-                else:
-                    j = mid
-            while i < hi and adv_sym[i] == sym:
-                if n_work >= work_pos.shape[0]:
-                    return NEED_SCRATCH, 0, 0
-                work_pos[n_work] = adv_pos[i]
-                work_origin[n_work] = adv_origin[i]
-                n_work += 1
-                i += 1
+            n_work = push_advanced(parent, -lexemes[k] - 1, row_start, row_end, adv_sym, adv_pos, adv_origin,
+                                   work_pos, work_origin, n_work)
+            if n_work < 0:
+                return NEED_SCRATCH, 0, 0
         if n_work == 0:
             return NOTHING_SCANS, 0, 0
     else:
@@ -126,24 +135,10 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
         if sym == end_sym:
             if origin == row_id:
                 continue  # an empty derivation: Aycock-Horspool advanced over it at prediction
-            lhs = dot_lhs[pos]
-            lo = row_start[origin]
-            hi = row_end[origin]
-            # Binary search for the first entry with symbol lhs.
-            while lo < hi:
-                mid = (lo + hi) >> 1
-                if adv_sym[mid] < lhs:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            hi = row_end[origin]
-            while lo < hi and adv_sym[lo] == lhs:
-                if n_work >= work_pos.shape[0]:
-                    return NEED_SCRATCH, 0, 0
-                work_pos[n_work] = adv_pos[lo]
-                work_origin[n_work] = adv_origin[lo]
-                n_work += 1
-                lo += 1
+            n_work = push_advanced(origin, dot_lhs[pos], row_start, row_end, adv_sym, adv_pos, adv_origin,
+                                   work_pos, work_origin, n_work)
+            if n_work < 0:
+                return NEED_SCRATCH, 0, 0
         elif sym >= 0:
             if ntstamp[sym] != epoch:
                 s = pred_start[sym]
@@ -222,31 +217,17 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
                 hi = min(lo + 2 * width, m)
                 a = lo
                 b = mid
-                out = lo
-                while a < mid and b < hi:
-                    if src_sym[b] < src_sym[a]:
-                        dst_sym[out] = src_sym[b]
-                        dst_pos[out] = src_pos[b]
-                        dst_origin[out] = src_origin[b]
-                        b += 1
-                    else:
-                        dst_sym[out] = src_sym[a]
-                        dst_pos[out] = src_pos[a]
-                        dst_origin[out] = src_origin[a]
+                for out in range(lo, hi):
+                    # Ties take the left run first: the sort stays stable.
+                    if b >= hi or (a < mid and src_sym[a] <= src_sym[b]):
+                        take = a
                         a += 1
-                    out += 1
-                while a < mid:
-                    dst_sym[out] = src_sym[a]
-                    dst_pos[out] = src_pos[a]
-                    dst_origin[out] = src_origin[a]
-                    a += 1
-                    out += 1
-                while b < hi:
-                    dst_sym[out] = src_sym[b]
-                    dst_pos[out] = src_pos[b]
-                    dst_origin[out] = src_origin[b]
-                    b += 1
-                    out += 1
+                    else:
+                        take = b
+                        b += 1
+                    dst_sym[out] = src_sym[take]
+                    dst_pos[out] = src_pos[take]
+                    dst_origin[out] = src_origin[take]
                 lo = hi
             src_sym, dst_sym = dst_sym, src_sym
             src_pos, dst_pos = dst_pos, src_pos
@@ -270,7 +251,7 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
     return ROW_BUILT, m, n_allowed
 
 
-build_row_jit = njit(build_row_py)
+build_row_jit = njit_calling(build_row_py, push_advanced=njit(push_advanced))
 
 
 class EarleyParser:

@@ -192,3 +192,20 @@ def test_step_table_rehash_keeps_every_step():
                 assert new_keys[slot] != STEP_EMPTY
                 slot = (slot + 1) & ((1 << (bits + 1)) - 1)
             assert new_vals[slot] == val
+
+
+def test_large_rows_are_sorted_stably_by_symbol():
+    # More than 32 entries take the merge sort: a row predicting 40 nonterminals at once.
+    b = GrammarBuilder()
+    lexemes = [b.lexeme(f"K{i}", f"k{i}x", literal=f"k{i}x".encode()) for i in range(40)]
+    s = b.nonterminal("s")
+    for i, lx in enumerate(lexemes):
+        nt = b.nonterminal(f"n{i}")
+        b.rule(s, [nt, lx])
+        b.rule(nt, [lx])
+    for use_jit in (True, False):
+        p = EarleyParser(b.build(s), use_jit=use_jit)
+        lo, hi = int(p.row_start[p.root]), int(p.row_end[p.root])
+        syms = p.adv_sym[lo:hi].tolist()
+        assert hi - lo > 32 and syms == sorted(syms)
+        assert p.allowed_lexemes(p.root) == set(range(40))
