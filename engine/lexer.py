@@ -8,8 +8,11 @@ token trie is almost always one array lookup; the derivative engine runs only on
 miss (-1 in the table). A state's first miss computes one byte class; a second fills
 the state's whole row (such states are met from many trie nodes), which halves the
 derivatives computed against filling every row and keeps returns from the compiled
-walk few. Regexes live in the process-wide `ExprSet.shared()`, so lexemes that
-grammars have in common (strings, numbers, formats) are parsed and derived once.
+walk few. Bytes no live regex can start with go to DEAD on the first miss already (no
+derivative needed), so a state whose other bytes are all dead, like the middle of a
+literal, never misses twice. Regexes live in the process-wide `ExprSet.shared()`, so
+lexemes that grammars have in common (strings, numbers, formats) are parsed and derived
+once.
 
 Lexing is greedy with one byte of lookahead: a lexeme ends when the next byte cannot
 extend any live lexeme and the current state accepts. Which lexemes may start is up
@@ -30,6 +33,11 @@ DEAD = 0  # the empty state: no lexeme can continue
 UNKNOWN = -1  # table entry not computed yet
 NO_ACCEPT = -1  # lex_accept: the state accepts no lexeme
 IGNORE_ONLY = -2  # lex_accept: only the %ignore pseudo-lexeme accepts here
+
+_ALL_BYTES = (1 << 256) - 1
+# Bytes outside a first-byte mask, by mask: few distinct masks recur across states.
+_dead_bytes: dict[int, np.ndarray] = {}
+_MAX_DEAD_MASKS = 10_000
 
 
 class Lexer:
@@ -73,8 +81,9 @@ class Lexer:
         self._initial_cache: dict[tuple[frozenset[int], bool], int] = {}
         self.fuel_used = 0
         self._classes: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}
-        self._live: dict[int, tuple[tuple[int, int, int], ...]] = {}
+        self._live: dict[int, tuple[tuple[tuple[int, int, int], ...], int]] = {}
         self._missed: set[int] = set()
+        self._dead: dict[int, np.ndarray] = {}
         self._intern(())  # DEAD == 0
         self.table[DEAD, :] = DEAD
 
@@ -134,8 +143,16 @@ class Lexer:
         # met with one (the middle of a keyword).
         self._missed.add(state)
         classes, reps = self._byte_classes(state)
-        t = self._transition(state, reps[classes[byte]])
-        self.table[state, classes == classes[byte]] = t
+        c = classes[byte]
+        t = self._transition(state, reps[c])
+        row = self.table[state]
+        row[classes == c] = t
+        # Bytes no live regex can start with lead to DEAD without a derivative. The walk
+        # tries them all the time (sibling tokens), and each would be a second miss:
+        # a return from the compiled walk and a whole row of derivatives.
+        dead = self._dead.get(state)
+        if dead is not None:
+            row[dead] = DEAD
         return t
 
     def fill_row(self, state: int) -> None:
@@ -146,17 +163,36 @@ class Lexer:
         # _transition may have grown (reallocated) the table: index it afresh.
         self.table[state] = np.array(targets, dtype=np.int32)[classes]
 
+    def _live_of(self, state: int) -> tuple[tuple[tuple[int, int, int], ...], int]:
+        """(live (lexeme, expr, first-byte mask) triples, union of the masks)."""
+        got = self._live.get(state)
+        if got is None:
+            first_bytes = self.exprs.first_bytes
+            # States often hold dozens of lexemes (every key of an object) of which a
+            # byte keeps a few: first-byte masks skip the others without a derivative.
+            live = tuple((i, e, first_bytes(e)) for i, e in self.states[state] if i != self.start_marker)
+            starts = 0
+            for _, _, first in live:
+                starts |= first
+            got = (live, starts)
+            self._live[state] = got
+            if starts != _ALL_BYTES:
+                dead = _dead_bytes.get(starts)
+                if dead is None:
+                    bits = np.frombuffer(starts.to_bytes(32, "little"), dtype=np.uint8)
+                    dead = ~np.unpackbits(bits, bitorder="little").view(bool)
+                    dead.flags.writeable = False  # shared by every lexer
+                    if len(_dead_bytes) < _MAX_DEAD_MASKS:
+                        _dead_bytes[starts] = dead
+                self._dead[state] = dead
+        return got
+
     def _transition(self, state: int, byte: int) -> int:
         self.fuel_used += 1
         if self.fuel_used > self.limits.lexer_fuel:
             raise LimitExceeded("lexer_fuel", self.limits.lexer_fuel, "too many derivative computations")
         live = self._live.get(state)
-        if live is None:
-            first_bytes = self.exprs.first_bytes
-            # States often hold dozens of lexemes (every key of an object) of which a
-            # byte keeps a few: first-byte masks skip the others without a derivative.
-            live = tuple((i, e, first_bytes(e)) for i, e in self.states[state] if i != self.start_marker)
-            self._live[state] = live
+        live = live[0] if live is not None else self._live_of(state)[0]
         live_derivative = self.exprs.live_derivative
         pairs = []
         for i, e, first in live:

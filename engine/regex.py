@@ -224,11 +224,13 @@ class ExprSet:
         self._classmap_by_masks: dict[tuple[int, ...], bytes] = {}
         self._combined: dict[frozenset, tuple[np.ndarray, tuple[int, ...]]] = {}
         self._first_bytes: dict[int, int] = {}
+        self._or_firsts: dict[int, tuple[int, ...]] = {}
         self._classmap: dict[int, bytes] = {}
         self._empty: dict[int, bool] = {}
         self._next: dict[int, np.ndarray] = {}
         self._maxlen: dict[int, int | None] = {}
         self._parsed: dict[tuple, int] = {}
+        self._literals: dict[bytes, int] = {}
         self._class_cache: dict[tuple, int] = {}
         # Multibyte classes by node, so to_str can print them as code point classes.
         self._class_of: dict[int, tuple] = {}
@@ -284,9 +286,22 @@ class ExprSet:
     def literal(self, data: bytes) -> int:
         if not isinstance(data, (bytes, bytearray, memoryview)):
             raise TypeError(f"literal() takes bytes, got {type(data).__name__}")
+        data = bytes(data)
+        r = self._literals.get(data)
+        if r is not None:
+            return r
+        # Grammars repeat literals (keys, enum values, punctuation) and their tails, so
+        # look each link up before building it through _concat2.
+        ids = self._ids
         r = 1
-        for b in reversed(bytes(data)):
-            r = self._concat2(self._bytes(1 << b), r)
+        for b in reversed(data):
+            h = ids.get((_BYTES, 1 << b))
+            if h is None:
+                h = self._bytes(1 << b)
+            i = ids.get((_CONCAT, h, r)) if r != 1 else h
+            r = i if i is not None else self._concat2(h, r)
+        if len(self._literals) < self.limits.max_regex_nodes:
+            self._literals[data] = r
         return r
 
     def char_class(self, ranges: Iterable[tuple[int, int]], negate: bool = False) -> int:
@@ -695,6 +710,14 @@ class ExprSet:
         r = self._deriv.get(key)
         if r is not None:
             return r
+        if self._kind[expr] == _CONCAT:
+            h, t = self._args[expr]
+            if self._kind[h] == _BYTES:
+                # The middle of a literal (or of any byte-headed sequence): the answer is
+                # the tail or ∅, without working out the byte classes first.
+                r = t if (self._args[h][0] >> byte) & 1 else 0
+                self._deriv[key] = r
+                return r
         rep = self.byte_classes(expr)[byte]
         if rep != byte:
             rkey = (expr << 8) | rep
@@ -740,7 +763,16 @@ class ExprSet:
                 parts.append(self.derivative(x, b))
             return self.alt(*parts)
         if k == _OR:
-            return self.alt(*[self.derivative(m, b) for m in a])
+            # Wide alternations (an object's listed keys, enum values) mostly have members
+            # that cannot start with b; their derivative is ∅ for sure, so skip them.
+            firsts = self._or_firsts.get(expr)
+            if firsts is None:
+                first_bytes = self.first_bytes
+                firsts = tuple(first_bytes(m) for m in a)
+                self._or_firsts[expr] = firsts
+            bit = 1 << b
+            derivative = self.derivative
+            return self.alt(*[derivative(m, b) for m, f in zip(a, firsts) if f & bit])
         if k == _AND:
             ds = []
             for m in a:
@@ -771,9 +803,41 @@ class ExprSet:
         known = self._empty.get(expr)
         if known is not None:
             return known
+        nullable, has_bool, empty = self._nullable, self._has_bool, self._empty
+        if nullable[expr]:
+            empty[expr] = False
+            return False
+        kind = self._kind[expr]
+        if kind in (_CONCAT, _OR, _REPEAT):
+            # Only & and ~ need the derivative graph. Around them the language is empty
+            # exactly when a factor of a sequence, every branch of an alternation, or a
+            # repeat's body (lower bound > 0 here, as expr is not nullable) is, so decide
+            # the smaller parts: a lexer's `"(C* & ~E)"` then costs one nullable check
+            # instead of a derivative per byte class of the whole sequence.
+            args = self._args
+            if kind == _CONCAT:
+                r = False
+                x = expr
+                # Iterate along the right-nested chain: it can be far longer than the
+                # expression's height, which bounds the recursion through the heads.
+                while kind == _CONCAT:
+                    h, x = args[x]
+                    if self._is_empty(h, bound):
+                        r = True
+                        break
+                    if not has_bool[x]:
+                        break
+                    kind = self._kind[x]
+                else:
+                    r = self._is_empty(x, bound)
+            elif kind == _OR:
+                r = all(self._is_empty(m, bound) for m in args[expr])
+            else:
+                r = self._is_empty(args[expr][0], bound)
+            empty[expr] = r
+            return r
         seen = {expr}
         stack = [expr]
-        nullable, has_bool, empty = self._nullable, self._has_bool, self._empty
         while stack:
             x = stack.pop()
             if nullable[x]:
@@ -786,7 +850,7 @@ class ExprSet:
                 k = empty.get(y)
                 if k is True:
                     continue
-                if k is False or not has_bool[y]:
+                if k is False or not has_bool[y] or nullable[y]:
                     empty[expr] = False
                     return False
                 seen.add(y)

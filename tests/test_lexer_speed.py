@@ -1,0 +1,186 @@
+"""The lexer's and regex engine's shortcuts must not change an answer: each is checked
+against the plain computation (derivatives one lexeme at a time, emptiness by search)."""
+
+import random
+
+import pytest
+
+from midword.engine.grammar import Grammar
+from midword.engine.lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, Lexer
+from midword.engine.limits import LimitExceeded, Limits
+from midword.engine.regex import ExprSet, LazyDFA
+
+GRAMMAR = r"""
+start: value
+value: obj | arr | STR | NUM | "true" | "null" | ENUM
+obj: "{" (pair ("," pair)*)? "}"
+pair: KEY ":" value
+arr: "[" (value ("," value)*)? "]"
+KEY: "\"name\"" | "\"nested\"" | "\"n\"" | "\"description\""
+ENUM: "\"alpha\"" | "\"alphabet\"" | "\"beta\""
+STR: /"[^"\\]{0,12}"/
+NUM: /-?[0-9]+/
+%ignore /[ \n]+/
+"""
+
+
+def _expected(lx: Lexer, state: int, byte: int) -> tuple[tuple[int, int], ...]:
+    """The pairs after `byte`, with no first-byte masks, classes or chains."""
+    es = lx.exprs
+    out = []
+    for i, e in lx.states[state]:
+        if i == lx.start_marker:
+            continue
+        d = es.derivative(e, byte)
+        if d != ExprSet.NOTHING and not es.is_empty(d):
+            out.append((i, d))
+    return tuple(out)
+
+
+def _expected_accept(lx: Lexer, state: int) -> object:
+    real = frozenset(i for i, e in lx.states[state] if i < lx.num_lexemes and lx.exprs.nullable(e))
+    if real:
+        return real
+    if any(i == lx.ignore_index and lx.exprs.nullable(e) for i, e in lx.states[state]):
+        return IGNORE_ONLY
+    return NO_ACCEPT
+
+
+def _check_table(lx: Lexer) -> int:
+    checked = 0
+    for s in range(len(lx.states)):
+        acc = int(lx.accept[s])
+        assert (lx.lexsets[acc] if acc >= 0 else acc) == _expected_accept(lx, s)
+        for byte in range(256):
+            t = int(lx.table[s, byte])
+            if t != UNKNOWN:
+                assert lx.states[t] == _expected(lx, s, byte), (s, byte)
+                checked += 1
+    return checked
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_every_filled_entry_is_the_plain_derivative(seed):
+    lx = Lexer(Grammar.from_lark(GRAMMAR))
+    rng = random.Random(seed)
+    alphabet = b'"{}[],:0123456789-abdehilmnoprstuv \n\\\x00\xff'
+    starts = [lx.initial_state(frozenset(rng.sample(range(lx.num_lexemes), rng.randint(1, lx.num_lexemes))))
+              for _ in range(8)]
+    for _ in range(300):
+        s = rng.choice(starts)
+        for _ in range(rng.randint(1, 14)):
+            byte = rng.choice(alphabet)
+            if rng.random() < 0.1:
+                lx.fill_row(s)
+            s = lx.step(s, byte)
+            if s == DEAD:
+                break
+    assert _check_table(lx) > 1000
+
+
+def test_a_first_miss_also_fills_the_dead_bytes():
+    lx = Lexer(Grammar.from_lark(GRAMMAR))
+    key = lx.lexeme_names.index("KEY")
+    s = lx.initial_state(frozenset([key]), with_ignore=False)
+    s = lx.step(s, ord('"'))
+    s2 = lx.step(s, ord("d"))  # only "description" is left: one live byte
+    assert lx.fuel_used == 2
+    assert (lx.table[s2] == UNKNOWN).all()
+    t = lx.step(s2, ord("e"))
+    row = lx.table[s2]
+    assert int(row[ord("e")]) == t != DEAD
+    assert (row[[b for b in range(256) if b != ord("e")]] == DEAD).all()  # no second miss to come
+    assert lx.fuel_used == 3  # the dead bytes took no derivative
+    _check_table(lx)
+
+
+def test_fuel_still_bounds_a_lexer():
+    g = Grammar.from_lark(r'start: "{" W "}"' + "\n" + r'W: "' + "x" * 200 + '"')
+    lx = Lexer(g, limits=Limits(lexer_fuel=40))
+    s = lx.initial_state(frozenset([lx.lexeme_names.index("W")]))
+    with pytest.raises(LimitExceeded):
+        for _ in range(200):
+            s = lx.step(s, ord("x"))
+    assert lx.fuel_used == 41
+
+
+def test_state_limit_still_bounds_a_lexer():
+    g = Grammar.from_lark('start: W\nW: /[a-z]{0,400}q/')
+    lx = Lexer(g, limits=Limits(max_lexer_states=50))
+    s = lx.initial_state(frozenset([0]))
+    with pytest.raises(LimitExceeded):
+        for _ in range(100):
+            s = lx.step(s, ord("a"))
+
+
+# Regex engine ----------------------------------------------------------------------
+
+def _search_empty(es: ExprSet, expr: int, bound: int = 5_000) -> bool:
+    """Emptiness by exploring every byte's derivative, without decomposition."""
+    seen = {expr}
+    stack = [expr]
+    while stack:
+        x = stack.pop()
+        if es.nullable(x):
+            return False
+        for b in range(256):
+            y = es.derivative(x, b)
+            if y and y not in seen:
+                seen.add(y)
+                assert len(seen) < bound
+                stack.append(y)
+    return True
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_emptiness_agrees_with_plain_search(seed):
+    rng = random.Random(seed)
+    atoms = ["a", "b", "ab", "a*", "(?:ab)+", "[ab]{2}", "b?a", ""]
+
+    def rx(depth: int) -> str:
+        if depth == 0 or rng.random() < 0.3:
+            return rng.choice(atoms)
+        op = rng.choice(["cat", "or", "and", "not", "rep"])
+        if op == "cat":
+            return "(?:" + rx(depth - 1) + ")(?:" + rx(depth - 1) + ")"
+        if op == "or":
+            return "(?:" + rx(depth - 1) + "|" + rx(depth - 1) + ")"
+        if op == "and":
+            return "(?:(?:" + rx(depth - 1) + ")&(?:" + rx(depth - 1) + "))"
+        if op == "not":
+            return "~(?:" + rx(depth - 1) + ")"
+        return "(?:" + rx(depth - 1) + "){1,3}"
+
+    es = ExprSet()
+    empties = 0
+    for _ in range(150):
+        pattern = rx(4)
+        e = es.parse(pattern, extended=True)
+        plain = _search_empty(es, e)
+        assert es.is_empty(e) == plain, pattern
+        empties += plain
+    assert empties > 0
+
+
+def test_wide_alternation_derivative_equals_member_derivatives():
+    es = ExprSet()
+    words = [f"key{i}_{c}".encode() for i in range(40) for c in "xyz"]
+    alt = es.alt(*[es.literal(w) for w in words] + [es.parse("[a-k]+q"), es.not_(es.literal(b"k"))])
+    for b in range(256):
+        members = es._args[alt]
+        expected = es.alt(*[es.derivative(m, b) for m in members])
+        assert es.derivative(alt, b) == expected
+
+
+def test_literal_is_cached_and_matches_its_bytes():
+    es = ExprSet()
+    for data in [b"", b"a", b"aa", b"aab", b"abab", b'"name"', "\u00e9t\u00e9".encode(), b"\x00\xff\xff"]:
+        e = es.literal(data)
+        assert es.literal(bytearray(data)) == e
+        dfa = LazyDFA(es, e)
+        assert dfa.matches(data)
+        assert not dfa.matches(data + b"a") and (not data or not dfa.matches(data[:-1]))
+    # Built before and after a shared tail exists, the same node.
+    fresh = ExprSet()
+    tail = fresh.literal(b"bc")
+    assert fresh.literal(b"abc") == fresh.concat(fresh.byte_set([ord("a")]), tail)
