@@ -354,6 +354,13 @@ class MaskWalker:
         return mask
 
     def _compute(self, state) -> tuple[np.ndarray, bool]:
+        # The fuel limits bound the work of one mask (limits.py); a grammar serving a
+        # long session must not run out of them.
+        self.rec.lexer.fuel_used = 0
+        self.rec.parser.counts[STEPS_USED] = 0
+        return self._compute_split(state)
+
+    def _compute_split(self, state) -> tuple[np.ndarray, bool]:
         """The mask in two parts. What lies inside the current lexeme depends on the lexer
         state alone and is kept per lexer state (in the mask cache), with its frontier:
         the nodes where a lexeme ends and the row decides. A state met again with

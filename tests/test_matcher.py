@@ -212,3 +212,16 @@ def test_non_productive_start_is_a_clear_error():
 
     with pytest.raises(GrammarError, match="derives no finite string"):
         Recognizer(b.build(s))
+
+
+def test_fuel_bounds_each_mask_not_the_grammar_s_lifetime():
+    # A grammar serving a long session computes many masks; each gets the full fuel.
+    g = Grammar.from_lark('start: item+\nitem: /[a-z]+/ ";"\n%ignore " "')
+    limits = Limits(lexer_fuel=400, parser_fuel=400)
+    m = Matcher(TOY, g, limits=limits)
+    text = b"".join(bytes([97 + i % 26, 97 + i // 26 % 26]) + b"; " for i in range(300))
+    for i in range(0, len(text), 3):
+        m.compute_mask()
+        m.consume_bytes(text[i:i + 3])
+    assert not m.is_error()
+    assert m.rec.parser.num_rows > 400
