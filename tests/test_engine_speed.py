@@ -39,6 +39,18 @@ def grammar() -> Grammar:
     return Grammar.from_lark(JSONISH)
 
 
+def step_both(rng, mask, *matchers) -> bool:
+    """Feeds one random token of `mask` (not EOS) to every matcher; False when none is left."""
+    allowed = [int(t) for t in np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")[:TOY.vocab_size])
+               if int(t) not in TOY.eos_token_ids]
+    if not allowed:
+        return False
+    t = rng.choice(allowed)
+    for m in matchers:
+        m.consume_token(t)
+    return True
+
+
 # Mask cache ------------------------------------------------------------------------
 
 def test_mask_cache_evicts_least_recent_within_budget():
@@ -65,13 +77,8 @@ def test_cached_masks_equal_fresh_walks_and_belong_to_the_caller():
             got = m.compute_mask()
             assert np.array_equal(got, fresh.compute_mask())
             assert np.array_equal(got, m.reference_mask())
-            allowed = np.flatnonzero(np.unpackbits(got.view(np.uint8), bitorder="little")[:TOY.vocab_size])
-            allowed = [int(t) for t in allowed if int(t) not in TOY.eos_token_ids]
-            if not allowed:
+            if not step_both(rng, got, m, fresh):
                 break
-            t = rng.choice(allowed)
-            m.consume_token(t)
-            fresh.consume_token(t)
 
 
 def test_masks_split_at_the_lexeme_equal_whole_walks_on_a_real_tokenizer():
@@ -107,13 +114,8 @@ def test_masks_split_at_the_lexeme_equal_whole_walks_along_random_walks(seed):
     for _ in range(16):
         got = split.compute_mask()
         assert np.array_equal(got, whole.compute_mask())
-        allowed = [int(t) for t in np.flatnonzero(np.unpackbits(got.view(np.uint8), bitorder="little")[:TOY.vocab_size])
-                   if int(t) not in TOY.eos_token_ids]
-        if not allowed:
+        if not step_both(rng, got, split, whole):
             break
-        t = rng.choice(allowed)
-        split.consume_token(t)
-        whole.consume_token(t)
 
 
 def test_walk_variants_do_not_share_cache_entries():
