@@ -169,12 +169,11 @@ def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, 
      prednt_end, prednt_pool, row_start, row_end, p_row_accepting, adv_sym, adv_pos, adv_origin, hkeys, hstamp,
      pstamp, ntstamp, work_pos, work_origin, item_pos, item_origin, pred_list, allowed_out, max_items, parser_fuel,
      no_kernel) = parser_arrays
-    (step_fill, lexset_ptr, lexset_lex, n_lexsets, rec_row_accepting, start_keys, start_val, start_ptr, start_len,
+    (step_fill, lexset_ptr, lexset_lex, n_lexsets, start_keys, start_val, start_ptr, start_len,
      start_pool) = scan_arrays
     child = counts[ROWS]
     if (lexset >= n_lexsets or child >= row_start.shape[0] or child >= row_lexstate.shape[0]
-            or child >= rec_row_accepting.shape[0] or 2 * (step_fill[0] + 1) > step_keys.shape[0]
-            or counts[STEPS_USED] >= parser_fuel):
+            or 2 * (step_fill[0] + 1) > step_keys.shape[0] or counts[STEPS_USED] >= parser_fuel):
         return SCAN_IN_PYTHON
     lexemes = lexset_lex[lexset_ptr[lexset]:lexset_ptr[lexset + 1]]
     counts[EPOCH] += 1
@@ -214,7 +213,6 @@ def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, 
         counts[ROWS] += 1
         counts[POOL_USED] += used
         row_lexstate[child] = lexstate
-        rec_row_accepting[child] = p_row_accepting[child]
         result = child
     counts[STEPS_USED] += 1
     step_keys[slot] = key

@@ -82,7 +82,6 @@ class Recognizer:
         self.lexer = Lexer(grammar, limits=limits)
         self.parser = EarleyParser(grammar, limits)
         self.row_lexstate = np.full(64, UNKNOWN, dtype=np.int32)
-        self.row_accepting = np.zeros(64, dtype=np.bool_)
         self.step_bits = 10
         self.step_keys = np.full(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
         self.step_vals = np.full(1 << self.step_bits, NO_ROW, dtype=np.int32)
@@ -129,10 +128,7 @@ class Recognizer:
             grow = max(row + 1, 2 * self.row_lexstate.shape[0])
             lex = np.full(grow, UNKNOWN, dtype=np.int32)
             lex[: self.row_lexstate.shape[0]] = self.row_lexstate
-            acc = np.zeros(grow, dtype=np.bool_)
-            acc[: self.row_accepting.shape[0]] = self.row_accepting
-            self.row_lexstate, self.row_accepting = lex, acc
-            self._scan_arrays = None
+            self.row_lexstate = lex
         if self.row_lexstate[row] == UNKNOWN:
             allowed = self.parser.allowed_array(row)
             # %ignore only between lexemes, as in llguidance: never after the last one
@@ -148,7 +144,6 @@ class Recognizer:
                 if with_ignore == bool(allowed.shape[0]):  # what every row but the root gets
                     self._remember_start(allowed, lexstate)
             self.row_lexstate[row] = lexstate
-            self.row_accepting[row] = self.parser.is_accepting(row)
 
     @property
     def step_count(self) -> int:
@@ -221,7 +216,7 @@ class Recognizer:
         arrays = self._scan_arrays
         if arrays is None:
             arrays = self._scan_arrays = (
-                self.step_fill, self.lexset_ptr, self.lexset_lex, self.lexsets_mirrored, self.row_accepting,
+                self.step_fill, self.lexset_ptr, self.lexset_lex, self.lexsets_mirrored,
                 self.start_keys, self.start_val, self.start_ptr, self.start_len, self.start_pool,
             )
         return arrays
