@@ -406,9 +406,14 @@ async def test_prefetch_while_idle(client: LanguageClient, tmp_path):
             range=types.Range(start=types.Position(line=2, character=4), end=types.Position(line=2, character=8)),
             text="compute(1)\n")]))
     result = await inline(client, "file:///w/k.py", 3, 0)
-    s = await stats(client)
-    assert s["prefetches"] == 1 and s["prefetch_hits"] == 1 and len(read_log(log)) == 2
     assert result.items[0].insert_text == "b = compute(2)"
+    s = await stats(client)
+    assert s["prefetch_hits"] == 1
+    # The hit itself asked the model nothing. It schedules the next prefetch (after the end of
+    # the line it served), which a slow CI may start before the stats request is read.
+    later_calls = read_log(log)[2:]
+    assert 1 <= s["prefetches"] <= 1 + len(later_calls)
+    assert all(call["prefix"].endswith("c = compute(1)\nb = compute(2)") for call in later_calls)
 
 
 # -- typing on while the model works ---------------------------------------------------------
