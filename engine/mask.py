@@ -36,8 +36,10 @@ from collections import OrderedDict
 
 import numpy as np
 
+from . import _views
 from . import parser as parser_module
 from ._jit import compiled_for, njit_calling
+from ._views import pack, view_1d, view_2d
 from .parser import EPOCH, NOTHING_SCANS, POOL_USED, ROW_BUILT, ROWS, STEPS_USED, build_row_jit, build_row_py
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN
 from .recognizer import LEXSET_BITS, NO_ROW, STEP_EMPTY, Recognizer
@@ -228,6 +230,73 @@ _PARSER_FILE = parser_module.__file__
 scan_in_walk_jit = njit_calling(scan_in_walk_py, depends=(_PARSER_FILE,), build_row=build_row_jit)
 walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE,), scan_in_walk=scan_in_walk_jit)
 
+# The walk's arrays packed by address (_views.py) in four groups, each packed again only
+# when an array of it is replaced: the trie's, the walker's and tables', the parser's
+# (Parser.walk_arrays) and the recognizer's (Recognizer.scan_arrays). The dtypes are
+# what walk_packed reads them as; `pack` refuses arrays of other types.
+_TRIE_DTYPES = (np.uint8, np.int32, np.int32, np.int32, np.int32, np.int32)
+_TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32, np.int64, np.int64, np.int64, np.int64, np.int64)
+# Parser.walk_arrays without its scalars (accept_pos, max_items, fuel), which follow the
+# addresses in the same order.
+_PARSER_DTYPES = (np.int64, np.int64, np.int64, np.bool_) + (np.int64,) * 8 + (np.bool_,) + (np.int32,) * 3 + (
+    np.int64,) * 10 + (np.int64,)
+_PARSER_SCALARS = (4, 27, 28)
+_SCAN_DTYPES = (np.int64,) * 8
+_SCAN_SCALARS = (3,)
+
+
+def _without(values: tuple, scalars: tuple[int, ...]) -> list:
+    return [v for i, v in enumerate(values) if i not in scalars]
+
+
+def _repack(cached: tuple | None, values: tuple, scalars: tuple[int, ...], dtypes: tuple) -> tuple:
+    """(values, packed) for a group whose tuple changed: often only a scalar did (the
+    recognizer's count of mirrored lexeme sets), and then the packed array is kept and
+    its scalars rewritten in place."""
+    tail = np.array([values[i] for i in scalars], dtype=np.int64)
+    if cached is not None:
+        old = cached[0]
+        if all(old[i] is values[i] for i in range(len(values)) if i not in scalars):
+            packed = cached[1]
+            packed[packed.shape[0] - len(scalars):] = tail
+            return values, packed
+    return values, np.concatenate([pack(_without(values, scalars), dtypes), tail])
+
+
+def walk_packed(trie_packed, table_packed, parser_packed, scan_packed, ranges, range_idx, node, stop_at_first, mask,
+                base_row, record_frontier):
+    """`walk` with its long-lived arrays passed packed (compiled only; glue, not a twin:
+    it rebuilds the very arguments walk_py takes)."""
+    p = parser_packed
+    ps = p.shape[0] - 3
+    parser_arrays = (
+        view_1d(p, 0, np.int64), view_1d(p, 1, np.int64), view_1d(p, 2, np.int64), view_1d(p, 3, np.bool_),
+        p[ps], view_1d(p, 4, np.int64), view_1d(p, 5, np.int64), view_1d(p, 6, np.int64), view_1d(p, 7, np.int64),
+        view_1d(p, 8, np.int64), view_1d(p, 9, np.int64), view_1d(p, 10, np.int64), view_1d(p, 11, np.int64),
+        view_1d(p, 12, np.bool_), view_1d(p, 13, np.int32), view_1d(p, 14, np.int32), view_1d(p, 15, np.int32),
+        view_1d(p, 16, np.int64), view_1d(p, 17, np.int64), view_1d(p, 18, np.int64), view_1d(p, 19, np.int64),
+        view_1d(p, 20, np.int64), view_1d(p, 21, np.int64), view_1d(p, 22, np.int64), view_1d(p, 23, np.int64),
+        view_1d(p, 24, np.int64), view_1d(p, 25, np.int64), p[ps + 1], p[ps + 2], view_1d(p, 26, np.int64),
+    )
+    s = scan_packed
+    ss = s.shape[0] - 1
+    scan_arrays = (
+        view_1d(s, 0, np.int64), view_1d(s, 1, np.int64), view_1d(s, 2, np.int64), s[ss], view_1d(s, 3, np.int64),
+        view_1d(s, 4, np.int64), view_1d(s, 5, np.int64), view_1d(s, 6, np.int64), view_1d(s, 7, np.int64),
+    )
+    t = trie_packed
+    w = table_packed
+    return walk(
+        view_1d(t, 0, np.uint8), view_1d(t, 1, np.int32), view_1d(t, 2, np.int32), view_1d(t, 3, np.int32),
+        view_1d(t, 4, np.int32), view_1d(t, 5, np.int32),
+        view_2d(w, 0, np.int32), view_1d(w, 1, np.int32), view_1d(w, 2, np.int32), view_1d(w, 3, np.int64),
+        view_1d(w, 4, np.int32), view_1d(w, 5, np.int64), view_1d(w, 6, np.int64), ranges, range_idx, node,
+        stop_at_first, mask, view_1d(w, 7, np.int64), base_row, view_2d(w, 8, np.int64), view_1d(w, 9, np.int64),
+        record_frontier, parser_arrays, scan_arrays)
+
+
+walk_packed_jit = njit_calling(walk_packed, depends=(_PARSER_FILE, _views.__file__), walk=walk_jit)
+
 
 class MaskCache:
     """Finished masks by recognizer state, least recently used first out, within a byte
@@ -276,7 +345,7 @@ class MaskWalker:
     slice tries when a `SlicedTrie` is given (see slicer.py): all in one compiled call."""
 
     def __init__(self, trie: TokenTrie, rec: Recognizer, use_jit: bool = True, sliced=None,
-                 cache: MaskCache | None = MASK_CACHE, split_at_lexeme: bool = True):
+                 cache: MaskCache | None = MASK_CACHE, split_at_lexeme: bool = True, packed: bool = True):
         self.trie = trie
         self.split_at_lexeme = split_at_lexeme
         self.rec = rec
@@ -299,6 +368,47 @@ class MaskWalker:
         self._prefix_key = self._cache_prefix + ("inside lexeme",)
         self.limits_items = rec.limits.max_items_per_row
         self.limits_fuel = rec.limits.parser_fuel
+        # The compiled walk takes its long-lived arrays packed by address (walk_packed);
+        # `packed=False` passes them one by one, as the plain twin always does.
+        self._packing = use_jit and packed
+        self._walk_packed = None
+        self._trie_packs: dict[int, tuple[TokenTrie, np.ndarray]] = {}
+        self._table_pack: tuple | None = None
+        self._parser_pack: tuple | None = None
+        self._scan_pack: tuple | None = None
+
+    def _packed(self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple) -> tuple | None:
+        """The four packed groups for walk_packed, each packed again only when one of its
+        arrays was replaced; None when an array is not of the type walk_packed reads."""
+        try:
+            got = self._trie_packs.get(id(trie))
+            if got is None or got[0] is not trie:
+                got = (trie, pack((trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end,
+                                   trie.node_tokens), _TRIE_DTYPES))
+                self._trie_packs[id(trie)] = got
+            trie_packed = got[1]
+            rec = self.rec
+            cached = self._table_pack
+            # The walker's own stacks and counters are never replaced; the frontier grows.
+            if (cached is None or cached[0] is not lexer.table or cached[1] is not lexer.accept
+                    or cached[2] is not rec.row_lexstate or cached[3] is not rec.step_keys
+                    or cached[4] is not rec.step_vals or cached[5] is not self._frontier):
+                tables = (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, self._frontier)
+                cached = self._table_pack = tables + (pack(
+                    (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, self.stack_lex,
+                     self.stack_row, self.stats, self._frontier, self._frontier_count), _TABLE_DTYPES),)
+            table_packed = cached[6]
+            cached = self._parser_pack
+            if cached is None or cached[0] is not parser_arrays:
+                cached = self._parser_pack = _repack(cached, parser_arrays, _PARSER_SCALARS, _PARSER_DTYPES)
+            parser_packed = cached[1]
+            cached = self._scan_pack
+            if cached is None or cached[0] is not scan_arrays:
+                cached = self._scan_pack = _repack(cached, scan_arrays, _SCAN_SCALARS, _SCAN_DTYPES)
+            return trie_packed, table_packed, parser_packed, cached[1]
+        except ValueError:
+            self._packing = False  # arrays of other types: pass them one by one from now on
+            return None
 
     def _run(self, trie: TokenTrie, state, ranges: np.ndarray, base_depth: int, stop_at_first: bool,
              mask: np.ndarray, record_frontier: bool = False) -> bool:
@@ -307,18 +417,27 @@ class MaskWalker:
         self.stack_row[base_depth] = state[1]
         self._frontier_count[0] = 0
         range_idx, node = 0, int(ranges[0, 0])
+        base_row = int(state[1])
         while True:
             lexer = rec.lexer
-            args = (
-                trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens,
-                lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
-                self.stack_lex, self.stack_row, ranges, range_idx, node, stop_at_first, mask, self.stats,
-                int(state[1]), self._frontier, self._frontier_count, record_frontier,
-                rec.parser.walk_arrays(self.limits_items, self.limits_fuel), rec.scan_arrays(),
-            )
-            walk = self.walk
-            if walk is None:
-                walk = self.walk = compiled_for(self._walk_fn, args)
+            parser_arrays = rec.parser.walk_arrays(self.limits_items, self.limits_fuel)
+            scan_arrays = rec.scan_arrays()
+            packed = self._packed(trie, lexer, parser_arrays, scan_arrays) if self._packing else None
+            if packed is not None:
+                args = packed + (ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier)
+                walk = self._walk_packed
+                if walk is None:
+                    walk = self._walk_packed = compiled_for(walk_packed_jit, args)
+            else:
+                args = (
+                    trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens,
+                    lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
+                    self.stack_lex, self.stack_row, ranges, range_idx, node, stop_at_first, mask, self.stats,
+                    base_row, self._frontier, self._frontier_count, record_frontier, parser_arrays, scan_arrays,
+                )
+                walk = self.walk
+                if walk is None:
+                    walk = self.walk = compiled_for(self._walk_fn, args)
             status, range_idx, node, a, b = walk(*args)
             if status == DONE:
                 return bool(a)

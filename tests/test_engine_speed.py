@@ -118,6 +118,39 @@ def test_masks_split_at_the_lexeme_equal_whole_walks_along_random_walks(seed):
             break
 
 
+def test_packed_walk_equals_walks_with_every_array_passed_on_a_real_tokenizer():
+    # The compiled walk reads its long-lived arrays by address (engine/_views.py), packed
+    # again whenever one is replaced. The lexer table, step table and row pools grow
+    # many times along this text, so stale addresses would show up as wrong masks (or
+    # a crash) here.
+    from midword.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained("llama3")
+    schema = {"type": "object", "properties": {
+        "items": {"type": "array", "items": {"type": "object", "properties": {
+            "id": {"type": "integer"}, "label": {"type": "string", "pattern": "^[a-z]+-[0-9]{2}$"},
+            "when": {"type": "string", "format": "date"}}}},
+        "name": {"type": "string"}, "ok": {"type": "boolean"}}}
+    text = ('{"items": [' + ", ".join(f'{{"id": {i * 37}, "label": "ab{"c" * i}-{i:02d}", "when": "2024-0{1 + i % 9}-1{i}"}}'
+                                      for i in range(10)) + '], "name": "zed \\\\ \\u00e9", "ok": true}')
+    g = Grammar.from_json_schema(schema)
+    packed, loose, plain = Matcher(tok, g), Matcher(tok, g), Matcher(tok, g)
+    loose.walker._packing = False
+    plain.walker = MaskWalker(plain.trie, plain.rec, use_jit=False, sliced=plain.walker.sliced, cache=None)
+    for m in (packed, loose):
+        m.walker.cache = None
+    for t in tok.encode(text):
+        want = loose.compute_mask()
+        assert np.array_equal(packed.compute_mask(), want)
+        assert np.array_equal(plain.compute_mask(), want)
+        for m in (packed, loose, plain):
+            m.consume_token(t)
+    assert packed.is_accepting()
+    # The packed path ran (its arrays were all of the types it reads) and was repacked.
+    assert packed.walker._packing and packed.walker._walk_packed is not None
+    assert loose.walker._walk_packed is None
+
+
 def test_walk_variants_do_not_share_cache_entries():
     rec = Recognizer(grammar())
     trie = Matcher(TOY, grammar()).trie
