@@ -224,6 +224,8 @@ def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, 
 
 
 SCAN_IN_PYTHON = -2
+# Names the walk functions call, bound to the compiled callees in their compiled copies.
+walk = walk_py
 scan_in_walk = scan_in_walk_py
 build_row = build_row_py
 _PARSER_FILE = parser_module.__file__
