@@ -255,14 +255,16 @@ def _repack(cached: tuple | None, values: tuple, scalars: tuple[int, ...], dtype
     """(values, packed) for a group whose tuple changed: often only a scalar did (the
     recognizer's count of mirrored lexeme sets), and then the packed array is kept and
     its scalars rewritten in place."""
-    tail = np.array([values[i] for i in scalars], dtype=np.int64)
     if cached is not None:
         old = cached[0]
         if all(old[i] is values[i] for i in range(len(values)) if i not in scalars):
             packed = cached[1]
-            packed[packed.shape[0] - len(scalars):] = tail
+            at = packed.shape[0] - len(scalars)
+            for k, i in enumerate(scalars):
+                packed[at + k] = values[i]
             return values, packed
-    return values, np.concatenate([pack(_without(values, scalars), dtypes), tail])
+    tail = np.array([values[i] for i in scalars], dtype=np.int64)
+    return values, np.concatenate([pack(_without(values, scalars), dtypes, validate=cached is None), tail])
 
 
 def walk_packed(trie_packed, table_packed, parser_packed, scan_packed, ranges, range_idx, node, stop_at_first, mask,
@@ -398,7 +400,8 @@ class MaskWalker:
                 tables = (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, self._frontier)
                 cached = self._table_pack = tables + (pack(
                     (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, self.stack_lex,
-                     self.stack_row, self.stats, self._frontier, self._frontier_count), _TABLE_DTYPES),)
+                     self.stack_row, self.stats, self._frontier, self._frontier_count), _TABLE_DTYPES,
+                    validate=cached is None),)
             table_packed = cached[6]
             cached = self._parser_pack
             if cached is None or cached[0] is not parser_arrays:
