@@ -14,7 +14,7 @@ again when one is replaced (grown), for as long as the packed array is used.
 from __future__ import annotations
 
 import numpy as np
-from numba import literal_unroll, njit, types
+from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
@@ -28,40 +28,43 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
     assumes those); a ValueError says which is not. `validate=False` skips the checks
     for arrays that replace ones already packed with these `dtypes` (grown copies keep
     their types), which is most of the cost of packing."""
-    arrays = tuple(arrays)
-    entry = _fill_compiled.get(id(dtypes))
-    if validate or entry is None or entry[0] is not dtypes:
+    entry = _readers.get(id(dtypes))
+    if validate or entry is None or entry[0] is not dtypes or len(entry[1]) != len(arrays):
         for i, (a, dtype) in enumerate(zip(arrays, dtypes)):
             if a.dtype != dtype or not a.flags.c_contiguous or not a.flags.writeable or a.ndim > 2:
                 raise ValueError(f"array {i}: {a.dtype}, {a.ndim}-D, contiguous {a.flags.c_contiguous}, "
                                  f"writeable {a.flags.writeable}; expected a writeable contiguous {np.dtype(dtype)} array")
-        if entry is None or entry[0] is not dtypes or entry[1] != tuple(a.ndim for a in arrays):
-            import numba
+        entry = _readers[id(dtypes)] = (dtypes, [_address_reader(a) for a in arrays])
+    # numpy's own ways to an address (__array_interface__, .ctypes) cost 2.4 to 3.2 µs
+    # an array; a compiled reader called without its dispatcher costs about 0.2.
+    fields = []
+    for a, read in zip(arrays, entry[1]):
+        shape = a.shape
+        fields.append(read(a))
+        fields.append(shape[0])
+        fields.append(shape[1] if len(shape) == 2 else 1)
+    return np.array(fields, dtype=np.int64)
 
-            compiled = _fill_addresses.compile((numba.typeof(arrays), numba.types.int64[::1]))
-            entry = _fill_compiled[id(dtypes)] = (dtypes, tuple(a.ndim for a in arrays), compiled)
-    out = np.zeros(FIELDS * len(arrays), dtype=np.int64)
-    # Read in compiled code: numpy's own ways to an address (__array_interface__,
-    # .ctypes) cost 2.4 to 3.2 µs an array, and groups are packed again as they grow.
-    entry[2](arrays, out)
-    return out
 
-
-# id(dtypes) -> (dtypes, dimensions, compiled _fill_addresses): callers pass one
-# module-level dtypes tuple per group, so the entry is found without typing arrays.
-_fill_compiled: dict[int, tuple] = {}
+# id(dtypes) -> (dtypes, one address reader per place): callers pass one module-level
+# dtypes tuple per group, so the readers are found without typing arrays.
+_readers: dict[int, tuple] = {}
+_reader_by_type: dict[tuple, object] = {}
 
 
 @njit(cache=True)
-def _fill_addresses(arrays, out):
-    i = 0
-    for a in literal_unroll(arrays):
-        out[FIELDS * i] = a.ctypes.data
-        rows = a.shape[0]
-        out[FIELDS * i + 1] = rows
-        # The columns of a 2-D array, 1 for a 1-D one (written the same for both).
-        out[FIELDS * i + 2] = a.size // rows if rows else 1
-        i += 1
+def _address_of(a):
+    return a.ctypes.data
+
+
+def _address_reader(a: np.ndarray):
+    key = (a.dtype.char, a.ndim)
+    reader = _reader_by_type.get(key)
+    if reader is None:
+        import numba
+
+        reader = _reader_by_type[key] = _address_of.compile((numba.typeof(a),))
+    return reader
 
 
 def _make_view(context, builder, arrty, dtype, address, shape):
