@@ -87,34 +87,9 @@ def _make_view(context, builder, arrty, dtype, address, shape):
     return ary._getvalue()
 
 
-@intrinsic
-def view_1d(typingctx, packed, index, dtype):
-    """The 1-D array at entry `index` of a `pack`ed array, of `dtype` (a numpy scalar
-    type such as np.int32, a compile-time constant)."""
-    elem = dtype.instance_type
-    arrty = types.Array(elem, 1, "C")
-
-    def codegen(context, builder, sig, args):
-        packed_val, index_val, _ = args
-        entries = context.make_array(sig.args[0])(context, builder, packed_val)
-        base = builder.mul(index_val, context.get_constant(types.intp, FIELDS))
-        address = builder.load(cgutils.get_item_pointer2(
-            context, builder, entries.data, cgutils.unpack_tuple(builder, entries.shape),
-            cgutils.unpack_tuple(builder, entries.strides), "C", [base]))
-        rows = builder.load(cgutils.get_item_pointer2(
-            context, builder, entries.data, cgutils.unpack_tuple(builder, entries.shape),
-            cgutils.unpack_tuple(builder, entries.strides), "C", [builder.add(base, context.get_constant(types.intp, 1))]))
-        return _make_view(context, builder, arrty, elem, address, [rows])
-
-    return arrty(packed, types.intp, dtype), codegen
-
-
-@intrinsic
-def view_2d(typingctx, packed, index, dtype):
-    """The 2-D array at entry `index` of a `pack`ed array (see view_1d)."""
-    elem = dtype.instance_type
-    arrty = types.Array(elem, 2, "C")
-
+def _view_codegen(arrty, ndim: int):
+    """Code that reads entry `index` of a packed array and builds the view: address,
+    then the first `ndim` of (rows, columns)."""
     def codegen(context, builder, sig, args):
         packed_val, index_val, _ = args
         entries = context.make_array(sig.args[0])(context, builder, packed_val)
@@ -126,6 +101,21 @@ def view_2d(typingctx, packed, index, dtype):
             at = builder.add(base, context.get_constant(types.intp, k))
             return builder.load(cgutils.get_item_pointer2(context, builder, entries.data, shape, strides, "C", [at]))
 
-        return _make_view(context, builder, arrty, elem, field(0), [field(1), field(2)])
+        return _make_view(context, builder, arrty, arrty.dtype, field(0), [field(1 + d) for d in range(ndim)])
 
-    return arrty(packed, types.intp, dtype), codegen
+    return codegen
+
+
+@intrinsic
+def view_1d(typingctx, packed, index, dtype):
+    """The 1-D array at entry `index` of a `pack`ed array, of `dtype` (a numpy scalar
+    type such as np.int32, a compile-time constant)."""
+    arrty = types.Array(dtype.instance_type, 1, "C")
+    return arrty(packed, types.intp, dtype), _view_codegen(arrty, 1)
+
+
+@intrinsic
+def view_2d(typingctx, packed, index, dtype):
+    """The 2-D array at entry `index` of a `pack`ed array (see view_1d)."""
+    arrty = types.Array(dtype.instance_type, 2, "C")
+    return arrty(packed, types.intp, dtype), _view_codegen(arrty, 2)

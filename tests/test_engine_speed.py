@@ -118,6 +118,36 @@ def test_masks_split_at_the_lexeme_equal_whole_walks_along_random_walks(seed):
             break
 
 
+def test_packed_views_read_and_write_the_packed_arrays():
+    import numba
+
+    from midword.engine._views import pack, view_1d, view_2d
+
+    @numba.njit
+    def touch(packed):
+        ints = view_1d(packed, 0, np.int32)
+        table = view_2d(packed, 1, np.int64)
+        flags = view_1d(packed, 2, np.bool_)
+        ints[1] += 5
+        table[1, 2] = -7
+        total = 0
+        for i in range(table.shape[0]):
+            for j in range(table.shape[1]):
+                total += table[i, j]
+        return ints.shape[0], table.shape[0], table.shape[1], total, flags[2], len(flags)
+
+    ints = np.arange(5, dtype=np.int32)
+    table = np.arange(12, dtype=np.int64).reshape(4, 3)
+    flags = np.array([False, False, True, False])
+    dtypes = (np.int32, np.int64, np.bool_)
+    assert touch(pack((ints, table, flags), dtypes)) == (5, 4, 3, 66 - 5 - 7, True, 4)
+    assert ints[1] == 6 and table[1, 2] == -7  # the views are the arrays, not copies
+    with pytest.raises(ValueError, match="array 1: int32"):
+        pack((ints, table.astype(np.int32), flags), dtypes)
+    with pytest.raises(ValueError, match="array 0"):
+        pack((ints[::2], table, flags), dtypes)  # not contiguous
+
+
 def test_packed_walk_equals_walks_with_every_array_passed_on_a_real_tokenizer():
     # The compiled walk reads its long-lived arrays by address (engine/_views.py), packed
     # again whenever one is replaced. The lexer table, step table and row pools grow
