@@ -106,13 +106,33 @@ class Recognizer:
         self.lock = threading.RLock()
         self._register_row(self.parser.root)
 
+    # A shared recognizer only grows: every Earley row, lexer state and step ever met
+    # stays in its tables. A server using one grammar for days would grow without end
+    # (and reach max_lexer_states), so past these a new matcher gets a fresh one;
+    # matchers holding the old one keep it until they are done.
+    MAX_SHARED_BYTES = 256 << 20
+    MAX_SHARED_LEXER_STATES_FRACTION = 0.5
+
+    def footprint_bytes(self) -> int:
+        """Bytes held in the tables that grow with use: the parser's item pool and row
+        index, the lexer table and the step table (the rest is small beside them)."""
+        parser = self.parser
+        return (parser.adv_sym.nbytes + parser.adv_pos.nbytes + parser.adv_origin.nbytes + parser.row_start.nbytes
+                + parser.row_end.nbytes + self.lexer.table.nbytes + self.step_keys.nbytes + self.step_vals.nbytes
+                + self.row_lexstate.nbytes)
+
+    def worn_out(self) -> bool:
+        """Whether new matchers should get a fresh recognizer instead of this one."""
+        return (len(self.lexer.states) > self.limits.max_lexer_states * self.MAX_SHARED_LEXER_STATES_FRACTION
+                or self.footprint_bytes() > self.MAX_SHARED_BYTES)
+
     @classmethod
     def for_grammar(cls, grammar: Grammar, limits: Limits = DEFAULT_LIMITS) -> "Recognizer":
         """A shared recognizer per grammar content: compiled once, its tables warm for every matcher."""
         key = (grammar.fingerprint(), limits)
         with cls._cache_lock:
             rec = cls._cache.get(key)
-            if rec is not None:
+            if rec is not None and not rec.worn_out():
                 cls._cache.move_to_end(key)
                 return rec
         rec = cls(grammar, limits)

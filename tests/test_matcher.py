@@ -225,3 +225,28 @@ def test_fuel_bounds_each_mask_not_the_grammar_s_lifetime():
         m.consume_bytes(text[i:i + 3])
     assert not m.is_error()
     assert m.rec.parser.num_rows > 400
+
+
+def test_a_worn_out_shared_recognizer_is_replaced_for_new_matchers(monkeypatch):
+    # A server uses one grammar for days; its shared recognizer must not grow forever.
+    from midword.engine.recognizer import Recognizer
+
+    g = Grammar.from_json_schema({"type": "object", "properties": {
+        "a": {"type": "array", "items": {"type": "integer"}}, "b": {"type": "string"}}})
+    first, other = Matcher(TOY, g), Matcher(TOY, g)
+    assert other.rec is first.rec  # shared while small
+    fresh_bytes = Recognizer(g).footprint_bytes()
+    text = '{"a": [' + ", ".join(str(i * 7) for i in range(150)) + '], "b": "xyz"}'
+    for t in TOY.encode(text):
+        first.consume_token(t)
+    assert first.is_accepting() and first.rec.footprint_bytes() > fresh_bytes
+    monkeypatch.setattr(Recognizer, "MAX_SHARED_BYTES", fresh_bytes)
+    second = Matcher(TOY, g)
+    assert second.rec is not first.rec and not second.rec.worn_out()
+    assert Matcher(TOY, g).rec is second.rec
+    # The old one goes on serving the matchers that hold it, with the same masks.
+    for t in TOY.encode('{"a": [4, 5], "b": "q"}'):
+        assert np.array_equal(second.compute_mask(), other.compute_mask())
+        second.consume_token(t)
+        other.consume_token(t)
+    assert second.is_accepting() and other.is_accepting()
