@@ -393,16 +393,15 @@ class MaskWalker:
             trie_packed = got[1]
             rec = self.rec
             cached = self._table_pack
-            # The walker's own stacks and counters are never replaced; the frontier grows.
-            if (cached is None or cached[0] is not lexer.table or cached[1] is not lexer.accept
-                    or cached[2] is not rec.row_lexstate or cached[3] is not rec.step_keys
-                    or cached[4] is not rec.step_vals or cached[5] is not self._frontier):
-                tables = (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, self._frontier)
-                cached = self._table_pack = tables + (pack(
-                    (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, self.stack_lex,
-                     self.stack_row, self.stats, self._frontier, self._frontier_count), _TABLE_DTYPES,
-                    validate=cached is None),)
-            table_packed = cached[6]
+            # The walker's own stacks and counters are never replaced; the tables and the
+            # frontier are, as they grow.
+            if (cached is None or cached[0][0] is not lexer.table or cached[0][1] is not lexer.accept
+                    or cached[0][2] is not rec.row_lexstate or cached[0][3] is not rec.step_keys
+                    or cached[0][4] is not rec.step_vals or cached[0][8] is not self._frontier):
+                tables = (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, self.stack_lex,
+                          self.stack_row, self.stats, self._frontier, self._frontier_count)
+                cached = self._table_pack = (tables, pack(tables, _TABLE_DTYPES, validate=cached is None))
+            table_packed = cached[1]
             cached = self._parser_pack
             if cached is None or cached[0] is not parser_arrays:
                 cached = self._parser_pack = _repack(cached, parser_arrays, _PARSER_SCALARS, _PARSER_DTYPES)
