@@ -28,17 +28,18 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
     assumes those); a ValueError says which is not. `validate=False` skips the checks
     for arrays that replace ones already packed with these `dtypes` (grown copies keep
     their types), which is most of the cost of packing."""
-    entry = _readers.get(id(dtypes))
-    if validate or entry is None or entry[0] is not dtypes or len(entry[1]) != len(arrays):
+    dtypes = tuple(dtypes)
+    readers = _readers.get(dtypes)
+    if validate or readers is None:
         for i, (a, dtype) in enumerate(zip(arrays, dtypes)):
             if a.dtype != dtype or not a.flags.c_contiguous or not a.flags.writeable or a.ndim > 2:
                 raise ValueError(f"array {i}: {a.dtype}, {a.ndim}-D, contiguous {a.flags.c_contiguous}, "
                                  f"writeable {a.flags.writeable}; expected a writeable contiguous {np.dtype(dtype)} array")
-        entry = _readers[id(dtypes)] = (dtypes, [_address_reader(a) for a in arrays])
+        readers = _readers[dtypes] = [_address_reader(a) for a in arrays]
     # numpy's own ways to an address (__array_interface__, .ctypes) cost 2.4 to 3.2 µs
     # an array; a compiled reader called without its dispatcher costs about 0.2.
     fields = []
-    for a, read in zip(arrays, entry[1]):
+    for a, read in zip(arrays, readers):
         shape = a.shape
         fields.append(read(a))
         fields.append(shape[0])
@@ -46,9 +47,8 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
     return np.array(fields, dtype=np.int64)
 
 
-# id(dtypes) -> (dtypes, one address reader per place): callers pass one module-level
-# dtypes tuple per group, so the readers are found without typing arrays.
-_readers: dict[int, tuple] = {}
+# dtypes of a group -> one address reader per place, found without typing the arrays.
+_readers: dict[tuple, list] = {}
 _reader_by_type: dict[tuple, object] = {}
 
 
