@@ -651,6 +651,20 @@ class ExprSet:
         self._classmap[expr] = cm
         return cm
 
+    def byte_head(self, expr: int) -> tuple[int, int] | None:
+        """(byte set as a bitmask, rest) when every match of `expr` is one byte from the
+        set followed by a match of `rest` (a byte set, or a sequence headed by one: the
+        middle of a literal or a keyword). Then the derivative by a byte is `rest` or ∅
+        by set membership alone. None for other expressions."""
+        k = self._kind[expr]
+        if k == _BYTES:
+            return self._args[expr][0], 1
+        if k == _CONCAT:
+            h, t = self._args[expr]
+            if self._kind[h] == _BYTES:
+                return self._args[h][0], t
+        return None
+
     def first_bytes(self, expr: int) -> int:
         """A bitmask (bit b for byte b) of the bytes whose derivative may be non-empty:
         a superset, so a byte outside it surely kills the expression."""

@@ -94,6 +94,38 @@ def test_a_first_miss_also_fills_the_dead_bytes():
     _check_table(lx)
 
 
+@pytest.mark.parametrize("first_byte", [ord("e"), ord("x")])
+def test_a_literal_state_fills_its_row_on_the_first_miss(first_byte):
+    # Inside "description" the regex is a byte followed by a tail: the first miss, even
+    # with a byte that kills it, leaves no entry of the row to miss later.
+    lx = Lexer(Grammar.from_lark(GRAMMAR))
+    key = lx.lexeme_names.index("KEY")
+    s = lx.step(lx.step(lx.initial_state(frozenset([key]), with_ignore=False), ord('"')), ord("d"))
+    assert (lx.table[s] == UNKNOWN).all()
+    t = lx.step(s, first_byte)
+    assert (t == DEAD) == (first_byte != ord("e"))
+    assert (lx.table[s] != UNKNOWN).all()
+    assert lx.states[int(lx.table[s, ord("e")])] == _expected(lx, s, ord("e")) != ()
+    _check_table(lx)
+
+
+def test_literals_sharing_a_first_byte_fill_one_row():
+    # After '"' every live regex is a byte set and a tail: bytes that several, one or
+    # none of the sets hold get their own targets.
+    g = Grammar.from_lark('start: K | E | F | X\nK: "\\"ab"\nE: "\\"ac"\nF: "\\"b"\nX: "x"')
+    lx = Lexer(g)
+    s = lx.step(lx.initial_state(frozenset(range(lx.num_lexemes)), with_ignore=False), ord('"'))
+    assert [lx.lexeme_names[i] for i in lx.possible_lexemes(s)] == ["K", "E", "F"]
+    fuel = lx.fuel_used
+    lx.step(s, ord("z"))
+    assert (lx.table[s] != UNKNOWN).all()
+    assert lx.fuel_used - fuel == 2  # "a" (K and E) and "b" (F): one target each
+    a, b = int(lx.table[s, ord("a")]), int(lx.table[s, ord("b")])
+    assert [lx.lexeme_names[i] for i in lx.possible_lexemes(a)] == ["K", "E"]
+    assert [lx.lexeme_names[i] for i in lx.possible_lexemes(b)] == ["F"]
+    assert _check_table(lx) == 256 * 3  # whole rows: DEAD, the start state and the state after '"'
+
+
 def test_fuel_still_bounds_a_lexer():
     g = Grammar.from_lark(r'start: "{" W "}"' + "\n" + r'W: "' + "x" * 200 + '"')
     lx = Lexer(g, limits=Limits(lexer_fuel=40))
