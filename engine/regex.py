@@ -230,6 +230,8 @@ class ExprSet:
         self._next: dict[int, np.ndarray] = {}
         self._maxlen: dict[int, int | None] = {}
         self._parsed: dict[tuple, int] = {}
+        # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
+        self._groups: dict[tuple, int] = {}
         self._literals: dict[bytes, int] = {}
         self._class_cache: dict[tuple, int] = {}
         # Multibyte classes by node, so to_str can print them as code point classes.
@@ -1189,6 +1191,32 @@ _OCT = set("01234567")
 _VERBOSE_SPACE = set(" \t\n\r\f\v")
 # A run of printable ASCII characters that are literal in every mode we take the fast
 # path in (no `i` or `x` flag): parsed as one literal instead of one piece each.
+# What a scan for matching parentheses must step over: escapes, classes (a ']' first in a
+# class is a member), and runs of anything else.
+_GROUP_TOKENS = _re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()]|[^\\\[()]+", _re.S)
+_SCOPED_X = _re.compile(r"\(\?[a-zA-Z]*-?[a-zA-Z]*x")
+
+
+def _scan_groups(pattern: str) -> dict[int, int]:
+    """Offset of each '(' -> offset just past its ')', by a scan that knows escapes and
+    classes but not the grammar; {} when the scan gets lost (the parser then decides)."""
+    ends: dict[int, int] = {}
+    opened: list[int] = []
+    pos = 0
+    for m in _GROUP_TOKENS.finditer(pattern):
+        if m.start() != pos:
+            return {}
+        pos = m.end()
+        c = m.group()
+        if c == "(":
+            opened.append(m.start())
+        elif c == ")":
+            if not opened:
+                return {}
+            ends[opened.pop()] = pos
+    return ends if pos == len(pattern) else {}
+
+
 _PLAIN_RUN = _re.compile(r"[!\"%',\-/0-9:;<=>@A-Z_`a-z]{2,}")
 
 
@@ -1208,6 +1236,7 @@ class _Parser:
         self.pos = 0
         self.extended = extended
         self.names: set[str] = set()
+        self._group_ends: dict[int, int] | None = None
         self.flags = 0
         for c in flags:
             if c not in _FLAG_BITS:
@@ -1409,6 +1438,43 @@ class _Parser:
         return self.es.literal(chr(cp).encode("utf-8"))
 
     def group(self, flags: int, depth: int) -> int:
+        start = self.pos
+        key = self._group_key(start, flags, depth)
+        if key is not None:
+            hit = self.es._groups.get(key)
+            if hit is not None:
+                self.pos = start + len(key[0])
+                return hit
+        r = self._group(flags, depth)
+        # Stored only when the scan found the end the parse found, so a hit is always
+        # the parse of exactly that text.
+        if key is not None and self.pos == start + len(key[0]) and len(self.es._groups) < self.es.limits.max_regex_nodes:
+            self.es._groups[key] = r
+        return r
+
+    def _group_key(self, start: int, flags: int, depth: int) -> tuple | None:
+        """(group text, flags, extended) for the group at `start`, the key under which
+        its parse is shared by every pattern of the process: JSON Schema patterns repeat
+        whole groups (the string body beside each object's own key list, format parts).
+        None where the parse could depend on more than the text: named groups (their
+        names must be unique in the pattern), comments and verbose mode (a '#' hides
+        parentheses from the scan), or nesting that could reach MAX_NESTING."""
+        ends = self._group_ends
+        if ends is None:
+            ends = self._group_ends = _scan_groups(self.p) if self._groups_cacheable() else {}
+        end = ends.get(start)
+        if end is None or flags & _F_X:
+            return None
+        text = self.p[start:end]
+        if depth + text.count("(") + text.count("~") >= MAX_NESTING:
+            return None
+        return text, flags, self.extended
+
+    def _groups_cacheable(self) -> bool:
+        p = self.p
+        return "#" not in p and "(?P" not in p and not self.flags & _F_X and _SCOPED_X.search(p) is None
+
+    def _group(self, flags: int, depth: int) -> int:
         p = self.p
         start = self.pos
         if depth >= MAX_NESTING:

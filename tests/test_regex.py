@@ -738,3 +738,48 @@ def test_json_string_performance():
     assert not dfa.matches(data[:-1])
     elapsed = time.perf_counter() - start
     assert elapsed < 1.0, elapsed
+
+
+def _parse_without_group_cache(es: ExprSet, pattern: str, flags: str = "", extended: bool = False) -> int:
+    from midword.engine.regex import _Parser
+
+    parser = _Parser(es, pattern, flags, extended)
+    parser._group_ends = {}  # no group is looked up or stored
+    return parser.parse()
+
+
+@settings(max_examples=150, deadline=None)
+@given(regex_ast, regex_ast, st.sampled_from(["", "i", "s"]))
+def test_shared_group_parses_equal_fresh_parses(a, b, flags):
+    """Groups parsed once per process (by text and flags) give the expression a parse of
+    the whole pattern would: hash-consing makes equal expressions equal ids."""
+    es = ExprSet()
+    pa, pb = render(a), render(b)
+    for pattern in (f"({pa})", f"(?:{pb})+({pa})", f"x(?:({pa})|[()\\]]({pb}))*", f"(?i:{pa})({pa})"):
+        try:
+            expected = _parse_without_group_cache(es, pattern, flags)
+        except GrammarError as err:
+            with pytest.raises(GrammarError) as got:
+                es.parse(pattern, flags)
+            assert str(got.value) == str(err)
+            continue
+        assert es.parse(pattern, flags) == expected, pattern
+
+
+def test_group_cache_leaves_what_the_scan_cannot_see_to_the_parser():
+    es = ExprSet()
+    body = r'(?:[^"\\]|\\["\\n])*'
+    with_keys = es.parse(f'"(?:{body}&~(?:id|name))"', extended=True)
+    assert (body[:-1], 0, True) in es._groups  # the string body, without its '*'
+    assert es.parse(f'"(?:{body}&~(?:id|other))"', extended=True) != with_keys
+    # A class whose first member is ']' and escaped parentheses do not confuse the scan.
+    assert LazyDFA(es, es.parse(r"(a[](]b)\((c)")).matches(b"a(b(c")
+    # Comments and verbose mode hide parentheses from the scan: no group is shared.
+    n = len(es._groups)
+    assert LazyDFA(es, es.parse("(?x)(a # )\n b)c")).matches(b"abc")
+    assert LazyDFA(es, es.parse("(a(?#(x))b")).matches(b"ab")
+    assert len(es._groups) == n
+    # Names stay unique within a pattern whatever was shared before.
+    es.parse("(?:(?P<n>a)b)")
+    with pytest.raises(GrammarError, match="redefinition"):
+        es.parse("(?:(?P<n>a)b)(?P<n>c)")
