@@ -457,3 +457,35 @@ def test_start_bench_times_each_stage_in_new_processes(capsys):
         assert set(timings) == set(STAGES)
         assert all(v > 0 for v in timings.values())
         assert abs(sum(timings[s] for s in STAGES[:-1]) - timings["total"]) < 0.05
+
+
+@pytest.mark.skipif(not DEV.is_dir(), reason="needs ../shared/data/maskbench-dev")
+def test_engines_take_turns_running_first_with_quiet_thread_pools(monkeypatch, capsys):
+    import midword.bench.masks as mb
+
+    runs: list[tuple[str, str]] = []
+    seen_env: list[dict] = []
+
+    class RecordingRunner:
+        def __init__(self, engine, spec, warmup, **kw):
+            self.engine, self.description, self.restarts = engine, engine, 0
+
+        def start(self):
+            seen_env.append({k: os.environ.get(k) for k in mb.QUIET_THREAD_POOLS})
+
+        def run(self, case, limit, compile_per="test"):
+            runs.append((case.name, self.engine))
+            return FileResult(file=case.name, tests_total=case.total_tests)
+
+        def close(self):
+            pass
+
+    monkeypatch.setattr(mb, "EngineRunner", RecordingRunner)
+    monkeypatch.setenv("RAYON_NUM_THREADS", "3")  # set by the user: kept
+    monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # restored after the test
+    _run_cli(capsys, "--engines", "midword,llguidance", "--limit", "4")
+    firsts = [engine for i, (_, engine) in enumerate(runs) if i % 2 == 0]
+    assert firsts == ["midword", "llguidance", "midword", "llguidance"]
+    assert [name for name, _ in runs[::2]] == [name for name, _ in runs[1::2]]  # both ran every file
+    assert seen_env[0]["RAYON_NUM_THREADS"] == "3" and seen_env[0]["TOKENIZERS_PARALLELISM"] == "false"
