@@ -155,13 +155,8 @@ class TokenTrie:
         """The child of `node` along `byte`, or -1."""
         if node == 0:
             return int(self._root_children()[byte])
-        end = node + self.subtree_size[node]
-        c = node + 1
-        while c < end:
-            if self.node_byte[c] == byte:
-                return c
-            c += int(self.subtree_size[c])
-        return -1
+        # Nodes near the root have hundreds of children: scanning them is compiled.
+        return int(child_of_jit(self.node_byte, self.subtree_size, node, byte))
 
     def _root_children(self) -> np.ndarray:
         # The root has up to 256 children: scanning them in Python on every query is slow.
@@ -175,12 +170,10 @@ class TokenTrie:
 
     def node_for(self, data: bytes) -> int:
         """The node spelling `data`, or -1 when no token starts with `data`."""
-        node = 0
-        for b in data:
-            node = self.child(node, b)
-            if node < 0:
-                return -1
-        return node
+        if not data:
+            return 0
+        return int(node_for_jit(self.node_byte, self.subtree_size, self._root_children(),
+                                np.frombuffer(data, dtype=np.uint8)))
 
     def tokens_with_prefix(self, data: bytes) -> list[int]:
         """All tokens whose bytes start with `data` (`data` itself included if a token)."""
@@ -286,6 +279,42 @@ def fill_subtree_sizes_py(node_depth, subtree_size):
 
 
 _fill_subtree_sizes = njit(fill_subtree_sizes_py)
+
+
+def child_of_py(node_byte, subtree_size, node, byte):
+    """The child of `node` along `byte`, or -1: its children follow it, each after the
+    subtree of the one before."""
+    end = node + subtree_size[node]
+    c = node + 1
+    while c < end:
+        if node_byte[c] == byte:
+            return c
+        c += subtree_size[c]
+    return -1
+
+
+child_of_jit = njit(child_of_py)
+
+
+def node_for_py(node_byte, subtree_size, root_children, data):
+    """The node spelling the bytes `data` (uint8), or -1 when no token starts with them."""
+    node = root_children[data[0]]
+    for i in range(1, data.shape[0]):
+        if node < 0:
+            return -1
+        byte = data[i]
+        end = node + subtree_size[node]
+        c = node + 1
+        node = -1
+        while c < end:
+            if node_byte[c] == byte:
+                node = c
+                break
+            c += subtree_size[c]
+    return node
+
+
+node_for_jit = njit(node_for_py)
 
 
 def walk_table_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens, table, accepting, start, mask):

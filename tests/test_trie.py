@@ -5,7 +5,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from midword.engine.trie import TokenTrie, fill_subtree_sizes_py, mask_words, walk_table_jit, walk_table_py
+from midword.engine.trie import (TokenTrie, fill_subtree_sizes_py, mask_words, node_for_jit, node_for_py, walk_table_jit,
+                                 walk_table_py)
 
 vocab_strategy = st.lists(st.binary(min_size=0, max_size=6).map(lambda b: bytes(x % 4 + 97 for x in b)), min_size=1, max_size=120)
 
@@ -73,6 +74,26 @@ def test_walk_jit_equals_twin_and_brute_force(token_bytes, n_states, data):
     assert v_jit == v_py
     assert np.array_equal(m_jit, m_py)
     assert mask_set(m_jit, len(token_bytes)) == brute_walk(token_bytes, set(), table, start, accepting)
+
+
+@settings(max_examples=150, deadline=None)
+@given(vocab_strategy, st.lists(st.binary(min_size=1, max_size=7).map(lambda b: bytes(x % 5 + 97 for x in b)), max_size=12))
+def test_node_for_jit_equals_twin_and_spelled_prefixes(token_bytes, probes):
+    trie = TokenTrie.build(token_bytes, fingerprint="test")
+    live = [b for b in token_bytes if b]
+    for probe in probes + [b[:k] for b in live[:8] for k in range(1, len(b) + 1)]:
+        data = np.frombuffer(probe, dtype=np.uint8)
+        args = (trie.node_byte, trie.subtree_size, trie._root_children(), data)
+        node = trie.node_for(probe)
+        assert node == node_for_jit(*args) == node_for_py(*args)
+        if any(b.startswith(probe) for b in live):
+            # The node spells the probe: its depth and the bytes on its path.
+            assert node > 0 and trie.node_depth[node] == len(probe)
+            assert set(trie.tokens_with_prefix(probe)) == {t for t, b in enumerate(token_bytes) if b and b.startswith(probe)}
+            assert trie.child(trie.node_for(probe[:-1]), probe[-1]) == node
+        else:
+            assert node == -1
+    assert trie.node_for(b"") == 0
 
 
 def test_subtree_sizes_twin():
