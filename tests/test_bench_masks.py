@@ -484,8 +484,24 @@ def test_engines_take_turns_running_first_with_quiet_thread_pools(monkeypatch, c
     monkeypatch.setenv("RAYON_NUM_THREADS", "3")  # set by the user: kept
     monkeypatch.delenv("TOKENIZERS_PARALLELISM", raising=False)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)  # restored after the test
-    _run_cli(capsys, "--engines", "midword,llguidance", "--limit", "4")
+    result = _run_cli(capsys, "--engines", "midword,llguidance", "--limit", "4")
     firsts = [engine for i, (_, engine) in enumerate(runs) if i % 2 == 0]
     assert firsts == ["midword", "llguidance", "midword", "llguidance"]
     assert [name for name, _ in runs[::2]] == [name for name, _ in runs[1::2]]  # both ran every file
     assert seen_env[0]["RAYON_NUM_THREADS"] == "3" and seen_env[0]["TOKENIZERS_PARALLELISM"] == "false"
+    steal = result["midword"]["cpu_steal"]
+    assert steal is None or 0 <= steal <= 1
+
+
+def test_steal_share_reads_proc_stat_deltas():
+    from midword.bench.masks import cpu_times, steal_share
+
+    assert steal_share((10, 1000), (40, 1100)) == pytest.approx(0.3)
+    assert steal_share(None, (40, 1100)) is None
+    assert steal_share((10, 1000), (10, 1000)) is None  # no time passed: no share
+    now = cpu_times()
+    if os.path.exists("/proc/stat"):
+        steal, total = now
+        assert 0 <= steal <= total and total > 0
+    else:
+        assert now is None

@@ -951,6 +951,28 @@ def add_masks_arguments(parser: argparse.ArgumentParser) -> None:
 QUIET_THREAD_POOLS = {"TOKENIZERS_PARALLELISM": "false", "RAYON_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
 
 
+def cpu_times() -> tuple[int, int] | None:
+    """(time stolen by the hypervisor, all time) over every CPU, in clock ticks, from
+    /proc/stat; None where there is no such file."""
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()
+    except OSError:
+        return None
+    if not fields or fields[0] != "cpu" or len(fields) < 9:
+        return None
+    ticks = [int(x) for x in fields[1:]]
+    # guest times are already counted in user and nice
+    return ticks[7], sum(ticks[:8])
+
+
+def steal_share(before: tuple[int, int] | None, after: tuple[int, int] | None) -> float | None:
+    """Share of CPU time the hypervisor took from this machine between two cpu_times."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1])
+
+
 def quiet_thread_pools() -> None:
     """Bound the pools for this process and the workers it starts; a value the user set
     is kept."""
@@ -982,6 +1004,7 @@ def run_masks(args: argparse.Namespace) -> int:
     runners: dict[str, EngineRunner] = {}
     stats: dict[str, EngineStats] = {}
     stopped = ""
+    cpu_before = None
     try:
         for e in engines:
             runner = EngineRunner(e, spec, warmup)
@@ -1001,6 +1024,7 @@ def run_masks(args: argparse.Namespace) -> int:
             return 2
         progress = sys.stderr.isatty() and not args.verbose
         started = time.monotonic()
+        cpu_before = cpu_times()
         for n, path in enumerate(files, 1):
             if args.budget and time.monotonic() - started > args.budget:
                 stopped = f"time budget of {args.budget:g}s spent after {n - 1} of {len(files)} files"
@@ -1038,6 +1062,7 @@ def run_masks(args: argparse.Namespace) -> int:
     finally:
         for runner in runners.values():
             runner.close()
+    steal = steal_share(cpu_before, cpu_times())
     summaries = {}
     for e, s in stats.items():
         s.restarts = runners[e].restarts
@@ -1045,12 +1070,17 @@ def run_masks(args: argparse.Namespace) -> int:
         summaries[e]["tokenizer"] = spec.path
         summaries[e]["compile_per"] = args.compile_per
         summaries[e]["files_listed"] = len(files)
+        summaries[e]["cpu_steal"] = steal
     if stopped:
         print(f"maskbench: {stopped}", file=sys.stderr)
     if args.json:
         print(json.dumps(summaries, indent=2, ensure_ascii=False))
     else:
         print(format_table(summaries))
+        if steal is not None:
+            # On a shared host the hypervisor's share varies during a run and slows
+            # engines unevenly: figures taken with much of it compare poorly.
+            print(f"\nCPU time taken by the hypervisor (steal) during the run: {100 * steal:.1f} %")
         if args.details:
             for e, s in summaries.items():
                 if s["failed_files"]:
