@@ -167,6 +167,21 @@ def test_compile_once_per_file_gives_one_ttfm_sample():
     assert len(r.tbm_ns) == 4 + 3 + 2  # the same masks as compiling per instance
 
 
+@pytest.mark.parametrize("compile_per", ["file", "test"])
+def test_each_file_ends_with_its_compiled_grammar_released(compile_per):
+    ended = []
+
+    class Ending(SequenceEngine):
+        def end_file(self, compiled):
+            ended.append(compiled)
+
+    c = case([[1, 2, 3]], inst(True, [1, 2, 3]), inst(False, [1, 2]))
+    r = run_file(Ending(), c, [EOS], compile_per=compile_per)
+    assert r.passed and len(ended) == 1 and ended[0] == Ending().compile([[1, 2, 3]])
+    run_file(Ending(), case("bad", inst(True, [1])), [EOS])  # compile error: nothing to end
+    assert len(ended) == 1
+
+
 def test_permissive_engine_accepting_invalid_fails_the_file():
     c = case([[1, 2], [1, 3]], inst(True, [1, 2]), inst(False, [1, 3]))
     r = run_file(SequenceEngine(), c, [EOS])

@@ -250,3 +250,19 @@ def test_a_worn_out_shared_recognizer_is_replaced_for_new_matchers(monkeypatch):
         second.consume_token(t)
         other.consume_token(t)
     assert second.is_accepting() and other.is_accepting()
+
+
+def test_a_released_grammar_gets_a_new_recognizer_and_its_matchers_go_on():
+    from midword.engine.recognizer import Recognizer
+
+    g = Grammar.from_lark('start: "[" (NUM ("," NUM)*)? "]"\nNUM: /[0-9]+/')
+    first = Matcher(TOY, g)
+    assert Matcher(TOY, Grammar.from_lark('start: "[" (NUM ("," NUM)*)? "]"\nNUM: /[0-9]+/')).rec is first.rec
+    assert Recognizer.release(g) and not Recognizer.release(g)
+    second = Matcher(TOY, g)
+    assert second.rec is not first.rec
+    for t in TOY.encode("[12,7]"):
+        assert np.array_equal(first.compute_mask(), second.compute_mask())
+        first.consume_token(t)
+        second.consume_token(t)
+    assert first.is_accepting() and second.is_accepting()

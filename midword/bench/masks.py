@@ -101,11 +101,13 @@ class MidwordAdapter(EngineAdapter):
             from midword.engine.grammar import Grammar
             from midword.engine.limits import GrammarError, LimitExceeded
             from midword.engine.matcher import Matcher, MatcherError
+            from midword.engine.recognizer import Recognizer
             from midword.engine.tokenizer import Tokenizer
         except ImportError as e:
             raise EngineUnavailable(f"midword's engine is not importable yet ({e})") from e
         self._grammar = Grammar
         self._matcher = Matcher
+        self._recognizer = Recognizer
         self._refused = (GrammarError, LimitExceeded)
         self._matcher_error = MatcherError
         # By path, so that midword reads the very file the peers read; by name when the
@@ -140,6 +142,12 @@ class MidwordAdapter(EngineAdapter):
             return self._matcher(self._tok, compiled)
         except self._refused as e:
             raise CompileFailed(str(e)) from e
+
+    def end_file(self, compiled) -> None:
+        # The shared recognizer outlives the file's matchers (a server meets the same
+        # grammar again); each MaskBench file has its own schema, so it is released
+        # here rather than evicted, and freed, during a later file's first mask.
+        self._recognizer.release(compiled)
 
     def fill_mask(self, matcher) -> np.ndarray:
         return matcher.compute_mask()
@@ -378,7 +386,7 @@ def run_file(
         compiled = None
         if not case.instances:
             # No instances to walk, but the schema still counts: compile it once.
-            _first_mask(adapter, case.schema, res, clock)
+            compiled = _first_mask(adapter, case.schema, res, clock)[2]
         for idx, inst in enumerate(case.instances):
             if time.perf_counter() > deadline:
                 raise _Timeout(f"after {idx} of {len(case.instances)} instances")
@@ -413,6 +421,13 @@ def run_file(
         res.status = "error"
         res.reason = f"{type(e).__name__}: {e}"
         res.failures.append(traceback.format_exc(limit=6))
+    if compiled is not None:
+        try:
+            adapter.end_file(compiled)
+        except Exception as e:
+            if res.status == "ok":
+                res.status = "error"
+                res.reason = f"end of file: {type(e).__name__}: {e}"
     res.wall_s = time.perf_counter() - started
     return res
 

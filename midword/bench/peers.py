@@ -146,6 +146,12 @@ class EngineAdapter(ABC):
     def ff_tokens(self, matcher: Any) -> list[int] | None:
         """Tokens the grammar forces from here on (possibly none), or None if unsupported."""
 
+    def end_file(self, compiled: Any) -> None:
+        """The file whose schema compiled to `compiled` is done, and no later file uses
+        it: an engine that keeps compiled grammars beyond their matchers lets it go
+        here, outside the timed calls, as engines without such a cache do when the
+        file's objects are dropped."""
+
     def encode(self, text: str) -> list[int] | None:
         """The engine's own tokenization of `text`, when it has one worth cross-checking."""
         return None
