@@ -27,7 +27,7 @@ import numpy as np
 
 from .grammar import Grammar
 from .limits import DEFAULT_LIMITS, LimitExceeded, Limits
-from .regex import ExprSet
+from .regex import ExprSet, refine_byte_sets
 
 DEAD = 0  # the empty state: no lexeme can continue
 UNKNOWN = -1  # table entry not computed yet
@@ -192,17 +192,7 @@ class Lexer:
             parts = [(byte_set, ((i, tail),))]
         else:
             # Bytes that the same byte sets hold lead to the same target.
-            blocks = [_ALL_BYTES]
-            for _, byte_set, _ in heads:
-                split = []
-                for block in blocks:
-                    inside = block & byte_set
-                    if inside and inside != block:
-                        split.append(inside)
-                        split.append(block ^ inside)
-                    else:
-                        split.append(block)
-                blocks = split
+            blocks = refine_byte_sets(byte_set for _, byte_set, _ in heads)
             parts = [(block, tuple((i, tail) for i, byte_set, tail in heads if byte_set & block)) for block in blocks]
         targets = []
         for block, pairs in parts:

@@ -39,7 +39,7 @@ import numpy as np
 
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 
-__all__ = ["ExprSet", "LazyDFA", "utf8_sequences"]
+__all__ = ["ExprSet", "LazyDFA", "refine_byte_sets", "utf8_sequences"]
 
 # Node kinds.
 _NOTHING, _EPS, _BYTES, _CONCAT, _OR, _AND, _NOT, _REPEAT = range(8)
@@ -81,6 +81,23 @@ def _range_mask(lo: int, hi: int) -> int:
 # --------------------------------------------------------------------------------------
 # Code point ranges -> UTF-8 byte-range sequences
 # --------------------------------------------------------------------------------------
+
+
+def refine_byte_sets(byte_sets: Iterable[int]) -> list[int]:
+    """The partition of all 256 bytes (bitmasks) in which two bytes share a block
+    exactly when every one of `byte_sets` holds both or neither."""
+    blocks = [_FULL]
+    for byte_set in byte_sets:
+        split = []
+        for block in blocks:
+            inside = block & byte_set
+            if inside and inside != block:
+                split.append(inside)
+                split.append(block ^ inside)
+            else:
+                split.append(block)
+        blocks = split
+    return blocks
 
 
 def _normalize_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -632,19 +649,8 @@ class ExprSet:
         masks = self._masks(expr)
         cm = self._classmap_by_masks.get(masks)
         if cm is None:
-            parts = [_FULL]
-            for m in masks:
-                new = []
-                for p in parts:
-                    x = p & m
-                    if x and x != p:
-                        new.append(x)
-                        new.append(p ^ x)
-                    else:
-                        new.append(p)
-                parts = new
             arr = np.zeros(256, dtype=np.uint8)
-            for p in parts:
+            for p in refine_byte_sets(masks):
                 rep = (p & -p).bit_length() - 1
                 members = np.unpackbits(np.frombuffer(p.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
                 arr[members.view(bool)] = rep
