@@ -1195,8 +1195,6 @@ _NAMED_CHAR = _re.compile(r"\{([^}]*)\}")
 _HEX = set("0123456789abcdefABCDEF")
 _OCT = set("01234567")
 _VERBOSE_SPACE = set(" \t\n\r\f\v")
-# A run of printable ASCII characters that are literal in every mode we take the fast
-# path in (no `i` or `x` flag): parsed as one literal instead of one piece each.
 # What a scan for matching parentheses must step over: escapes, classes (a ']' first in a
 # class is a member), and runs of anything else.
 _GROUP_TOKENS = _re.compile(r"\\.|\[\^?\]?(?:\\.|[^\]\\])*\]|[()]|[^\\\[()]+", _re.S)
@@ -1223,6 +1221,8 @@ def _scan_groups(pattern: str) -> dict[int, int]:
     return ends if pos == len(pattern) else {}
 
 
+# A run of printable ASCII characters that are literal in every mode we take the fast
+# path in (no `i` or `x` flag): parsed as one literal instead of one piece each.
 _PLAIN_RUN = _re.compile(r"[!\"%',\-/0-9:;<=>@A-Z_`a-z]{2,}")
 
 
