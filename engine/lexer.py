@@ -35,11 +35,10 @@ NO_ACCEPT = -1  # lex_accept: the state accepts no lexeme
 IGNORE_ONLY = -2  # lex_accept: only the %ignore pseudo-lexeme accepts here
 
 _ALL_BYTES = (1 << 256) - 1
-# Bytes outside a first-byte mask, by mask: few distinct masks recur across states.
-_dead_bytes: dict[int, np.ndarray] = {}
-_MAX_DEAD_MASKS = 10_000
-# Index arrays of the bytes in a byte set, by set.
+# Index arrays of the bytes in a byte set, by set (the bytes no live regex starts with,
+# a byte-headed row's blocks): few distinct sets recur across states and lexers.
 _member_arrays: dict[int, np.ndarray] = {}
+_MAX_MEMBER_ARRAYS = 10_000
 
 
 def _members(byte_set: int) -> np.ndarray:
@@ -48,8 +47,8 @@ def _members(byte_set: int) -> np.ndarray:
     if got is None:
         bits = np.frombuffer(byte_set.to_bytes(32, "little"), dtype=np.uint8)
         got = np.flatnonzero(np.unpackbits(bits, bitorder="little"))
-        got.flags.writeable = False
-        if len(_member_arrays) < _MAX_DEAD_MASKS:
+        got.flags.writeable = False  # shared by every lexer
+        if len(_member_arrays) < _MAX_MEMBER_ARRAYS:
             _member_arrays[byte_set] = got
     return got
 
@@ -233,14 +232,7 @@ class Lexer:
             got = (live, starts)
             self._live[state] = got
             if starts != _ALL_BYTES:
-                dead = _dead_bytes.get(starts)
-                if dead is None:
-                    bits = np.frombuffer(starts.to_bytes(32, "little"), dtype=np.uint8)
-                    dead = ~np.unpackbits(bits, bitorder="little").view(bool)
-                    dead.flags.writeable = False  # shared by every lexer
-                    if len(_dead_bytes) < _MAX_DEAD_MASKS:
-                        _dead_bytes[starts] = dead
-                self._dead[state] = dead
+                self._dead[state] = _members(_ALL_BYTES ^ starts)
         return got
 
     def _transition(self, state: int, byte: int) -> int:

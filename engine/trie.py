@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ._jit import njit
+from ._jit import njit, njit_calling
 
 TRIE_FORMAT_VERSION = 1
 
@@ -302,19 +302,11 @@ def node_for_py(node_byte, subtree_size, root_children, data):
     for i in range(1, data.shape[0]):
         if node < 0:
             return -1
-        byte = data[i]
-        end = node + subtree_size[node]
-        c = node + 1
-        node = -1
-        while c < end:
-            if node_byte[c] == byte:
-                node = c
-                break
-            c += subtree_size[c]
+        node = child_of_py(node_byte, subtree_size, node, data[i])
     return node
 
 
-node_for_jit = njit(node_for_py)
+node_for_jit = njit_calling(node_for_py, child_of_py=child_of_jit)
 
 
 def walk_table_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens, table, accepting, start, mask):
