@@ -14,6 +14,16 @@ literal, never misses twice. Regexes live in the process-wide `ExprSet.shared()`
 lexemes that grammars have in common (strings, numbers, formats) are parsed and derived
 once.
 
+Most misses need no new derivative: the regexes' derivatives by the byte's class were
+computed before, by this lexer or another over the same regex set, and what is left is
+bookkeeping (collect the live pairs, find or add the target state). That part also
+exists compiled, `lex_step_py` (compiled in mask.py), so the mask walk fills such an
+entry where it stands instead of returning to Python. It reads the derivatives that
+Python publishes in `DerivativeRows` (per expression and byte class, shared by every
+lexer of the regex set) and the states mirrored in flat arrays, and it adds target
+states itself; it leaves to Python whatever needs a derivative not computed yet, a
+state that accepts a lexeme (its lexeme set), or a table to grow.
+
 Lexing is greedy with one byte of lookahead: a lexeme ends when the next byte cannot
 extend any live lexeme and the current state accepts. Which lexemes may start is up
 to the parser: `initial_state(allowed)` builds the start state from the lexemes the
@@ -23,8 +33,11 @@ lexemes), which the parser never sees.
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 
+from ._jit import compiled_for, njit
 from .grammar import Grammar
 from .limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from .regex import ExprSet, refine_byte_sets
@@ -35,6 +48,102 @@ NO_ACCEPT = -1  # lex_accept: the state accepts no lexeme
 IGNORE_ONLY = -2  # lex_accept: only the %ignore pseudo-lexeme accepts here
 
 _ALL_BYTES = (1 << 256) - 1
+
+# Fields of Lexer.core, the counters the compiled step shares with Python.
+CORE_STATES, CORE_COMPS, CORE_FUEL, CORE_FUEL_LIMIT, CORE_MAX_STATES, CORE_NUM_LEXEMES, CORE_START_MARKER, \
+    CORE_IGNORE = range(8)
+# A state's hash over its (lexeme, expression) pairs, the same in Python and compiled:
+# 40 bits, so a step of the mix stays inside int64.
+STATE_HASH_SEED = 0x9E3779B1
+_STATE_HASH_MASK = (1 << 40) - 1
+
+
+def hash_states_py(first, last, st_ptr, comp_lex, comp_expr, st_keys, st_vals):
+    """Enters states first..last-1, whose pairs are in place, in the hash table."""
+    size_mask = st_keys.shape[0] - 1
+    for sid in range(first, last):
+        h = STATE_HASH_SEED
+        for k in range(st_ptr[sid], st_ptr[sid + 1]):
+            h = ((h * 1000003) ^ (int(comp_lex[k]) * 1048583 + int(comp_expr[k]))) & _STATE_HASH_MASK
+        slot = h & size_mask
+        while st_vals[slot] >= 0:
+            slot = (slot + 1) & size_mask
+        st_keys[slot] = h
+        st_vals[slot] = sid
+
+
+hash_states_jit = njit(hash_states_py)
+_hash_states = None  # hash_states_jit compiled for its argument types, at the first flush
+
+
+def _grown(a: np.ndarray, size: int, fill) -> np.ndarray:
+    out = np.full((size,) + a.shape[1:], fill, dtype=a.dtype)
+    out[: a.shape[0]] = a
+    return out
+
+
+class DerivativeRows:
+    """The lexer's derivatives, as the compiled step reads them: for an expression `e`,
+    `pool[base[e] + cmaps[cmap_of[e], byte]]` is its derivative by `byte` (NOTHING when
+    empty), encoded `2 * d + nullable(d)`, or -1 when not computed yet. An expression
+    gets a row (one entry per byte class, classes outside its first bytes already
+    NOTHING) when a lexer state holding it is first stepped; entries are written as
+    Python computes derivatives. One per regex set, shared by its lexers."""
+
+    _by_exprs: "weakref.WeakKeyDictionary[ExprSet, DerivativeRows]" = weakref.WeakKeyDictionary()
+
+    @classmethod
+    def of(cls, exprs: ExprSet) -> "DerivativeRows":
+        rows = cls._by_exprs.get(exprs)
+        if rows is None:
+            rows = cls._by_exprs[exprs] = cls(exprs)
+        return rows
+
+    def __init__(self, exprs: ExprSet):
+        self.exprs = exprs
+        self.base = np.full(1024, -1, dtype=np.int64)
+        self.cmap_of = np.zeros(1024, dtype=np.int32)
+        self.cmaps = np.zeros((16, 256), dtype=np.uint8)
+        self.pool = np.zeros(4096, dtype=np.int32)
+        self.pool_used = 0
+        # Class maps (byte -> smallest byte of its class, from ExprSet.byte_classes) ->
+        # (row of cmaps, class index per byte, smallest byte per class).
+        self._cmap_index: dict[bytes, tuple[int, bytes, tuple[int, ...]]] = {}
+        self._rows: dict[int, tuple[int, bytes]] = {}
+
+    def row(self, expr: int) -> tuple[int, bytes]:
+        """(base, class index per byte) of the expression's row, made if needed."""
+        got = self._rows.get(expr)
+        if got is not None:
+            return got
+        if expr >= self.base.shape[0]:
+            size = max(2 * self.base.shape[0], expr + 1)
+            self.base = _grown(self.base, size, -1)
+            self.cmap_of = _grown(self.cmap_of, size, 0)
+        exprs = self.exprs
+        cm = exprs.byte_classes(expr)
+        info = self._cmap_index.get(cm)
+        if info is None:
+            reps = tuple(sorted(set(cm)))
+            index = {rep: k for k, rep in enumerate(reps)}
+            classes = bytes(index[rep] for rep in cm)
+            at = len(self._cmap_index)
+            if at >= self.cmaps.shape[0]:
+                self.cmaps = _grown(self.cmaps, 2 * self.cmaps.shape[0], 0)
+            self.cmaps[at] = np.frombuffer(classes, dtype=np.uint8)
+            info = self._cmap_index[cm] = (at, classes, reps)
+        at, classes, reps = info
+        base = self.pool_used
+        if base + len(reps) > self.pool.shape[0]:
+            self.pool = _grown(self.pool, max(2 * self.pool.shape[0], base + len(reps)), 0)
+        first = exprs.first_bytes(expr)
+        # A class outside the first bytes is surely NOTHING (encoded 0); others unknown.
+        self.pool[base: base + len(reps)] = [-((first >> rep) & 1) for rep in reps]
+        self.pool_used = base + len(reps)
+        self.cmap_of[expr] = at
+        self.base[expr] = base
+        got = self._rows[expr] = (base, classes)
+        return got
 # Index arrays of the bytes in a byte set, by set (the bytes no live regex starts with,
 # a byte-headed row's blocks): few distinct sets recur across states and lexers.
 _member_arrays: dict[int, np.ndarray] = {}
@@ -51,6 +160,88 @@ def _members(byte_set: int) -> np.ndarray:
         if len(_member_arrays) < _MAX_MEMBER_ARRAYS:
             _member_arrays[byte_set] = got
     return got
+
+
+def lex_step_py(state, byte, table, accept, step_arrays):
+    """table[state, byte] computed from the derivatives published in DerivativeRows, the
+    target state found or added in the mirrored states, and entered in the table;
+    UNKNOWN, with nothing changed, when Python must compute it (a derivative not
+    published yet, a new state that accepts a lexeme, an array to grow, fuel spent).
+    `step_arrays` is Lexer.step_arrays(). Compiled in mask.py for the walk."""
+    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals, der_base, cmap_of, cmaps, pool = step_arrays
+    if core[CORE_FUEL] >= core[CORE_FUEL_LIMIT]:
+        return UNKNOWN
+    start = st_ptr[state]
+    end = st_ptr[state + 1]
+    out = core[CORE_COMPS]
+    if out + (end - start) > comp_lex.shape[0]:
+        return UNKNOWN
+    marker = core[CORE_START_MARKER]
+    num_lexemes = core[CORE_NUM_LEXEMES]
+    ignore = core[CORE_IGNORE]
+    # The target's pairs are written past the last state's, where a new state's go.
+    h = STATE_HASH_SEED
+    n = 0
+    accepts_lexeme = False
+    accepts_ignore = False
+    for j in range(start, end):
+        # int(): the plain twin must not do the hash in numpy's int32.
+        i = int(comp_lex[j])
+        if i == marker:
+            continue
+        e = comp_expr[j]
+        if e >= der_base.shape[0]:
+            return UNKNOWN
+        base = der_base[e]
+        if base < 0:
+            return UNKNOWN
+        code = pool[base + cmaps[cmap_of[e], byte]]
+        if code < 0:
+            return UNKNOWN
+        d = int(code) >> 1
+        if d == 0:
+            continue
+        comp_lex[out + n] = i
+        comp_expr[out + n] = d
+        n += 1
+        h = ((h * 1000003) ^ (i * 1048583 + d)) & _STATE_HASH_MASK
+        if code & 1:
+            if i < num_lexemes:
+                accepts_lexeme = True
+            elif i == ignore:
+                accepts_ignore = True
+    size_mask = st_keys.shape[0] - 1
+    slot = h & size_mask
+    target = -1
+    while st_vals[slot] >= 0:
+        if st_keys[slot] == h:
+            sid = st_vals[slot]
+            a = st_ptr[sid]
+            if st_ptr[sid + 1] - a == n:
+                same = True
+                for k in range(n):
+                    if comp_lex[a + k] != comp_lex[out + k] or comp_expr[a + k] != comp_expr[out + k]:
+                        same = False
+                        break
+                if same:
+                    target = sid
+                    break
+        slot = (slot + 1) & size_mask
+    if target < 0:
+        # A new state. One that accepts a lexeme needs its lexeme set, made in Python.
+        target = core[CORE_STATES]
+        if (accepts_lexeme or target >= table.shape[0] or target >= core[CORE_MAX_STATES]
+                or target + 2 > st_ptr.shape[0] or 2 * (target + 1) > st_keys.shape[0]):
+            return UNKNOWN
+        st_ptr[target + 1] = out + n
+        core[CORE_COMPS] = out + n
+        core[CORE_STATES] = target + 1
+        st_keys[slot] = h
+        st_vals[slot] = target
+        accept[target] = IGNORE_ONLY if accepts_ignore else NO_ACCEPT
+    core[CORE_FUEL] += 1
+    table[state, byte] = target
+    return target
 
 
 class Lexer:
@@ -85,30 +276,93 @@ class Lexer:
         self.start_marker = self.num_lexemes + 1
 
         self._state_index: dict[tuple[tuple[int, int], ...], int] = {}
-        self.states: list[tuple[tuple[int, int], ...]] = []
+        self._states: list[tuple[tuple[int, int], ...]] = []
         self.table = np.full((64, 256), UNKNOWN, dtype=np.int32)
         self.accept = np.full(64, NO_ACCEPT, dtype=np.int32)
         # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
         self._lexset_index: dict[frozenset[int], int] = {}
         self.lexsets: list[frozenset[int]] = []
         self._initial_cache: dict[tuple[frozenset[int], bool], int] = {}
-        self.fuel_used = 0
         self._classes: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}
-        self._live: dict[int, tuple[tuple[tuple[int, int, int], ...], int]] = {}
+        self._live: dict[int, tuple[tuple[tuple[int, int, int, int, bytes], ...], int]] = {}
         self._missed: set[int] = set()
         self._dead: dict[int, np.ndarray] = {}
+        # The states mirrored for the compiled step (lex_step_py): state s holds the
+        # pairs comp_lex/comp_expr[st_ptr[s]:st_ptr[s + 1]], found by hash in an
+        # open-addressing table (st_keys: hash, st_vals: state or -1).
+        self.rows = DerivativeRows.of(self.exprs)
+        self.core = np.zeros(8, dtype=np.int64)
+        self.core[CORE_FUEL_LIMIT] = limits.lexer_fuel
+        self.core[CORE_MAX_STATES] = limits.max_lexer_states
+        self.core[CORE_NUM_LEXEMES] = self.num_lexemes
+        self.core[CORE_START_MARKER] = self.start_marker
+        self.core[CORE_IGNORE] = self.ignore_index
+        self.st_ptr = np.zeros(65, dtype=np.int64)
+        self.comp_lex = np.zeros(1024, dtype=np.int32)
+        self.comp_expr = np.zeros(1024, dtype=np.int32)
+        self.st_keys = np.zeros(256, dtype=np.int64)
+        self.st_vals = np.full(256, -1, dtype=np.int64)
+        self._step_arrays: tuple | None = None
         self._intern(())  # DEAD == 0
         self.table[DEAD, :] = DEAD
 
+    @property
+    def states(self) -> list[tuple[tuple[int, int], ...]]:
+        """Each state's (lexeme, expression) pairs, including those the compiled step added."""
+        if self.core[CORE_STATES] > len(self._states):
+            self._sync()
+        return self._states
+
+    @property
+    def fuel_used(self) -> int:
+        return int(self.core[CORE_FUEL])
+
+    @fuel_used.setter
+    def fuel_used(self, value: int) -> None:
+        self.core[CORE_FUEL] = value
+
+    def _use_fuel(self) -> None:
+        core = self.core
+        core[CORE_FUEL] += 1
+        if core[CORE_FUEL] > self.limits.lexer_fuel:
+            raise LimitExceeded("lexer_fuel", self.limits.lexer_fuel, "too many derivative computations")
+
+    def _sync(self) -> None:
+        """Takes in the states the compiled step added since Python last looked (it runs
+        only after a flush, so Python has added none in between)."""
+        states, index = self._states, self._state_index
+        ptr = self.st_ptr
+        for sid in range(len(states), int(self.core[CORE_STATES])):
+            a, b = int(ptr[sid]), int(ptr[sid + 1])
+            pairs = tuple(zip(self.comp_lex[a:b].tolist(), self.comp_expr[a:b].tolist()))
+            states.append(pairs)
+            index[pairs] = sid
+
+    def step_arrays(self) -> tuple:
+        """What the compiled step reads and writes besides the table and accept array, in
+        one tuple that stays the same object until one of its arrays is replaced."""
+        if self.core[CORE_STATES] < len(self._states):
+            self._flush()
+        rows = self.rows
+        arrays = self._step_arrays
+        if (arrays is None or arrays[1] is not self.st_ptr or arrays[2] is not self.comp_lex
+                or arrays[4] is not self.st_keys or arrays[6] is not rows.base or arrays[7] is not rows.cmap_of
+                or arrays[8] is not rows.cmaps or arrays[9] is not rows.pool):
+            arrays = self._step_arrays = (self.core, self.st_ptr, self.comp_lex, self.comp_expr, self.st_keys,
+                                          self.st_vals, rows.base, rows.cmap_of, rows.cmaps, rows.pool)
+        return arrays
+
     # States ---------------------------------------------------------------------
     def _intern(self, pairs: tuple[tuple[int, int], ...]) -> int:
+        if self.core[CORE_STATES] > len(self._states):
+            self._sync()
         sid = self._state_index.get(pairs)
         if sid is not None:
             return sid
-        sid = len(self.states)
+        sid = len(self._states)
         if sid >= self.limits.max_lexer_states:
             raise LimitExceeded("max_lexer_states", self.limits.max_lexer_states, "lexer DFA grew too large")
-        self.states.append(pairs)
+        self._states.append(pairs)
         self._state_index[pairs] = sid
         if sid >= self.table.shape[0]:
             grow = self.table.shape[0]
@@ -120,6 +374,45 @@ class Lexer:
         elif any(i == self.ignore_index and self.exprs.nullable(e) for i, e in pairs):
             self.accept[sid] = IGNORE_ONLY
         return sid
+
+    def _flush(self) -> None:
+        """Mirrors the states Python added since the last flush in the compiled step's
+        arrays, all at once: a walk's return to Python adds one or two."""
+        core = self.core
+        first, last = int(core[CORE_STATES]), len(self._states)
+        lex, exprs, ends = [], [], []
+        end = int(core[CORE_COMPS])
+        for pairs in self._states[first:last]:
+            for i, e in pairs:
+                lex.append(i)
+                exprs.append(e)
+            end += len(pairs)
+            ends.append(end)
+        at = int(core[CORE_COMPS])
+        if end > self.comp_lex.shape[0]:
+            size = max(2 * self.comp_lex.shape[0], end)
+            self.comp_lex = _grown(self.comp_lex, size, 0)
+            self.comp_expr = _grown(self.comp_expr, size, 0)
+        if last + 1 > self.st_ptr.shape[0]:
+            self.st_ptr = _grown(self.st_ptr, max(2 * self.st_ptr.shape[0], last + 1), 0)
+        self.comp_lex[at:end] = lex
+        self.comp_expr[at:end] = exprs
+        self.st_ptr[first + 1: last + 1] = ends
+        core[CORE_COMPS] = end
+        core[CORE_STATES] = last
+        if 2 * last > self.st_keys.shape[0]:
+            # At most half full, with room for the compiled step to add states.
+            size = self.st_keys.shape[0]
+            while 2 * last > size:
+                size *= 4
+            self.st_keys = np.zeros(size, dtype=np.int64)
+            self.st_vals = np.full(size, -1, dtype=np.int64)
+            first = 0
+        global _hash_states
+        if _hash_states is None:
+            _hash_states = compiled_for(hash_states_jit, (first, last, self.st_ptr, self.comp_lex, self.comp_expr,
+                                                          self.st_keys, self.st_vals))
+        _hash_states(first, last, self.st_ptr, self.comp_lex, self.comp_expr, self.st_keys, self.st_vals)
 
     def lexset_id(self, lexemes: frozenset[int]) -> int:
         lid = self._lexset_index.get(lexemes)
@@ -133,6 +426,8 @@ class Lexer:
         """The state at the start of a lexeme when the parser allows `allowed`."""
         sid = self._initial_cache.get((allowed, with_ignore))
         if sid is None:
+            if self.core[CORE_STATES] > len(self._states):
+                self._sync()
             pairs = [(i, self.lexeme_expr[i]) for i in sorted(allowed) if not self.exprs.is_empty(self.lexeme_expr[i])]
             if self.has_ignore and with_ignore:
                 pairs.append((self.ignore_index, self.ignore_expr))
@@ -147,6 +442,8 @@ class Lexer:
         t = int(self.table[state, byte])
         if t != UNKNOWN:
             return t
+        if self.core[CORE_STATES] > len(self._states):
+            self._sync()
         if state in self._missed:
             # A second miss: the state is met with several bytes (in a trie walk, from
             # many nodes), so fill the row at once and spare the walk more returns.
@@ -179,13 +476,21 @@ class Lexer:
         changed, for other states."""
         byte_head = self.exprs.byte_head
         heads = []
-        for i, e in self.states[state]:
+        for i, e in self._states[state]:
             if i != self.start_marker:
                 head = byte_head(e)
                 if head is None:
                     return False
-                heads.append((i, head[0], head[1]))
+                heads.append((i, e, head[0], head[1]))
         is_empty = self.exprs.is_empty
+        # Publish each expression's whole derivative row for the compiled step: its
+        # first byte set leads to the tail, every other byte to NOTHING.
+        rows, nullable = self.rows, self.exprs.nullable
+        for _, e, byte_set, tail in heads:
+            base, classes = rows.row(e)
+            live_tail = 0 if is_empty(tail) else tail
+            rows.pool[base + classes[(byte_set & -byte_set).bit_length() - 1]] = 2 * live_tail + nullable(live_tail)
+        heads = [(i, byte_set, tail) for i, _, byte_set, tail in heads]
         if len(heads) == 1:
             i, byte_set, tail = heads[0]
             parts = [(byte_set, ((i, tail),))]
@@ -198,9 +503,7 @@ class Lexer:
             # Same pairs, in the same order, as `_transition` would build.
             pairs = tuple(p for p in pairs if not is_empty(p[1]))
             if pairs:
-                self.fuel_used += 1
-                if self.fuel_used > self.limits.lexer_fuel:
-                    raise LimitExceeded("lexer_fuel", self.limits.lexer_fuel, "too many derivative computations")
+                self._use_fuel()
                 sid = self._state_index.get(pairs)
                 targets.append((block, sid if sid is not None else self._intern(pairs)))
         # Interning may have grown (reallocated) the table: index it afresh.
@@ -212,22 +515,26 @@ class Lexer:
 
     def fill_row(self, state: int) -> None:
         """Computes every missing transition of `state`, one derivative per byte class."""
+        if self.core[CORE_STATES] > len(self._states):
+            self._sync()
         classes, reps = self._byte_classes(state)
         known = self.table[state, list(reps)].tolist()
         targets = [t if t != UNKNOWN else self._transition(state, rep) for t, rep in zip(known, reps)]
         # _transition may have grown (reallocated) the table: index it afresh.
         self.table[state] = np.array(targets, dtype=np.int32)[classes]
 
-    def _live_of(self, state: int) -> tuple[tuple[tuple[int, int, int], ...], int]:
-        """(live (lexeme, expr, first-byte mask) triples, union of the masks)."""
+    def _live_of(self, state: int) -> tuple[tuple[tuple[int, int, int, int, bytes], ...], int]:
+        """(live (lexeme, expr, first-byte mask, derivative row base, class per byte)
+        tuples, union of the masks)."""
         got = self._live.get(state)
         if got is None:
             first_bytes = self.exprs.first_bytes
+            row = self.rows.row
             # States often hold dozens of lexemes (every key of an object) of which a
             # byte keeps a few: first-byte masks skip the others without a derivative.
-            live = tuple((i, e, first_bytes(e)) for i, e in self.states[state] if i != self.start_marker)
+            live = tuple((i, e, first_bytes(e)) + row(e) for i, e in self._states[state] if i != self.start_marker)
             starts = 0
-            for _, _, first in live:
+            for _, _, first, _, _ in live:
                 starts |= first
             got = (live, starts)
             self._live[state] = got
@@ -236,16 +543,17 @@ class Lexer:
         return got
 
     def _transition(self, state: int, byte: int) -> int:
-        self.fuel_used += 1
-        if self.fuel_used > self.limits.lexer_fuel:
-            raise LimitExceeded("lexer_fuel", self.limits.lexer_fuel, "too many derivative computations")
+        self._use_fuel()
         live = self._live.get(state)
         live = live[0] if live is not None else self._live_of(state)[0]
         live_derivative = self.exprs.live_derivative
+        nullable = self.exprs.nullable
+        pool = self.rows.pool
         pairs = []
-        for i, e, first in live:
+        for i, e, first, base, classes in live:
             if (first >> byte) & 1:
                 d = live_derivative(e, byte)
+                pool[base + classes[byte]] = 2 * d + nullable(d)  # published for the compiled step
                 if d != ExprSet.NOTHING:
                     pairs.append((i, d))
         key = tuple(pairs)
@@ -258,7 +566,7 @@ class Lexer:
         cached = self._classes.get(state)
         if cached is not None:
             return cached
-        maps = frozenset(self.exprs.byte_classes(e) for i, e in self.states[state] if i != self.start_marker)
+        maps = frozenset(self.exprs.byte_classes(e) for i, e in self._states[state] if i != self.start_marker)
         combined = self.exprs.combined_classes(maps)
         self._classes[state] = combined
         return combined

@@ -38,10 +38,11 @@ import numpy as np
 
 from . import _views
 from . import parser as parser_module
-from ._jit import compiled_for, njit_calling
+from ._jit import compiled_for, njit, njit_calling
 from ._views import pack, view_1d, view_2d
 from .parser import EPOCH, NOTHING_SCANS, POOL_USED, ROW_BUILT, ROWS, STEPS_USED, build_row_jit, build_row_py
-from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN
+from . import lexer as lexer_module
+from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, lex_step_py
 from .recognizer import LEXSET_BITS, NO_ROW, STEP_EMPTY, Recognizer
 from .slicer import applicable_slices
 from .trie import TokenTrie, mask_words
@@ -55,7 +56,7 @@ NEED_SPACE = 3  # the frontier array is full
 def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens,
             lex_table, lex_accept, row_lexstate, step_keys, step_vals,
             stack_lex, stack_row, ranges, range_idx, node, stop_at_first, mask, stats,
-            base_row, frontier, frontier_count, record_frontier, parser_arrays, scan_arrays):
+            base_row, frontier, frontier_count, record_frontier, parser_arrays, scan_arrays, lex_arrays):
     """Walks the trie node ranges `ranges[range_idx:]`, starting at `node`; returns
     (status, range_idx, node, a, b).
 
@@ -93,10 +94,12 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
             byte = node_byte[node]
             visited += 1
             nxt = lex_table[lexstate, byte]
-            if nxt <= 0:  # UNKNOWN or DEAD: both rare inside a lexeme, one test for both
+            if nxt == UNKNOWN:
+                nxt = lex_step(lexstate, byte, lex_table, lex_accept, lex_arrays)
                 if nxt == UNKNOWN:
                     stats[0] += visited
                     return NEED_LEXER, range_idx, node, lexstate, byte
+            if nxt == DEAD:
                 accepted = lex_accept[lexstate]
                 if accepted == NO_ACCEPT:
                     node += subtree_size[node]
@@ -136,8 +139,10 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
                 start = row_lexstate[row]
                 nxt = lex_table[start, byte]
                 if nxt == UNKNOWN:
-                    stats[0] += visited
-                    return NEED_LEXER, range_idx, node, start, byte
+                    nxt = lex_step(start, byte, lex_table, lex_accept, lex_arrays)
+                    if nxt == UNKNOWN:
+                        stats[0] += visited
+                        return NEED_LEXER, range_idx, node, start, byte
                 if nxt == DEAD:
                     node += subtree_size[node]
                     continue
@@ -228,9 +233,13 @@ SCAN_IN_PYTHON = -2
 walk = walk_py
 scan_in_walk = scan_in_walk_py
 build_row = build_row_py
+lex_step = lex_step_py
 _PARSER_FILE = parser_module.__file__
+_LEXER_FILE = lexer_module.__file__
 scan_in_walk_jit = njit_calling(scan_in_walk_py, depends=(_PARSER_FILE,), build_row=build_row_jit)
-walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE,), scan_in_walk=scan_in_walk_jit)
+lex_step_jit = njit(lex_step_py)
+walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE, _LEXER_FILE), scan_in_walk=scan_in_walk_jit,
+                        lex_step=lex_step_jit)
 
 # The walk's arrays packed by address (_views.py) in four groups, each packed again only
 # when an array of it is replaced: the trie's, the walker's and tables', the parser's
@@ -245,6 +254,8 @@ _PARSER_DTYPES = (np.int64, np.int64, np.int64, np.bool_) + (np.int64,) * 8 + (n
 _PARSER_SCALARS = (4, 27, 28)
 _SCAN_DTYPES = (np.int64,) * 8
 _SCAN_SCALARS = (3,)
+# Lexer.step_arrays; the fourth from last is 2-D.
+_LEX_DTYPES = (np.int64, np.int64, np.int32, np.int32, np.int64, np.int64, np.int64, np.int32, np.uint8, np.int32)
 
 
 def _without(values: tuple, scalars: tuple[int, ...]) -> list:
@@ -267,8 +278,8 @@ def _repack(cached: tuple | None, values: tuple, scalars: tuple[int, ...], dtype
     return values, np.concatenate([pack(_without(values, scalars), dtypes, validate=cached is None), tail])
 
 
-def walk_packed(trie_packed, table_packed, parser_packed, scan_packed, ranges, range_idx, node, stop_at_first, mask,
-                base_row, record_frontier):
+def walk_packed(trie_packed, table_packed, parser_packed, scan_packed, lex_packed, ranges, range_idx, node,
+                stop_at_first, mask, base_row, record_frontier):
     """`walk` with its long-lived arrays passed packed (compiled only; glue, not a twin:
     it rebuilds the very arguments walk_py takes)."""
     p = parser_packed
@@ -288,6 +299,12 @@ def walk_packed(trie_packed, table_packed, parser_packed, scan_packed, ranges, r
         view_1d(s, 0, np.int64), view_1d(s, 1, np.int64), view_1d(s, 2, np.int64), s[ss], view_1d(s, 3, np.int64),
         view_1d(s, 4, np.int64), view_1d(s, 5, np.int64), view_1d(s, 6, np.int64), view_1d(s, 7, np.int64),
     )
+    x = lex_packed
+    lex_arrays = (
+        view_1d(x, 0, np.int64), view_1d(x, 1, np.int64), view_1d(x, 2, np.int32), view_1d(x, 3, np.int32),
+        view_1d(x, 4, np.int64), view_1d(x, 5, np.int64), view_1d(x, 6, np.int64), view_1d(x, 7, np.int32),
+        view_2d(x, 8, np.uint8), view_1d(x, 9, np.int32),
+    )
     t = trie_packed
     w = table_packed
     return walk(
@@ -296,7 +313,7 @@ def walk_packed(trie_packed, table_packed, parser_packed, scan_packed, ranges, r
         view_2d(w, 0, np.int32), view_1d(w, 1, np.int32), view_1d(w, 2, np.int32), view_1d(w, 3, np.int64),
         view_1d(w, 4, np.int32), view_1d(w, 5, np.int64), view_1d(w, 6, np.int64), ranges, range_idx, node,
         stop_at_first, mask, view_1d(w, 7, np.int64), base_row, view_2d(w, 8, np.int64), view_1d(w, 9, np.int64),
-        record_frontier, parser_arrays, scan_arrays)
+        record_frontier, parser_arrays, scan_arrays, lex_arrays)
 
 
 walk_packed_jit = njit_calling(walk_packed, depends=(_PARSER_FILE, _views.__file__), walk=walk_jit)
@@ -380,9 +397,11 @@ class MaskWalker:
         self._table_pack: tuple | None = None
         self._parser_pack: tuple | None = None
         self._scan_pack: tuple | None = None
+        self._lex_pack: tuple | None = None
 
-    def _packed(self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple) -> tuple | None:
-        """The four packed groups for walk_packed, each packed again only when one of its
+    def _packed(self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple,
+                lex_arrays: tuple) -> tuple | None:
+        """The five packed groups for walk_packed, each packed again only when one of its
         arrays was replaced; None when an array is not of the type walk_packed reads."""
         try:
             got = self._trie_packs.get(id(trie))
@@ -409,7 +428,11 @@ class MaskWalker:
             cached = self._scan_pack
             if cached is None or cached[0] is not scan_arrays:
                 cached = self._scan_pack = _repack(cached, scan_arrays, _SCAN_SCALARS, _SCAN_DTYPES)
-            return trie_packed, table_packed, parser_packed, cached[1]
+            scan_packed = cached[1]
+            cached = self._lex_pack
+            if cached is None or cached[0] is not lex_arrays:
+                cached = self._lex_pack = (lex_arrays, pack(lex_arrays, _LEX_DTYPES, validate=cached is None))
+            return trie_packed, table_packed, parser_packed, scan_packed, cached[1]
         except ValueError:
             self._packing = False  # arrays of other types: pass them one by one from now on
             return None
@@ -426,7 +449,8 @@ class MaskWalker:
             lexer = rec.lexer
             parser_arrays = rec.parser.walk_arrays(self.limits_items, self.limits_fuel)
             scan_arrays = rec.scan_arrays()
-            packed = self._packed(trie, lexer, parser_arrays, scan_arrays) if self._packing else None
+            lex_arrays = lexer.step_arrays()
+            packed = self._packed(trie, lexer, parser_arrays, scan_arrays, lex_arrays) if self._packing else None
             if packed is not None:
                 args = packed + (ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier)
                 walk = self._walk_packed
@@ -438,6 +462,7 @@ class MaskWalker:
                     lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
                     self.stack_lex, self.stack_row, ranges, range_idx, node, stop_at_first, mask, self.stats,
                     base_row, self._frontier, self._frontier_count, record_frontier, parser_arrays, scan_arrays,
+                    lex_arrays,
                 )
                 walk = self.walk
                 if walk is None:

@@ -145,6 +145,89 @@ def test_state_limit_still_bounds_a_lexer():
             s = lx.step(s, ord("a"))
 
 
+# The compiled step ----------------------------------------------------------------
+
+def _compiled_steps(step_fn, lx: Lexer, rng: random.Random, alphabet: bytes, walks: int) -> tuple[int, int]:
+    """Random walks through `lx` with `step_fn` (lex_step_py or its compiled copy), as
+    the mask walk does: Python's `step` only where the compiled step gives up. Returns
+    (entries the compiled step filled, entries it left to Python)."""
+    done = left = 0
+    starts = [lx.initial_state(frozenset(rng.sample(range(lx.num_lexemes), rng.randint(1, lx.num_lexemes))))
+              for _ in range(6)]
+    for _ in range(walks):
+        s = rng.choice(starts)
+        for _ in range(rng.randint(1, 14)):
+            byte = rng.choice(alphabet)
+            t = int(lx.table[s, byte])
+            if t == UNKNOWN:
+                t = step_fn(s, byte, lx.table, lx.accept, lx.step_arrays())
+                if t == UNKNOWN:
+                    left += 1
+                    t = lx.step(s, byte)
+                else:
+                    done += 1
+            s = t
+            if s == DEAD:
+                break
+    return done, left
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_compiled_steps_equal_the_plain_derivatives(compiled):
+    from midword.engine.lexer import lex_step_py
+    from midword.engine.mask import lex_step_jit
+
+    step_fn = lex_step_jit if compiled else lex_step_py
+    es = ExprSet()
+    g = Grammar.from_lark(GRAMMAR)
+    alphabet = b'"{}[],:0123456789-abdehilmnoprstuv \n\\\x00\xff'
+    # A first lexer publishes derivatives; a second one over the same regex set steps
+    # mostly compiled, adding its own states, and both agree with plain derivatives.
+    first = Lexer(g, es)
+    _compiled_steps(step_fn, first, random.Random(0), alphabet, 300)
+    second = Lexer(g, es)
+    done, left = _compiled_steps(step_fn, second, random.Random(1), alphabet, 300)
+    assert done > 3 * left > 0
+    assert _check_table(first) > 500 and _check_table(second) > 500
+    for lx in (first, second):
+        assert len(set(lx.states)) == len(lx.states)  # no state twice
+        assert all(lx._state_index[pairs] == sid for sid, pairs in enumerate(lx.states))
+
+
+def test_compiled_and_plain_steps_build_the_same_lexer():
+    from midword.engine.lexer import lex_step_py
+    from midword.engine.mask import lex_step_jit
+
+    g = Grammar.from_lark(GRAMMAR)
+    alphabet = b'"{}[],:0123456789-abdehilmnoprstuv \n\\\x00\xff'
+    built = []
+    for step_fn in (lex_step_py, lex_step_jit):
+        es = ExprSet()
+        _compiled_steps(step_fn, Lexer(g, es), random.Random(2), alphabet, 200)
+        lx = Lexer(g, es)
+        counts = _compiled_steps(step_fn, lx, random.Random(3), alphabet, 200)
+        built.append((counts, lx.states, lx.table[: len(lx.states)].tolist(), lx.accept[: len(lx.states)].tolist()))
+    assert built[0] == built[1]
+
+
+def test_the_compiled_step_leaves_new_accepting_states_to_python():
+    from midword.engine.lexer import lex_step_py
+
+    es = ExprSet()
+    g = Grammar.from_lark('start: W\nW: /ab?/')
+    lx = Lexer(g, es)
+    s = lx.initial_state(frozenset([0]))
+    lx.step(s, ord("a"))  # publishes d(W, a) = "b?", which accepts
+    other = Lexer(g, es)
+    s2 = other.initial_state(frozenset([0]))
+    before = (len(other.states), other.table.copy(), other.fuel_used)
+    assert lex_step_py(s2, ord("a"), other.table, other.accept, other.step_arrays()) == UNKNOWN
+    assert (len(other.states), other.fuel_used) == (before[0], before[2])
+    assert (other.table == before[1]).all()
+    # A dead byte needs no lexeme set: the compiled step fills it.
+    assert lex_step_py(s2, ord("z"), other.table, other.accept, other.step_arrays()) == DEAD
+
+
 # Regex engine ----------------------------------------------------------------------
 
 def _search_empty(es: ExprSet, expr: int, bound: int = 5_000) -> bool:
