@@ -22,7 +22,10 @@ entry where it stands instead of returning to Python. It reads the derivatives t
 Python publishes in `DerivativeRows` (per expression and byte class, shared by every
 lexer of the regex set) and the states mirrored in flat arrays, and it adds target
 states itself; it leaves to Python whatever needs a derivative not computed yet, a
-state that accepts a lexeme (its lexeme set), or a table to grow.
+state that accepts a lexeme (its lexeme set), or a table to grow. For the walk, Python
+then computes just the missing derivatives (`publish`), so no byte class the walk never
+meets gets one, and the compiled step goes on; Python's own `step` (with the row and
+class fills above) serves the other callers and what the compiled step cannot do.
 
 Lexing is greedy with one byte of lookahead: a lexeme ends when the next byte cannot
 extend any live lexeme and the current state accepts. Which lexemes may start is up
@@ -55,6 +58,8 @@ CORE_STATES, CORE_COMPS, CORE_FUEL, CORE_FUEL_LIMIT, CORE_MAX_STATES, CORE_NUM_L
 # A state's hash over its (lexeme, expression) pairs, the same in Python and compiled:
 # 40 bits, so a step of the mix stays inside int64.
 STATE_HASH_SEED = 0x9E3779B1
+# The compiled step also fills the byte's whole class for states of at most this many pairs.
+_CLASS_FILL_MAX_PAIRS = 4
 _STATE_HASH_MASK = (1 << 40) - 1
 
 
@@ -241,6 +246,22 @@ def lex_step_py(state, byte, table, accept, step_arrays):
         accept[target] = IGNORE_ONLY if accepts_ignore else NO_ACCEPT
     core[CORE_FUEL] += 1
     table[state, byte] = target
+    if end - start <= _CLASS_FILL_MAX_PAIRS:
+        # The bytes that fall in the same class as `byte` for every live regex have the
+        # same target: fill them too, sparing the walk a step per byte (a state inside
+        # a string is met with most of the 256). Wide states (every key of an object)
+        # would cost more to compare than the steps they spare.
+        for other in range(256):
+            if table[state, other] == UNKNOWN:
+                same = True
+                for j in range(start, end):
+                    if comp_lex[j] != marker:
+                        row = cmaps[cmap_of[comp_expr[j]]]
+                        if row[other] != row[byte]:
+                            same = False
+                            break
+                if same:
+                    table[state, other] = target
     return target
 
 
@@ -466,6 +487,30 @@ class Lexer:
         if dead is not None:
             row[dead] = DEAD
         return t
+
+    def publish(self, state: int, byte: int) -> bool:
+        """Computes and publishes the derivatives the compiled step lacks for `byte` from
+        `state`, and nothing else: the walk's step does the rest, and only the classes
+        it meets get derivatives. False when none was missing (the step gave up for
+        another reason; `step` then does it all in Python)."""
+        if self.core[CORE_STATES] > len(self._states):
+            self._sync()
+        live = self._live.get(state)
+        live = live[0] if live is not None else self._live_of(state)[0]
+        live_derivative = self.exprs.live_derivative
+        nullable = self.exprs.nullable
+        pool = self.rows.pool
+        published = False
+        for _, e, first, base, classes in live:
+            if (first >> byte) & 1:
+                at = base + classes[byte]
+                if pool[at] < 0:
+                    if not published:
+                        self._use_fuel()
+                        published = True
+                    d = live_derivative(e, byte)
+                    pool[at] = 2 * d + nullable(d)
+        return published
 
     def _fill_byte_headed(self, state: int) -> bool:
         """Fills the row of a state whose live regexes all begin with a byte set (inside

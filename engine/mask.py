@@ -316,7 +316,7 @@ def walk_packed(trie_packed, table_packed, parser_packed, scan_packed, lex_packe
         record_frontier, parser_arrays, scan_arrays, lex_arrays)
 
 
-walk_packed_jit = njit_calling(walk_packed, depends=(_PARSER_FILE, _views.__file__), walk=walk_jit)
+walk_packed_jit = njit_calling(walk_packed, depends=(_PARSER_FILE, _LEXER_FILE, _views.__file__), walk=walk_jit)
 
 
 class MaskCache:
@@ -471,17 +471,16 @@ class MaskWalker:
             if status == DONE:
                 return bool(a)
             if status == NEED_LEXER:
-                lexer.step(int(a), int(b))
+                # Only the missing derivatives: the walk's compiled step does the rest
+                # when it resumes (and Python all of it where that step cannot).
+                if not lexer.publish(int(a), int(b)):
+                    lexer.step(int(a), int(b))
             elif status == NEED_SPACE:
                 grown = np.zeros((2 * self._frontier.shape[0], 3), dtype=np.int64)
                 grown[: self._frontier.shape[0]] = self._frontier
                 self._frontier = grown
             else:
-                child = rec.scan_missing(int(a), int(b))
-                if child >= 0:
-                    # The node's byte starts the child row's first lexeme: fill that
-                    # entry now rather than return for it next.
-                    lexer.step(int(rec.row_lexstate[child]), int(trie.node_byte[node]))
+                rec.scan_missing(int(a), int(b))
 
     def mask(self, state) -> np.ndarray:
         """Bitmask of trie tokens allowed from recognizer state `state` (EOS not included);

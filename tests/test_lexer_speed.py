@@ -147,9 +147,11 @@ def test_state_limit_still_bounds_a_lexer():
 
 # The compiled step ----------------------------------------------------------------
 
-def _compiled_steps(step_fn, lx: Lexer, rng: random.Random, alphabet: bytes, walks: int) -> tuple[int, int]:
+def _compiled_steps(step_fn, lx: Lexer, rng: random.Random, alphabet: bytes, walks: int,
+                    publish: bool = False) -> tuple[int, int]:
     """Random walks through `lx` with `step_fn` (lex_step_py or its compiled copy), as
-    the mask walk does: Python's `step` only where the compiled step gives up. Returns
+    the mask walk does: where the compiled step gives up, `publish` the missing
+    derivatives and try again (with `publish`), else Python's `step`. Returns
     (entries the compiled step filled, entries it left to Python)."""
     done = left = 0
     starts = [lx.initial_state(frozenset(rng.sample(range(lx.num_lexemes), rng.randint(1, lx.num_lexemes))))
@@ -161,6 +163,8 @@ def _compiled_steps(step_fn, lx: Lexer, rng: random.Random, alphabet: bytes, wal
             t = int(lx.table[s, byte])
             if t == UNKNOWN:
                 t = step_fn(s, byte, lx.table, lx.accept, lx.step_arrays())
+                if t == UNKNOWN and publish and lx.publish(s, byte):
+                    t = step_fn(s, byte, lx.table, lx.accept, lx.step_arrays())
                 if t == UNKNOWN:
                     left += 1
                     t = lx.step(s, byte)
@@ -172,8 +176,8 @@ def _compiled_steps(step_fn, lx: Lexer, rng: random.Random, alphabet: bytes, wal
     return done, left
 
 
-@pytest.mark.parametrize("compiled", [False, True])
-def test_compiled_steps_equal_the_plain_derivatives(compiled):
+@pytest.mark.parametrize("compiled,publish", [(False, False), (True, False), (False, True), (True, True)])
+def test_compiled_steps_equal_the_plain_derivatives(compiled, publish):
     from midword.engine.lexer import lex_step_py
     from midword.engine.mask import lex_step_jit
 
@@ -184,9 +188,9 @@ def test_compiled_steps_equal_the_plain_derivatives(compiled):
     # A first lexer publishes derivatives; a second one over the same regex set steps
     # mostly compiled, adding its own states, and both agree with plain derivatives.
     first = Lexer(g, es)
-    _compiled_steps(step_fn, first, random.Random(0), alphabet, 300)
+    _compiled_steps(step_fn, first, random.Random(0), alphabet, 300, publish)
     second = Lexer(g, es)
-    done, left = _compiled_steps(step_fn, second, random.Random(1), alphabet, 300)
+    done, left = _compiled_steps(step_fn, second, random.Random(1), alphabet, 300, publish)
     assert done > 3 * left > 0
     assert _check_table(first) > 500 and _check_table(second) > 500
     for lx in (first, second):
@@ -208,6 +212,25 @@ def test_compiled_and_plain_steps_build_the_same_lexer():
         counts = _compiled_steps(step_fn, lx, random.Random(3), alphabet, 200)
         built.append((counts, lx.states, lx.table[: len(lx.states)].tolist(), lx.accept[: len(lx.states)].tolist()))
     assert built[0] == built[1]
+
+
+def test_publish_computes_only_the_missing_class_and_the_step_fills_it():
+    from midword.engine.lexer import lex_step_py
+
+    lx = Lexer(Grammar.from_lark(GRAMMAR), ExprSet())
+    s = lx.step(lx.initial_state(frozenset([lx.lexeme_names.index("STR")]), with_ignore=False), ord('"'))
+    fuel = lx.fuel_used
+    assert lx.publish(s, ord("a"))
+    assert lx.fuel_used == fuel + 1
+    assert not lx.publish(s, ord("q"))  # same class as "a": nothing left to compute
+    assert lx.publish(s, ord('"'))  # another class
+    t = lex_step_py(s, ord("a"), lx.table, lx.accept, lx.step_arrays())
+    assert t not in (UNKNOWN, DEAD)
+    # The whole class of "a" (what the string body allows) got the entry in one step.
+    row = lx.table[s]
+    assert int(row[ord("q")]) == int(row[ord("7")]) == t
+    assert int(row[ord("\\")]) == UNKNOWN
+    _check_table(lx)
 
 
 def test_the_compiled_step_leaves_new_accepting_states_to_python():
