@@ -111,9 +111,9 @@ class DerivativeRows:
         self.cmaps = np.zeros((16, 256), dtype=np.uint8)
         self.pool = np.zeros(4096, dtype=np.int32)
         self.pool_used = 0
-        # Class maps (byte -> smallest byte of its class, from ExprSet.byte_classes) ->
-        # (row of cmaps, class index per byte, smallest byte per class).
-        self._cmap_index: dict[bytes, tuple[int, bytes, tuple[int, ...]]] = {}
+        # Class maps (byte -> smallest byte of its class, from ExprSet.byte_classes), and
+        # byte sets as ints -> (row of cmaps, class index per byte, smallest byte per class).
+        self._cmap_index: dict[bytes | int, tuple[int, bytes, tuple[int, ...]]] = {}
         self._rows: dict[int, tuple[int, bytes]] = {}
 
     def row(self, expr: int) -> tuple[int, bytes]:
@@ -126,29 +126,52 @@ class DerivativeRows:
             self.base = _grown(self.base, size, -1)
             self.cmap_of = _grown(self.cmap_of, size, 0)
         exprs = self.exprs
-        cm = exprs.byte_classes(expr)
-        info = self._cmap_index.get(cm)
-        if info is None:
-            reps = tuple(sorted(set(cm)))
-            index = {rep: k for k, rep in enumerate(reps)}
-            classes = bytes(index[rep] for rep in cm)
-            at = len(self._cmap_index)
-            if at >= self.cmaps.shape[0]:
-                self.cmaps = _grown(self.cmaps, 2 * self.cmaps.shape[0], 0)
-            self.cmaps[at] = np.frombuffer(classes, dtype=np.uint8)
-            info = self._cmap_index[cm] = (at, classes, reps)
-        at, classes, reps = info
+        head = exprs.byte_head(expr)
+        if head is not None:
+            # A byte set and a tail (keys, literals, keywords: most pairs of wide states):
+            # two classes, and the row is complete at once without a class map or a
+            # derivative: the set leads to the tail, other bytes to NOTHING.
+            byte_set, tail = head
+            at, classes, _ = self._classes_of(byte_set, None)
+            live_tail = 0 if exprs.is_empty(tail) else tail
+            values = [0, 2 * live_tail + exprs.nullable(live_tail)]
+        else:
+            cm = exprs.byte_classes(expr)
+            at, classes, reps = self._classes_of(cm, cm)
+            first = exprs.first_bytes(expr)
+            # A class outside the first bytes is surely NOTHING (encoded 0); others unknown.
+            values = [-((first >> rep) & 1) for rep in reps]
         base = self.pool_used
-        if base + len(reps) > self.pool.shape[0]:
-            self.pool = _grown(self.pool, max(2 * self.pool.shape[0], base + len(reps)), 0)
-        first = exprs.first_bytes(expr)
-        # A class outside the first bytes is surely NOTHING (encoded 0); others unknown.
-        self.pool[base: base + len(reps)] = [-((first >> rep) & 1) for rep in reps]
-        self.pool_used = base + len(reps)
+        if base + len(values) > self.pool.shape[0]:
+            self.pool = _grown(self.pool, max(2 * self.pool.shape[0], base + len(values)), 0)
+        self.pool[base: base + len(values)] = values
+        self.pool_used = base + len(values)
         self.cmap_of[expr] = at
         self.base[expr] = base
         got = self._rows[expr] = (base, classes)
         return got
+
+    def _classes_of(self, key, cm: bytes | None):
+        """(row of cmaps, class index per byte, smallest byte per class) for a class map
+        (`cm`, byte -> smallest byte of its class), or with `cm` None for the two classes
+        of a byte set `key` (index 1 for its members)."""
+        info = self._cmap_index.get(key)
+        if info is None:
+            if cm is None:
+                classes = bytes((key >> b) & 1 for b in range(256))
+                reps = ()
+            else:
+                reps = tuple(sorted(set(cm)))
+                index = {rep: k for k, rep in enumerate(reps)}
+                classes = bytes(index[rep] for rep in cm)
+            at = len(self._cmap_index)
+            if at >= self.cmaps.shape[0]:
+                self.cmaps = _grown(self.cmaps, 2 * self.cmaps.shape[0], 0)
+            self.cmaps[at] = np.frombuffer(classes, dtype=np.uint8)
+            info = self._cmap_index[key] = (at, classes, reps)
+        return info
+
+
 # Index arrays of the bytes in a byte set, by set (the bytes no live regex starts with,
 # a byte-headed row's blocks): few distinct sets recur across states and lexers.
 _member_arrays: dict[int, np.ndarray] = {}
@@ -528,13 +551,11 @@ class Lexer:
                     return False
                 heads.append((i, e, head[0], head[1]))
         is_empty = self.exprs.is_empty
-        # Publish each expression's whole derivative row for the compiled step: its
-        # first byte set leads to the tail, every other byte to NOTHING.
-        rows, nullable = self.rows, self.exprs.nullable
-        for _, e, byte_set, tail in heads:
-            base, classes = rows.row(e)
-            live_tail = 0 if is_empty(tail) else tail
-            rows.pool[base + classes[(byte_set & -byte_set).bit_length() - 1]] = 2 * live_tail + nullable(live_tail)
+        # Their rows, complete from the start (DerivativeRows.row), let the compiled step
+        # take these regexes wherever they recur.
+        row = self.rows.row
+        for _, e, _, _ in heads:
+            row(e)
         heads = [(i, byte_set, tail) for i, _, byte_set, tail in heads]
         if len(heads) == 1:
             i, byte_set, tail = heads[0]
