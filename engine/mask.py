@@ -32,6 +32,7 @@ compare both against.
 
 from __future__ import annotations
 
+import weakref
 from collections import OrderedDict
 
 import numpy as np
@@ -278,6 +279,23 @@ def _repack(cached: tuple | None, values: tuple, scalars: tuple[int, ...], dtype
     return values, np.concatenate([pack(_without(values, scalars), dtypes, validate=cached is None), tail])
 
 
+# Packed trie arrays by id(trie), with weak references to the arrays they were packed
+# from: every walker of every grammar walks the same few tries. Not kept on the trie,
+# where deepcopy or pickle would carry the addresses over to a copy's new arrays.
+_trie_packs: dict[int, tuple[tuple, np.ndarray]] = {}
+
+
+def _trie_packed(trie: TokenTrie) -> np.ndarray:
+    arrays = (trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens)
+    got = _trie_packs.get(id(trie))
+    if got is None or any(ref() is not a for ref, a in zip(got[0], arrays)):
+        if len(_trie_packs) >= 64:
+            for key in [k for k, (refs, _) in _trie_packs.items() if any(ref() is None for ref in refs)]:
+                del _trie_packs[key]
+        got = _trie_packs[id(trie)] = (tuple(weakref.ref(a) for a in arrays), pack(arrays, _TRIE_DTYPES))
+    return got[1]
+
+
 def walk_packed(trie_packed, table_packed, parser_packed, scan_packed, lex_packed, ranges, range_idx, node,
                 stop_at_first, mask, base_row, record_frontier):
     """`walk` with its long-lived arrays passed packed (compiled only; glue, not a twin:
@@ -393,9 +411,9 @@ class MaskWalker:
         # `packed=False` passes them one by one, as the plain twin always does.
         self._packing = use_jit and packed
         self._walk_packed = None
-        self._trie_packs: dict[int, tuple[TokenTrie, np.ndarray]] = {}
         self._table_pack: tuple | None = None
         self._parser_pack: tuple | None = None
+        self._trie_packs: dict[int, tuple[TokenTrie, np.ndarray]] = {}
         self._scan_pack: tuple | None = None
         self._lex_pack: tuple | None = None
 
@@ -406,9 +424,7 @@ class MaskWalker:
         try:
             got = self._trie_packs.get(id(trie))
             if got is None or got[0] is not trie:
-                got = (trie, pack((trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end,
-                                   trie.node_tokens), _TRIE_DTYPES))
-                self._trie_packs[id(trie)] = got
+                got = self._trie_packs[id(trie)] = (trie, _trie_packed(trie))
             trie_packed = got[1]
             rec = self.rec
             cached = self._table_pack

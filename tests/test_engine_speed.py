@@ -15,7 +15,7 @@ from midword.engine.fastforward import _forced_bytes, _surely_unforced
 from midword.engine.grammar import Grammar, GrammarBuilder
 from midword.engine.lexer import UNKNOWN, Lexer
 from midword.engine.limits import Limits
-from midword.engine.mask import MaskCache, MaskWalker
+from midword.engine.mask import MaskCache, MaskWalker, _trie_packed
 from midword.engine.matcher import Matcher
 from midword.engine.recognizer import Recognizer
 from midword.engine.regex import ExprSet, LazyDFA
@@ -179,6 +179,27 @@ def test_packed_walk_equals_walks_with_every_array_passed_on_a_real_tokenizer():
     # The packed path ran (its arrays were all of the types it reads) and was repacked.
     assert packed.walker._packing and packed.walker._walk_packed is not None
     assert loose.walker._walk_packed is None
+
+
+def test_walkers_share_a_tries_packed_arrays_and_a_copy_packs_its_own():
+    import copy
+    import pickle
+
+    g = grammar()
+    first, second = Matcher(TOY, g), Matcher(TOY, Grammar.from_lark(JSONISH.replace("{0,12}", "{0,5}")))
+    want = first.compute_mask()
+    second.compute_mask()
+    trie = first.walker.trie
+    assert second.walker.trie is trie
+    packed = _trie_packed(trie)
+    assert packed[0] == trie.node_byte.ctypes.data  # the address of the first array
+    for twin in (copy.deepcopy(trie), pickle.loads(pickle.dumps(trie))):
+        other = Matcher(TOY, g)
+        other.walker = MaskWalker(twin, other.rec, sliced=None, cache=None)
+        other.trie = twin
+        assert np.array_equal(other.compute_mask(), want)
+        assert _trie_packed(twin)[0] == twin.node_byte.ctypes.data != packed[0]
+    assert _trie_packed(trie) is packed
 
 
 def test_walk_variants_do_not_share_cache_entries():
