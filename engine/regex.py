@@ -310,15 +310,27 @@ class ExprSet:
         if r is not None:
             return r
         # Grammars repeat literals (keys, enum values, punctuation) and their tails, so
-        # look each link up before building it through _concat2.
-        ids = self._ids
+        # look each link up first. A new link is made here directly unless it repeats
+        # the byte after it (`aa` is a{2}: _concat2's merge): a chain built from the end
+        # has only byte sets and their repeats at its heads.
+        ids, kind, args, height = self._ids, self._kind, self._args, self._height
         r = 1
         for b in reversed(data):
             h = ids.get((_BYTES, 1 << b))
             if h is None:
                 h = self._bytes(1 << b)
-            i = ids.get((_CONCAT, h, r)) if r != 1 else h
-            r = i if i is not None else self._concat2(h, r)
+            if r == 1:
+                r = h
+                continue
+            key = (_CONCAT, h, r)
+            i = ids.get(key)
+            if i is None:
+                head = args[r][0] if kind[r] == _CONCAT else r
+                if head == h or (kind[head] == _REPEAT and args[head][0] == h):
+                    i = self._concat2(h, r)
+                else:
+                    i = self._new(_CONCAT, key, (h, r), False, max(1, height[r]), self._has_bool[r])
+            r = i
         if len(self._literals) < self.limits.max_regex_nodes:
             self._literals[data] = r
         return r

@@ -783,3 +783,19 @@ def test_group_cache_leaves_what_the_scan_cannot_see_to_the_parser():
     es.parse("(?:(?P<n>a)b)")
     with pytest.raises(GrammarError, match="redefinition"):
         es.parse("(?:(?P<n>a)b)(?P<n>c)")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(b"ab\xff"), min_size=1, max_size=9).map(bytes), min_size=1, max_size=6))
+def test_literal_builds_the_nodes_concatenation_builds(words):
+    # literal() makes new links itself; they must be the very nodes _concat2 makes (runs
+    # of one byte merge into repeats), whichever of the two comes first.
+    literal_first, concat_first = ExprSet(), ExprSet()
+    for data in words:
+        by_literal = literal_first.literal(data)
+        assert literal_first.concat(*[literal_first.byte_set([b]) for b in data]) == by_literal
+        by_concat = concat_first.concat(*[concat_first.byte_set([b]) for b in data])
+        assert concat_first.literal(data) == by_concat
+        assert literal_first.to_str(by_literal) == concat_first.to_str(by_concat)
+        assert LazyDFA(literal_first, by_literal).matches(data)
+    assert len(literal_first) == len(concat_first)
