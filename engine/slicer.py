@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import weakref
 from dataclasses import dataclass
 
 import numpy as np
@@ -160,8 +161,15 @@ def _ids(mask: np.ndarray, vocab_size: int) -> list[int]:
     return np.flatnonzero(bits).tolist()
 
 
+# Per regex set, the answers by (slice regexes, live regexes): lexer states of every
+# grammar hold the same few string and number regexes, with other keys beside them.
+_shared_answers: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+_MAX_SHARED_ANSWERS = 100_000
+
+
 def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tuple[bool, ...]:
-    """Which slices the lexer state allows wholesale; cached on the recognizer."""
+    """Which slices the lexer state allows wholesale; cached on the recognizer, and
+    across grammars by the state's live regexes."""
     cache = rec.__dict__.setdefault("_slice_cache", {})
     key = (sliced.regexes, lexstate)
     hit = cache.get(key)
@@ -169,13 +177,28 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
         return hit
     lexer = rec.lexer
     exprs = lexer.exprs
-    slice_exprs = rec.__dict__.setdefault("_slice_exprs", {})
-    ids = slice_exprs.get(sliced.regexes)
-    if ids is None:
-        ids = [exprs.parse(rx) for rx in sliced.regexes]
-        slice_exprs[sliced.regexes] = ids
-    live = [e for i, e in lexer.states[lexstate] if i != lexer.start_marker]
-    result = tuple(any(exprs.prefix_contains(s, e) for e in live) for s in ids)
+    shared = _shared_answers.get(exprs)
+    if shared is None:
+        shared = _shared_answers[exprs] = {}
+    slices = shared.get(sliced.regexes)
+    if slices is None:
+        # Each slice with the bytes its words begin with (exactly): a regex whose first
+        # bytes miss one of them cannot have the slice among its prefixes.
+        slices = []
+        for rx in sliced.regexes:
+            s = exprs.parse(rx)
+            slices.append((s, sum(1 << b for b in np.flatnonzero(exprs.next_bytes(s)).tolist())))
+        shared[sliced.regexes] = slices
+    live = frozenset(e for i, e in lexer.states[lexstate] if i != lexer.start_marker)
+    answer_key = (sliced.regexes, live)
+    result = shared.get(answer_key)
+    if result is None:
+        first_bytes = exprs.first_bytes
+        result = tuple(any(exprs.prefix_contains(s, e) for e in live if not starts & ~first_bytes(e))
+                       for s, starts in slices)
+        if len(shared) >= _MAX_SHARED_ANSWERS:
+            shared.clear()
+        shared[answer_key] = result
     cache[key] = result
     return result
 

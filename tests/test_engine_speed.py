@@ -202,6 +202,31 @@ def test_walkers_share_a_tries_packed_arrays_and_a_copy_packs_its_own():
     assert _trie_packed(trie) is packed
 
 
+def test_slices_found_through_first_bytes_and_shared_answers_equal_the_plain_check():
+    from midword.engine import slicer
+
+    schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
+        "type": "string", "maxLength": 12}}, "n": {"type": "integer"}, "kind": {"enum": ["a b", "cde"]},
+        "when": {"type": "string", "format": "date"}}}
+    m = Matcher(TOY, Grammar.from_json_schema(schema))
+    rng = random.Random(4)
+    for _ in range(40):
+        if not step_both(rng, m.compute_mask(), m):
+            break
+    rec, sliced = m.rec, m.walker.sliced
+    lexer, exprs = rec.lexer, rec.lexer.exprs
+    ids = [exprs.parse(rx) for rx in sliced.regexes]
+    answers = set()
+    for state in range(len(lexer.states)):
+        live = [e for i, e in lexer.states[state] if i != lexer.start_marker]
+        plain = tuple(any(exprs.prefix_contains(s, e) for e in live) for s in ids)
+        rec.__dict__.pop("_slice_cache", None)
+        slicer._shared_answers.clear()
+        assert slicer.applicable_slices(rec, sliced, state) == plain
+        answers.add(plain)
+    assert len(answers) > 1 and any(any(a) for a in answers)
+
+
 def test_walk_variants_do_not_share_cache_entries():
     rec = Recognizer(grammar())
     trie = Matcher(TOY, grammar()).trie
