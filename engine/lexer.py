@@ -384,9 +384,12 @@ class Lexer:
 
     def step_arrays(self) -> tuple:
         """What the compiled step reads and writes besides the table and accept array, in
-        one tuple that stays the same object until one of its arrays is replaced."""
+        one tuple that stays the same object until one of its arrays is replaced. It may
+        grow (replace) the table and accept array: read those after calling it."""
         if self.core[CORE_STATES] < len(self._states):
             self._flush()
+        else:
+            self._reserve()
         rows = self.rows
         arrays = self._step_arrays
         if (arrays is None or arrays[1] is not self.st_ptr or arrays[2] is not self.comp_lex
@@ -395,6 +398,41 @@ class Lexer:
             arrays = self._step_arrays = (self.core, self.st_ptr, self.comp_lex, self.comp_expr, self.st_keys,
                                           self.st_vals, rows.base, rows.cmap_of, rows.cmaps, rows.pool)
         return arrays
+
+    def _reserve(self) -> bool:
+        """Keeps room in the arrays for states and pairs the compiled step may add: it
+        gives up when one is full, and the Python step it leaves the byte to often adds
+        nothing, which would leave it full for good."""
+        core = self.core
+        n, comps = int(core[CORE_STATES]), int(core[CORE_COMPS])
+        room = max(64, n // 4)
+        if n + room > self.table.shape[0]:
+            size = max(2 * self.table.shape[0], n + room)
+            self.table = _grown(self.table, size, UNKNOWN)
+            self.accept = _grown(self.accept, size, NO_ACCEPT)
+        if n + room + 2 > self.st_ptr.shape[0]:
+            self.st_ptr = _grown(self.st_ptr, max(2 * self.st_ptr.shape[0], n + room + 2), 0)
+        if comps + max(4096, comps // 4) > self.comp_lex.shape[0]:
+            size = max(2 * self.comp_lex.shape[0], comps + max(4096, comps // 4))
+            self.comp_lex = _grown(self.comp_lex, size, 0)
+            self.comp_expr = _grown(self.comp_expr, size, 0)
+        if 2 * (n + room) > self.st_keys.shape[0]:
+            size = self.st_keys.shape[0]
+            while 2 * (n + room) > size:
+                size *= 4
+            self.st_keys = np.zeros(size, dtype=np.int64)
+            self.st_vals = np.full(size, -1, dtype=np.int64)
+            self._hash(0, n)
+            return True
+        return False
+
+    def _hash(self, first: int, last: int) -> None:
+        """Enters states first..last-1 in the hash table (compiled: hash_states_py)."""
+        global _hash_states
+        args = (first, last, self.st_ptr, self.comp_lex, self.comp_expr, self.st_keys, self.st_vals)
+        if _hash_states is None:
+            _hash_states = compiled_for(hash_states_jit, args)
+        _hash_states(*args)
 
     # States ---------------------------------------------------------------------
     def _intern(self, pairs: tuple[tuple[int, int], ...]) -> int:
@@ -444,19 +482,8 @@ class Lexer:
         self.st_ptr[first + 1: last + 1] = ends
         core[CORE_COMPS] = end
         core[CORE_STATES] = last
-        if 2 * last > self.st_keys.shape[0]:
-            # At most half full, with room for the compiled step to add states.
-            size = self.st_keys.shape[0]
-            while 2 * last > size:
-                size *= 4
-            self.st_keys = np.zeros(size, dtype=np.int64)
-            self.st_vals = np.full(size, -1, dtype=np.int64)
-            first = 0
-        global _hash_states
-        if _hash_states is None:
-            _hash_states = compiled_for(hash_states_jit, (first, last, self.st_ptr, self.comp_lex, self.comp_expr,
-                                                          self.st_keys, self.st_vals))
-        _hash_states(first, last, self.st_ptr, self.comp_lex, self.comp_expr, self.st_keys, self.st_vals)
+        if not self._reserve():  # (a rehash enters every state)
+            self._hash(first, last)
 
     def lexset_id(self, lexemes: frozenset[int]) -> int:
         lid = self._lexset_index.get(lexemes)
@@ -514,26 +541,28 @@ class Lexer:
     def publish(self, state: int, byte: int) -> bool:
         """Computes and publishes the derivatives the compiled step lacks for `byte` from
         `state`, and nothing else: the walk's step does the rest, and only the classes
-        it meets get derivatives. False when none was missing (the step gave up for
+        it meets get derivatives. False when nothing was missing (the step gave up for
         another reason; `step` then does it all in Python)."""
         if self.core[CORE_STATES] > len(self._states):
             self._sync()
         live = self._live.get(state)
+        # The first look at a state makes the rows of its regexes: progress too.
+        progress = live is None
         live = live[0] if live is not None else self._live_of(state)[0]
         live_derivative = self.exprs.live_derivative
         nullable = self.exprs.nullable
         pool = self.rows.pool
-        published = False
+        computed = False
         for _, e, first, base, classes in live:
             if (first >> byte) & 1:
                 at = base + classes[byte]
                 if pool[at] < 0:
-                    if not published:
+                    if not computed:
                         self._use_fuel()
-                        published = True
+                        computed = progress = True
                     d = live_derivative(e, byte)
                     pool[at] = 2 * d + nullable(d)
-        return published
+        return progress
 
     def _fill_byte_headed(self, state: int) -> bool:
         """Fills the row of a state whose live regexes all begin with a byte set (inside

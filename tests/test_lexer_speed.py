@@ -148,7 +148,7 @@ def test_state_limit_still_bounds_a_lexer():
 # The compiled step ----------------------------------------------------------------
 
 def _compiled_steps(step_fn, lx: Lexer, rng: random.Random, alphabet: bytes, walks: int,
-                    publish: bool = False) -> tuple[int, int]:
+                    publish: bool = False, max_len: int = 14) -> tuple[int, int]:
     """Random walks through `lx` with `step_fn` (lex_step_py or its compiled copy), as
     the mask walk does: where the compiled step gives up, `publish` the missing
     derivatives and try again (with `publish`), else Python's `step`. Returns
@@ -158,13 +158,15 @@ def _compiled_steps(step_fn, lx: Lexer, rng: random.Random, alphabet: bytes, wal
               for _ in range(6)]
     for _ in range(walks):
         s = rng.choice(starts)
-        for _ in range(rng.randint(1, 14)):
+        for _ in range(rng.randint(1, max_len)):
             byte = rng.choice(alphabet)
             t = int(lx.table[s, byte])
             if t == UNKNOWN:
-                t = step_fn(s, byte, lx.table, lx.accept, lx.step_arrays())
+                arrays = lx.step_arrays()  # (first: it may grow the table)
+                t = step_fn(s, byte, lx.table, lx.accept, arrays)
                 if t == UNKNOWN and publish and lx.publish(s, byte):
-                    t = step_fn(s, byte, lx.table, lx.accept, lx.step_arrays())
+                    arrays = lx.step_arrays()
+                    t = step_fn(s, byte, lx.table, lx.accept, arrays)
                 if t == UNKNOWN:
                     left += 1
                     t = lx.step(s, byte)
@@ -224,13 +226,46 @@ def test_publish_computes_only_the_missing_class_and_the_step_fills_it():
     assert lx.fuel_used == fuel + 1
     assert not lx.publish(s, ord("q"))  # same class as "a": nothing left to compute
     assert lx.publish(s, ord('"'))  # another class
-    t = lex_step_py(s, ord("a"), lx.table, lx.accept, lx.step_arrays())
+    arrays = lx.step_arrays()
+    t = lex_step_py(s, ord("a"), lx.table, lx.accept, arrays)
     assert t not in (UNKNOWN, DEAD)
     # The whole class of "a" (what the string body allows) got the entry in one step.
     row = lx.table[s]
     assert int(row[ord("q")]) == int(row[ord("7")]) == t
     assert int(row[ord("\\")]) == UNKNOWN
     _check_table(lx)
+
+
+def test_step_arrays_keep_room_for_the_compiled_step_and_every_state_hashed():
+    from midword.engine.lexer import CORE_COMPS, CORE_STATES
+    from midword.engine.mask import lex_step_jit
+
+    # Long bounded repeats: hundreds of states, so the arrays grow and the table rehashes.
+    lx = Lexer(Grammar.from_lark('start: W | V\nW: /[a-c]{0,300}q/\nV: /[ab]{0,200}x/'), ExprSet())
+    rng = random.Random(5)
+    for rounds in range(4):
+        _compiled_steps(lex_step_jit, lx, rng, b"abc", 20, publish=bool(rounds % 2), max_len=300)
+        lx.step_arrays()
+        n, comps = int(lx.core[CORE_STATES]), int(lx.core[CORE_COMPS])
+        assert n == len(lx.states)
+        room = max(64, n // 4)
+        assert lx.table.shape[0] >= n + room and lx.accept.shape[0] == lx.table.shape[0]
+        assert lx.st_ptr.shape[0] >= n + room + 2 and lx.st_keys.shape[0] >= 2 * (n + room)
+        assert lx.comp_lex.shape[0] - comps >= 4096
+        # Each state once in the hash table, whatever rehashes happened on the way.
+        assert sorted(lx.st_vals[lx.st_vals >= 0].tolist()) == list(range(n))
+    assert n > 64
+
+
+def test_publish_counts_making_a_states_rows_as_progress():
+    lx = Lexer(Grammar.from_lark('start: A | B\nA: "xab"\nB: "xcd"'), ExprSet())
+    s = lx.step(lx.initial_state(frozenset([0, 1]), with_ignore=False), ord("x"))
+    # Every regex of the state is the rest of a literal: its row is complete when made,
+    # so nothing is left to compute, but the compiled step could not go on before.
+    fuel = lx.fuel_used
+    assert lx.publish(s, ord("a"))
+    assert lx.fuel_used == fuel
+    assert not lx.publish(s, ord("a"))
 
 
 def test_the_compiled_step_leaves_new_accepting_states_to_python():
@@ -243,12 +278,13 @@ def test_the_compiled_step_leaves_new_accepting_states_to_python():
     lx.step(s, ord("a"))  # publishes d(W, a) = "b?", which accepts
     other = Lexer(g, es)
     s2 = other.initial_state(frozenset([0]))
+    arrays = other.step_arrays()
     before = (len(other.states), other.table.copy(), other.fuel_used)
-    assert lex_step_py(s2, ord("a"), other.table, other.accept, other.step_arrays()) == UNKNOWN
+    assert lex_step_py(s2, ord("a"), other.table, other.accept, arrays) == UNKNOWN
     assert (len(other.states), other.fuel_used) == (before[0], before[2])
     assert (other.table == before[1]).all()
     # A dead byte needs no lexeme set: the compiled step fills it.
-    assert lex_step_py(s2, ord("z"), other.table, other.accept, other.step_arrays()) == DEAD
+    assert lex_step_py(s2, ord("z"), other.table, other.accept, arrays) == DEAD
 
 
 # Regex engine ----------------------------------------------------------------------
