@@ -23,6 +23,7 @@ import numpy as np
 
 from midword.engine.grammar import Grammar
 from midword.engine.limits import GrammarError, LimitExceeded
+from midword.engine.recognizer import Recognizer
 
 from .constraint import Constraint, ConstraintError
 from .cpc import backoff, search_covers
@@ -108,8 +109,19 @@ class CompletionEngine:
         g, whole, note = self._compile(spec, language, request)
         self._grammars[key] = (g, whole, note)
         while len(self._grammars) > 64:
-            self._grammars.popitem(last=False)
+            _, (dropped, _, _) = self._grammars.popitem(last=False)
+            self._release(dropped)
         return g, whole, note
+
+    def _release(self, grammar: Grammar | None) -> None:
+        """Frees a dropped grammar's shared recognizer (its tables can reach hundreds of
+        MiB in a long session) now rather than when 64 other grammars have pushed it out
+        of the recognizer cache; kept while another cached entry has the same content."""
+        if grammar is None:
+            return
+        fingerprint = grammar.fingerprint()
+        if not any(g is not None and g.fingerprint() == fingerprint for g, _, _ in self._grammars.values()):
+            Recognizer.release(grammar)
 
     def _compile(self, spec: GrammarSpec, language: str, request: CompletionRequest):
         try:

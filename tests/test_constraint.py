@@ -171,3 +171,27 @@ def test_cover_search_prefers_the_canonical_single_token(llama3):
         assert is_canonical(llama3, [], cover.left, cover.token, typed[: cover.split])
     sampled = search.sample(llama3, 1.0, np.random.default_rng(0))
     assert llama3.decode(sampled.left + [sampled.token]).startswith(typed)
+
+
+def test_grammars_dropped_from_the_engines_cache_release_their_recognizers():
+    import json
+
+    from midword.completion.engine import CompletionEngine
+    from midword.completion.types import CompletionRequest, GrammarSpec
+    from midword.engine.recognizer import Recognizer
+
+    eng = CompletionEngine("unused", model_object=object())  # grammars need no model
+
+    def grammar(source: str):
+        return eng.grammar_for(CompletionRequest(prefix="", grammar=GrammarSpec("json_schema", source)))[0]
+
+    schema = {"type": "object", "properties": {"kept": {"type": "integer"}}}
+    g = grammar(json.dumps(schema))
+    rec = Recognizer.for_grammar(g)
+    # The same content under another key (other spacing) keeps the recognizer alive.
+    assert grammar(json.dumps(schema, indent=1)).fingerprint() == g.fingerprint()
+    for i in range(63):
+        grammar(json.dumps({"type": "object", "properties": {f"k{i}": {"type": "integer"}}}))
+    assert Recognizer.for_grammar(g) is rec  # the first entry went, its twin stays
+    grammar(json.dumps({"type": "array"}))
+    assert Recognizer.for_grammar(g) is not rec  # the twin went too: released
