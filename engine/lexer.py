@@ -578,14 +578,8 @@ class Lexer:
                 head = byte_head(e)
                 if head is None:
                     return False
-                heads.append((i, e, head[0], head[1]))
+                heads.append((i, head[0], head[1]))
         is_empty = self.exprs.is_empty
-        # Their rows, complete from the start (DerivativeRows.row), let the compiled step
-        # take these regexes wherever they recur.
-        row = self.rows.row
-        for _, e, _, _ in heads:
-            row(e)
-        heads = [(i, byte_set, tail) for i, _, byte_set, tail in heads]
         if len(heads) == 1:
             i, byte_set, tail = heads[0]
             parts = [(byte_set, ((i, tail),))]

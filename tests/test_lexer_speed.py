@@ -275,7 +275,7 @@ def test_the_compiled_step_leaves_new_accepting_states_to_python():
     g = Grammar.from_lark('start: W\nW: /ab?/')
     lx = Lexer(g, es)
     s = lx.initial_state(frozenset([0]))
-    lx.step(s, ord("a"))  # publishes d(W, a) = "b?", which accepts
+    assert lx.publish(s, ord("a"))  # W's row, complete: d(W, a) = "b?", which accepts
     other = Lexer(g, es)
     s2 = other.initial_state(frozenset([0]))
     arrays = other.step_arrays()
