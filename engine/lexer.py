@@ -342,8 +342,9 @@ class Lexer:
         self.core[CORE_START_MARKER] = self.start_marker
         self.core[CORE_IGNORE] = self.ignore_index
         self.st_ptr = np.zeros(65, dtype=np.int64)
-        self.comp_lex = np.zeros(1024, dtype=np.int32)
-        self.comp_expr = np.zeros(1024, dtype=np.int32)
+        # Sized so that _reserve's room for the compiled step needs no growth at first.
+        self.comp_lex = np.zeros(4096, dtype=np.int32)
+        self.comp_expr = np.zeros(4096, dtype=np.int32)
         self.st_keys = np.zeros(256, dtype=np.int64)
         self.st_vals = np.full(256, -1, dtype=np.int64)
         self._step_arrays: tuple | None = None
@@ -405,15 +406,15 @@ class Lexer:
         nothing, which would leave it full for good."""
         core = self.core
         n, comps = int(core[CORE_STATES]), int(core[CORE_COMPS])
-        room = max(64, n // 4)
+        room = max(32, n // 4)
         if n + room > self.table.shape[0]:
             size = max(2 * self.table.shape[0], n + room)
             self.table = _grown(self.table, size, UNKNOWN)
             self.accept = _grown(self.accept, size, NO_ACCEPT)
         if n + room + 2 > self.st_ptr.shape[0]:
             self.st_ptr = _grown(self.st_ptr, max(2 * self.st_ptr.shape[0], n + room + 2), 0)
-        if comps + max(4096, comps // 4) > self.comp_lex.shape[0]:
-            size = max(2 * self.comp_lex.shape[0], comps + max(4096, comps // 4))
+        if comps + max(2048, comps // 4) > self.comp_lex.shape[0]:
+            size = max(2 * self.comp_lex.shape[0], comps + max(2048, comps // 4))
             self.comp_lex = _grown(self.comp_lex, size, 0)
             self.comp_expr = _grown(self.comp_expr, size, 0)
         if 2 * (n + room) > self.st_keys.shape[0]:
