@@ -40,7 +40,6 @@ import weakref
 
 import numpy as np
 
-from ._jit import compiled_for, njit
 from .grammar import Grammar
 from .limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from .regex import ExprSet, refine_byte_sets
@@ -54,7 +53,7 @@ _ALL_BYTES = (1 << 256) - 1
 
 # Fields of Lexer.core, the counters the compiled step shares with Python.
 CORE_STATES, CORE_COMPS, CORE_FUEL, CORE_FUEL_LIMIT, CORE_MAX_STATES, CORE_NUM_LEXEMES, CORE_START_MARKER, \
-    CORE_IGNORE = range(8)
+    CORE_IGNORE, CORE_HASHED = range(9)
 # A state's hash over its (lexeme, expression) pairs, the same in Python and compiled:
 # 40 bits, so a step of the mix stays inside int64.
 STATE_HASH_SEED = 0x9E3779B1
@@ -64,7 +63,8 @@ _STATE_HASH_MASK = (1 << 40) - 1
 
 
 def hash_states_py(first, last, st_ptr, comp_lex, comp_expr, st_keys, st_vals):
-    """Enters states first..last-1, whose pairs are in place, in the hash table."""
+    """Enters states first..last-1, whose pairs are in place, in the hash table (for
+    lex_step_py, which enters the states Python added before it looks one up)."""
     size_mask = st_keys.shape[0] - 1
     for sid in range(first, last):
         h = STATE_HASH_SEED
@@ -77,8 +77,6 @@ def hash_states_py(first, last, st_ptr, comp_lex, comp_expr, st_keys, st_vals):
         st_vals[slot] = sid
 
 
-hash_states_jit = njit(hash_states_py)
-_hash_states = None  # hash_states_jit compiled for its argument types, at the first flush
 
 
 def _grown(a: np.ndarray, size: int, fill) -> np.ndarray:
@@ -199,6 +197,11 @@ def lex_step_py(state, byte, table, accept, step_arrays):
     core, st_ptr, comp_lex, comp_expr, st_keys, st_vals, der_base, cmap_of, cmaps, pool = step_arrays
     if core[CORE_FUEL] >= core[CORE_FUEL_LIMIT]:
         return UNKNOWN
+    if core[CORE_HASHED] < core[CORE_STATES]:
+        # States Python added (or all of them, after a rehash) are hashed here: in
+        # compiled code, with no compiled function of its own for a process to load.
+        hash_states_py(core[CORE_HASHED], core[CORE_STATES], st_ptr, comp_lex, comp_expr, st_keys, st_vals)
+        core[CORE_HASHED] = core[CORE_STATES]
     start = st_ptr[state]
     end = st_ptr[state + 1]
     out = core[CORE_COMPS]
@@ -264,6 +267,7 @@ def lex_step_py(state, byte, table, accept, step_arrays):
         st_ptr[target + 1] = out + n
         core[CORE_COMPS] = out + n
         core[CORE_STATES] = target + 1
+        core[CORE_HASHED] = target + 1
         st_keys[slot] = h
         st_vals[slot] = target
         accept[target] = IGNORE_ONLY if accepts_ignore else NO_ACCEPT
@@ -335,7 +339,7 @@ class Lexer:
         # pairs comp_lex/comp_expr[st_ptr[s]:st_ptr[s + 1]], found by hash in an
         # open-addressing table (st_keys: hash, st_vals: state or -1).
         self.rows = DerivativeRows.of(self.exprs)
-        self.core = np.zeros(8, dtype=np.int64)
+        self.core = np.zeros(9, dtype=np.int64)
         self.core[CORE_FUEL_LIMIT] = limits.lexer_fuel
         self.core[CORE_MAX_STATES] = limits.max_lexer_states
         self.core[CORE_NUM_LEXEMES] = self.num_lexemes
@@ -400,7 +404,7 @@ class Lexer:
                                           self.st_vals, rows.base, rows.cmap_of, rows.cmaps, rows.pool)
         return arrays
 
-    def _reserve(self) -> bool:
+    def _reserve(self) -> None:
         """Keeps room in the arrays for states and pairs the compiled step may add: it
         gives up when one is full, and the Python step it leaves the byte to often adds
         nothing, which would leave it full for good."""
@@ -423,18 +427,7 @@ class Lexer:
                 size *= 4
             self.st_keys = np.zeros(size, dtype=np.int64)
             self.st_vals = np.full(size, -1, dtype=np.int64)
-            self._hash(0, n)
-            return True
-        return False
-
-    def _hash(self, first: int, last: int) -> None:
-        """Enters states first..last-1 in the hash table (compiled: hash_states_py)."""
-        global _hash_states
-        args = (first, last, self.st_ptr, self.comp_lex, self.comp_expr, self.st_keys, self.st_vals)
-        if _hash_states is None:
-            _hash_states = compiled_for(hash_states_jit, args)
-        _hash_states(*args)
-
+            core[CORE_HASHED] = 0  # the compiled step enters them all again
     # States ---------------------------------------------------------------------
     def _intern(self, pairs: tuple[tuple[int, int], ...]) -> int:
         if self.core[CORE_STATES] > len(self._states):
@@ -483,8 +476,7 @@ class Lexer:
         self.st_ptr[first + 1: last + 1] = ends
         core[CORE_COMPS] = end
         core[CORE_STATES] = last
-        if not self._reserve():  # (a rehash enters every state)
-            self._hash(first, last)
+        self._reserve()
 
     def lexset_id(self, lexemes: frozenset[int]) -> int:
         lid = self._lexset_index.get(lexemes)

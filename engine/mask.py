@@ -238,7 +238,7 @@ lex_step = lex_step_py
 _PARSER_FILE = parser_module.__file__
 _LEXER_FILE = lexer_module.__file__
 scan_in_walk_jit = njit_calling(scan_in_walk_py, depends=(_PARSER_FILE,), build_row=build_row_jit)
-lex_step_jit = njit(lex_step_py)
+lex_step_jit = njit_calling(lex_step_py, hash_states_py=njit(lexer_module.hash_states_py))
 walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE, _LEXER_FILE), scan_in_walk=scan_in_walk_jit,
                         lex_step=lex_step_jit)
 

@@ -245,7 +245,9 @@ def test_step_arrays_keep_room_for_the_compiled_step_and_every_state_hashed():
     rng = random.Random(5)
     for rounds in range(4):
         _compiled_steps(lex_step_jit, lx, rng, b"abc", 20, publish=bool(rounds % 2), max_len=300)
-        lx.step_arrays()
+        arrays = lx.step_arrays()
+        # The compiled step enters the states Python added in the hash table first.
+        assert lex_step_jit(DEAD, 0, lx.table, lx.accept, arrays) == DEAD
         n, comps = int(lx.core[CORE_STATES]), int(lx.core[CORE_COMPS])
         assert n == len(lx.states)
         room = max(32, n // 4)
