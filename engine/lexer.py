@@ -57,9 +57,9 @@ CORE_STATES, CORE_COMPS, CORE_FUEL, CORE_FUEL_LIMIT, CORE_MAX_STATES, CORE_NUM_L
 # A state's hash over its (lexeme, expression) pairs, the same in Python and compiled:
 # 40 bits, so a step of the mix stays inside int64.
 STATE_HASH_SEED = 0x9E3779B1
+_STATE_HASH_MASK = (1 << 40) - 1
 # The compiled step also fills the byte's whole class for states of at most this many pairs.
 _CLASS_FILL_MAX_PAIRS = 4
-_STATE_HASH_MASK = (1 << 40) - 1
 
 
 def hash_states_py(first, last, st_ptr, comp_lex, comp_expr, st_keys, st_vals):

@@ -7,11 +7,12 @@ byte skips the node's whole subtree. Tokens ending at a surviving node are allow
 
 Tables are filled lazily, so the walk can meet an entry that is not computed yet. A
 missing parser step is built inside the walk (the compiled Earley row builder of
-parser.py, entered in the step table at once). What needs Python — a lexer
-transition (derivatives), a lexeme set's start state never met, a table to grow —
-returns where the walk stopped and what it needs (`NEED_LEXER`, `NEED_PARSER`); the
-caller computes it and resumes at the same node, with the per-depth stacks
-untouched. Nothing is ever recomputed from scratch.
+parser.py, entered in the step table at once), and so is a missing lexer transition
+whose derivatives are known (the compiled step of lexer.py). What needs Python — a
+derivative not computed yet, a new state's lexeme set, a lexeme set's start state
+never met, a table to grow — returns where the walk stopped and what it needs
+(`NEED_LEXER`, `NEED_PARSER`); the caller computes it and resumes at the same node,
+with the per-depth stacks untouched. Nothing is ever recomputed from scratch.
 
 A mask is computed in two parts. Tokens that stay inside the current lexeme depend
 only on the lexer state, so that part is kept per lexer state together with its
@@ -70,7 +71,9 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
 
     A parser step missing from the step table is computed here (`scan_in_walk`, with
     the parser's and recognizer's arrays); only what needs Python (a new prediction
-    closure, a new lexer start state, a table to grow) returns NEED_PARSER.
+    closure, a new lexer start state, a table to grow) returns NEED_PARSER. So is a
+    missing lexer entry (`lex_step`, with Lexer.step_arrays as `lex_arrays`), and
+    NEED_LEXER only when that gives up.
 
     With `record_frontier`, the walk never leaves the current lexeme: a node whose
     byte would end it is recorded in `frontier[frontier_count[0]]` as a range
@@ -242,10 +245,11 @@ lex_step_jit = njit_calling(lex_step_py, hash_states_py=njit(lexer_module.hash_s
 walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE, _LEXER_FILE), scan_in_walk=scan_in_walk_jit,
                         lex_step=lex_step_jit)
 
-# The walk's arrays packed by address (_views.py) in four groups, each packed again only
+# The walk's arrays packed by address (_views.py) in five groups, each packed again only
 # when an array of it is replaced: the trie's, the walker's and tables', the parser's
-# (Parser.walk_arrays) and the recognizer's (Recognizer.scan_arrays). The dtypes are
-# what walk_packed reads them as; `pack` refuses arrays of other types.
+# (Parser.walk_arrays), the recognizer's (Recognizer.scan_arrays) and the lexer's
+# (Lexer.step_arrays). The dtypes are what walk_packed reads them as; `pack` refuses
+# arrays of other types.
 _TRIE_DTYPES = (np.uint8, np.int32, np.int32, np.int32, np.int32, np.int32)
 _TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32, np.int64, np.int64, np.int64, np.int64, np.int64)
 # Parser.walk_arrays without its scalars (accept_pos, max_items, fuel), which follow the
