@@ -4,6 +4,8 @@ against the plain computation (derivatives one lexeme at a time, emptiness by se
 import random
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from midword.engine.grammar import Grammar
 from midword.engine.lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, Lexer
@@ -200,7 +202,11 @@ def test_compiled_steps_equal_the_plain_derivatives(compiled, publish):
         assert all(lx._state_index[pairs] == sid for sid, pairs in enumerate(lx.states))
 
 
-def test_compiled_and_plain_steps_build_the_same_lexer():
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(0, 2**32 - 1), st.booleans())
+def test_compiled_and_plain_steps_build_the_same_lexer(seed_first, seed_second, publish):
+    # The compiled step against its plain twin: the same entries, states and accepts,
+    # after a first lexer has published derivatives for the second to use.
     from midword.engine.lexer import lex_step_py
     from midword.engine.mask import lex_step_jit
 
@@ -209,10 +215,11 @@ def test_compiled_and_plain_steps_build_the_same_lexer():
     built = []
     for step_fn in (lex_step_py, lex_step_jit):
         es = ExprSet()
-        _compiled_steps(step_fn, Lexer(g, es), random.Random(2), alphabet, 200)
+        _compiled_steps(step_fn, Lexer(g, es), random.Random(seed_first), alphabet, 60, publish)
         lx = Lexer(g, es)
-        counts = _compiled_steps(step_fn, lx, random.Random(3), alphabet, 200)
+        counts = _compiled_steps(step_fn, lx, random.Random(seed_second), alphabet, 60, publish)
         built.append((counts, lx.states, lx.table[: len(lx.states)].tolist(), lx.accept[: len(lx.states)].tolist()))
+        _check_table(lx)
     assert built[0] == built[1]
 
 
