@@ -415,12 +415,7 @@ class Lexer:
             size = max(2 * self.table.shape[0], n + room)
             self.table = _grown(self.table, size, UNKNOWN)
             self.accept = _grown(self.accept, size, NO_ACCEPT)
-        if n + room + 2 > self.st_ptr.shape[0]:
-            self.st_ptr = _grown(self.st_ptr, max(2 * self.st_ptr.shape[0], n + room + 2), 0)
-        if comps + max(2048, comps // 4) > self.comp_lex.shape[0]:
-            size = max(2 * self.comp_lex.shape[0], comps + max(2048, comps // 4))
-            self.comp_lex = _grown(self.comp_lex, size, 0)
-            self.comp_expr = _grown(self.comp_expr, size, 0)
+        self._hold(n + room + 1, comps + max(2048, comps // 4))
         if 2 * (n + room) > self.st_keys.shape[0]:
             size = self.st_keys.shape[0]
             while 2 * (n + room) > size:
@@ -428,6 +423,16 @@ class Lexer:
             self.st_keys = np.zeros(size, dtype=np.int64)
             self.st_vals = np.full(size, -1, dtype=np.int64)
             core[CORE_HASHED] = 0  # the compiled step enters them all again
+
+    def _hold(self, states: int, pairs: int) -> None:
+        """Grows st_ptr and the pair arrays (doubling) to hold this many states and pairs."""
+        if states + 1 > self.st_ptr.shape[0]:
+            self.st_ptr = _grown(self.st_ptr, max(2 * self.st_ptr.shape[0], states + 1), 0)
+        if pairs > self.comp_lex.shape[0]:
+            size = max(2 * self.comp_lex.shape[0], pairs)
+            self.comp_lex = _grown(self.comp_lex, size, 0)
+            self.comp_expr = _grown(self.comp_expr, size, 0)
+
     # States ---------------------------------------------------------------------
     def _intern(self, pairs: tuple[tuple[int, int], ...]) -> int:
         if self.core[CORE_STATES] > len(self._states):
@@ -465,12 +470,7 @@ class Lexer:
             end += len(pairs)
             ends.append(end)
         at = int(core[CORE_COMPS])
-        if end > self.comp_lex.shape[0]:
-            size = max(2 * self.comp_lex.shape[0], end)
-            self.comp_lex = _grown(self.comp_lex, size, 0)
-            self.comp_expr = _grown(self.comp_expr, size, 0)
-        if last + 1 > self.st_ptr.shape[0]:
-            self.st_ptr = _grown(self.st_ptr, max(2 * self.st_ptr.shape[0], last + 1), 0)
+        self._hold(last, end)
         self.comp_lex[at:end] = lex
         self.comp_expr[at:end] = exprs
         self.st_ptr[first + 1: last + 1] = ends
