@@ -109,6 +109,9 @@ class DerivativeRows:
         self.cmaps = np.zeros((16, 256), dtype=np.uint8)
         self.pool = np.zeros(4096, dtype=np.int32)
         self.pool_used = 0
+        # Counts replacements of the arrays above (growth), so that a lexer can tell
+        # its step arrays still hold them without comparing each.
+        self.generation = 0
         # Class maps (byte -> smallest byte of its class, from ExprSet.byte_classes), and
         # byte sets as ints -> (row of cmaps, class index per byte, smallest byte per class).
         self._cmap_index: dict[bytes | int, tuple[int, bytes, tuple[int, ...]]] = {}
@@ -123,6 +126,7 @@ class DerivativeRows:
             size = max(2 * self.base.shape[0], expr + 1)
             self.base = _grown(self.base, size, -1)
             self.cmap_of = _grown(self.cmap_of, size, 0)
+            self.generation += 1
         exprs = self.exprs
         head = exprs.byte_head(expr)
         if head is not None:
@@ -142,6 +146,7 @@ class DerivativeRows:
         base = self.pool_used
         if base + len(values) > self.pool.shape[0]:
             self.pool = _grown(self.pool, max(2 * self.pool.shape[0], base + len(values)), 0)
+            self.generation += 1
         self.pool[base: base + len(values)] = values
         self.pool_used = base + len(values)
         self.cmap_of[expr] = at
@@ -165,6 +170,7 @@ class DerivativeRows:
             at = len(self._cmap_index)
             if at >= self.cmaps.shape[0]:
                 self.cmaps = _grown(self.cmaps, 2 * self.cmaps.shape[0], 0)
+                self.generation += 1
             self.cmaps[at] = np.frombuffer(classes, dtype=np.uint8)
             info = self._cmap_index[key] = (at, classes, reps)
         return info
@@ -352,6 +358,10 @@ class Lexer:
         self.st_keys = np.zeros(256, dtype=np.int64)
         self.st_vals = np.full(256, -1, dtype=np.int64)
         self._step_arrays: tuple | None = None
+        # (Python's state count, pairs mirrored, rows generation) when step_arrays last
+        # made room and checked its arrays: while all three stand, nothing was added or
+        # replaced since, and the walk's every call skips that work.
+        self._steady: tuple | None = None
         self._intern(())  # DEAD == 0
         self.table[DEAD, :] = DEAD
 
@@ -391,17 +401,22 @@ class Lexer:
         """What the compiled step reads and writes besides the table and accept array, in
         one tuple that stays the same object until one of its arrays is replaced. It may
         grow (replace) the table and accept array: read those after calling it."""
+        rows = self.rows
+        steady = self._steady
+        if (steady is not None and steady[0] == len(self._states) and steady[1] == self.core[CORE_COMPS]
+                and steady[2] == rows.generation):
+            return self._step_arrays
         if self.core[CORE_STATES] < len(self._states):
             self._flush()
         else:
             self._reserve()
-        rows = self.rows
         arrays = self._step_arrays
         if (arrays is None or arrays[1] is not self.st_ptr or arrays[2] is not self.comp_lex
                 or arrays[4] is not self.st_keys or arrays[6] is not rows.base or arrays[7] is not rows.cmap_of
                 or arrays[8] is not rows.cmaps or arrays[9] is not rows.pool):
             arrays = self._step_arrays = (self.core, self.st_ptr, self.comp_lex, self.comp_expr, self.st_keys,
                                           self.st_vals, rows.base, rows.cmap_of, rows.cmaps, rows.pool)
+        self._steady = (len(self._states), int(self.core[CORE_COMPS]), rows.generation)
         return arrays
 
     def _reserve(self) -> None:

@@ -261,6 +261,7 @@ _SCAN_DTYPES = (np.int64,) * 8
 _SCAN_SCALARS = (3,)
 # Lexer.step_arrays; the fourth from last is 2-D.
 _LEX_DTYPES = (np.int64, np.int64, np.int32, np.int32, np.int64, np.int64, np.int64, np.int32, np.uint8, np.int32)
+_BOOK_DTYPES = (np.int64,) * 5
 
 
 def _without(values: tuple, scalars: tuple[int, ...]) -> list:
@@ -300,11 +301,11 @@ def _trie_packed(trie: TokenTrie) -> np.ndarray:
     return got[1]
 
 
-def walk_packed(trie_packed, table_packed, parser_packed, scan_packed, lex_packed, ranges, range_idx, node,
-                stop_at_first, mask, base_row, record_frontier):
-    """`walk` with its long-lived arrays passed packed (compiled only; glue, not a twin:
-    it rebuilds the very arguments walk_py takes)."""
-    p = parser_packed
+def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier):
+    """`walk` with its long-lived arrays passed packed, and the five packed groups packed
+    once more in `book` (compiled only; glue, not a twin: it rebuilds the very arguments
+    walk_py takes)."""
+    p = view_1d(book, 2, np.int64)
     ps = p.shape[0] - 3
     parser_arrays = (
         view_1d(p, 0, np.int64), view_1d(p, 1, np.int64), view_1d(p, 2, np.int64), view_1d(p, 3, np.bool_),
@@ -315,20 +316,20 @@ def walk_packed(trie_packed, table_packed, parser_packed, scan_packed, lex_packe
         view_1d(p, 20, np.int64), view_1d(p, 21, np.int64), view_1d(p, 22, np.int64), view_1d(p, 23, np.int64),
         view_1d(p, 24, np.int64), view_1d(p, 25, np.int64), p[ps + 1], p[ps + 2], view_1d(p, 26, np.int64),
     )
-    s = scan_packed
+    s = view_1d(book, 3, np.int64)
     ss = s.shape[0] - 1
     scan_arrays = (
         view_1d(s, 0, np.int64), view_1d(s, 1, np.int64), view_1d(s, 2, np.int64), s[ss], view_1d(s, 3, np.int64),
         view_1d(s, 4, np.int64), view_1d(s, 5, np.int64), view_1d(s, 6, np.int64), view_1d(s, 7, np.int64),
     )
-    x = lex_packed
+    x = view_1d(book, 4, np.int64)
     lex_arrays = (
         view_1d(x, 0, np.int64), view_1d(x, 1, np.int64), view_1d(x, 2, np.int32), view_1d(x, 3, np.int32),
         view_1d(x, 4, np.int64), view_1d(x, 5, np.int64), view_1d(x, 6, np.int64), view_1d(x, 7, np.int32),
         view_2d(x, 8, np.uint8), view_1d(x, 9, np.int32),
     )
-    t = trie_packed
-    w = table_packed
+    t = view_1d(book, 0, np.int64)
+    w = view_1d(book, 1, np.int64)
     return walk(
         view_1d(t, 0, np.uint8), view_1d(t, 1, np.int32), view_1d(t, 2, np.int32), view_1d(t, 3, np.int32),
         view_1d(t, 4, np.int32), view_1d(t, 5, np.int32),
@@ -420,17 +421,29 @@ class MaskWalker:
         self._trie_packs: dict[int, tuple[TokenTrie, np.ndarray]] = {}
         self._scan_pack: tuple | None = None
         self._lex_pack: tuple | None = None
+        self._book: np.ndarray | None = None
+        self._book_groups: tuple = ()
+        self._book_sources: tuple | None = None
 
     def _packed(self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple,
-                lex_arrays: tuple) -> tuple | None:
-        """The five packed groups for walk_packed, each packed again only when one of its
-        arrays was replaced; None when an array is not of the type walk_packed reads."""
+                lex_arrays: tuple) -> np.ndarray | None:
+        """The book of the five packed groups for walk_packed, each group packed again only
+        when one of its arrays was replaced; None when an array is not of the type
+        walk_packed reads."""
+        rec = self.rec
+        # Called before every walk, and nearly always nothing changed: ten identity
+        # checks say so.
+        sources = self._book_sources
+        if (sources is not None and sources[0] is trie and sources[1] is parser_arrays and sources[2] is scan_arrays
+                and sources[3] is lex_arrays and sources[4] is lexer.table and sources[5] is lexer.accept
+                and sources[6] is rec.row_lexstate and sources[7] is rec.step_keys and sources[8] is rec.step_vals
+                and sources[9] is self._frontier):
+            return self._book
         try:
             got = self._trie_packs.get(id(trie))
             if got is None or got[0] is not trie:
                 got = self._trie_packs[id(trie)] = (trie, _trie_packed(trie))
             trie_packed = got[1]
-            rec = self.rec
             cached = self._table_pack
             # The walker's own stacks and counters are never replaced; the tables and the
             # frontier are, as they grow.
@@ -452,10 +465,20 @@ class MaskWalker:
             cached = self._lex_pack
             if cached is None or cached[0] is not lex_arrays:
                 cached = self._lex_pack = (lex_arrays, pack(lex_arrays, _LEX_DTYPES, validate=cached is None))
-            return trie_packed, table_packed, parser_packed, scan_packed, cached[1]
         except ValueError:
             self._packing = False  # arrays of other types: pass them one by one from now on
             return None
+        groups = (trie_packed, table_packed, parser_packed, scan_packed, cached[1])
+        old = self._book_groups
+        if len(old) != 5 or any(a is not b for a, b in zip(old, groups)):
+            # Calling compiled code costs about 0.15 µs per array argument; one book
+            # instead of five groups spares most of that on every walk. The walker keeps
+            # the groups alive (the attributes above) for as long as the book is used.
+            self._book_groups = groups
+            self._book = pack(groups, _BOOK_DTYPES, validate=False)
+        self._book_sources = (trie, parser_arrays, scan_arrays, lex_arrays, lexer.table, lexer.accept,
+                              rec.row_lexstate, rec.step_keys, rec.step_vals, self._frontier)
+        return self._book
 
     def _run(self, trie: TokenTrie, state, ranges: np.ndarray, base_depth: int, stop_at_first: bool,
              mask: np.ndarray, record_frontier: bool = False) -> bool:
@@ -470,9 +493,9 @@ class MaskWalker:
             parser_arrays = rec.parser.walk_arrays(self.limits_items, self.limits_fuel)
             scan_arrays = rec.scan_arrays()
             lex_arrays = lexer.step_arrays()
-            packed = self._packed(trie, lexer, parser_arrays, scan_arrays, lex_arrays) if self._packing else None
-            if packed is not None:
-                args = packed + (ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier)
+            book = self._packed(trie, lexer, parser_arrays, scan_arrays, lex_arrays) if self._packing else None
+            if book is not None:
+                args = (book, ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier)
                 walk = self._walk_packed
                 if walk is None:
                     walk = self._walk_packed = compiled_for(walk_packed_jit, args)
