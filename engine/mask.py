@@ -418,7 +418,8 @@ class MaskWalker:
         self._walk_packed = None
         self._table_pack: tuple | None = None
         self._parser_pack: tuple | None = None
-        self._trie_packs: dict[int, tuple[TokenTrie, np.ndarray]] = {}
+        # id(trie) -> (trie, its packed group, that group's entry in the book)
+        self._trie_packs: dict[int, tuple[TokenTrie, np.ndarray, np.ndarray]] = {}
         self._scan_pack: tuple | None = None
         self._lex_pack: tuple | None = None
         self._book: np.ndarray | None = None
@@ -434,15 +435,30 @@ class MaskWalker:
         # Called before every walk, and nearly always nothing changed: ten identity
         # checks say so.
         sources = self._book_sources
-        if (sources is not None and sources[0] is trie and sources[1] is parser_arrays and sources[2] is scan_arrays
+        if (sources is not None and sources[1] is parser_arrays and sources[2] is scan_arrays
                 and sources[3] is lex_arrays and sources[4] is lexer.table and sources[5] is lexer.accept
                 and sources[6] is rec.row_lexstate and sources[7] is rec.step_keys and sources[8] is rec.step_vals
                 and sources[9] is self._frontier):
+            if sources[0] is not trie:
+                # A sliced walker goes back and forth between the whole trie and the
+                # slice forest: only the book's first entry changes.
+                got = self._trie_packs.get(id(trie))
+                if got is None or got[0] is not trie:
+                    return self._packed_again(trie, lexer, parser_arrays, scan_arrays, lex_arrays)
+                self._book[: _views.FIELDS] = got[2]
+                self._book_groups = (got[1],) + self._book_groups[1:]
+                self._book_sources = (trie,) + sources[1:]
             return self._book
+        return self._packed_again(trie, lexer, parser_arrays, scan_arrays, lex_arrays)
+
+    def _packed_again(self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple,
+                      lex_arrays: tuple) -> np.ndarray | None:
+        rec = self.rec
         try:
             got = self._trie_packs.get(id(trie))
             if got is None or got[0] is not trie:
-                got = self._trie_packs[id(trie)] = (trie, _trie_packed(trie))
+                packed = _trie_packed(trie)
+                got = self._trie_packs[id(trie)] = (trie, packed, pack((packed,), _BOOK_DTYPES[:1], validate=False))
             trie_packed = got[1]
             cached = self._table_pack
             # The walker's own stacks and counters are never replaced; the tables and the
