@@ -44,10 +44,12 @@ from ._jit import compiled_for, njit, njit_calling
 from ._views import pack, view_1d, view_2d
 from .parser import EPOCH, NOTHING_SCANS, POOL_USED, ROW_BUILT, ROWS, STEPS_USED, build_row_jit, build_row_py
 from . import lexer as lexer_module
+from . import trie as trie_module
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, lex_step_py
 from .recognizer import LEXSET_BITS, NO_ROW, STEP_EMPTY, Recognizer
 from .slicer import applicable_slices
-from .trie import TokenTrie, mask_words
+from .trie import (RECORD_DEPTH_MASK, RECORD_DEPTH_SHIFT, RECORD_SEVERAL, RECORD_SUBTREE_MASK, RECORD_SUBTREE_SHIFT,
+                   RECORD_TOKEN_MASK, RECORD_TOKEN_SHIFT, TokenTrie, mask_words)
 
 DONE = 0
 NEED_LEXER = 1  # (lexer state, byte) missing from the lexer table
@@ -55,8 +57,7 @@ NEED_PARSER = 2  # (row, lexeme set) missing from the parser step table
 NEED_SPACE = 3  # the frontier array is full
 
 
-def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens,
-            lex_table, lex_accept, row_lexstate, step_keys, step_vals,
+def walk_py(node_records, tok_start, tok_end, node_tokens, lex_table, lex_accept, row_lexstate, step_keys, step_vals,
             stack_lex, stack_row, ranges, range_idx, node, stop_at_first, mask, stats,
             base_row, frontier, frontier_count, record_frontier, parser_arrays, scan_arrays, lex_arrays):
     """Walks the trie node ranges `ranges[range_idx:]`, starting at `node`; returns
@@ -89,13 +90,14 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
     while range_idx < n_ranges:
         end_node = ranges[range_idx, 1]
         if node == ranges[range_idx, 0] and ranges[range_idx, 2] >= 0:
-            parent = node_depth[node] - 1
+            parent = ((node_records[node] >> RECORD_DEPTH_SHIFT) & RECORD_DEPTH_MASK) - 1
             stack_lex[parent] = ranges[range_idx, 2]
             stack_row[parent] = base_row
         while node < end_node:
-            depth = node_depth[node]
+            record = node_records[node]
+            depth = (record >> RECORD_DEPTH_SHIFT) & RECORD_DEPTH_MASK
             lexstate = stack_lex[depth - 1]
-            byte = node_byte[node]
+            byte = record & 0xFF
             visited += 1
             nxt = lex_table[lexstate, byte]
             if nxt == UNKNOWN:
@@ -106,7 +108,7 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
             if nxt == DEAD:
                 accepted = lex_accept[lexstate]
                 if accepted == NO_ACCEPT:
-                    node += subtree_size[node]
+                    node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
                     continue
                 if record_frontier:
                     c = frontier_count[0]
@@ -114,10 +116,10 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
                         stats[0] += visited - 1
                         return NEED_SPACE, range_idx, node, 0, 0
                     frontier[c, 0] = node
-                    frontier[c, 1] = node + subtree_size[node]
+                    frontier[c, 1] = node + ((record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK)
                     frontier[c, 2] = lexstate
                     frontier_count[0] = c + 1
-                    node += subtree_size[node]
+                    node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
                     continue
                 row = stack_row[depth - 1]
                 if accepted != IGNORE_ONLY:
@@ -138,7 +140,7 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
                             break
                         slot = (slot + 1) & slot_mask
                     if row < 0:
-                        node += subtree_size[node]
+                        node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
                         continue
                 start = row_lexstate[row]
                 nxt = lex_table[start, byte]
@@ -148,18 +150,21 @@ def walk_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens
                         stats[0] += visited
                         return NEED_LEXER, range_idx, node, start, byte
                 if nxt == DEAD:
-                    node += subtree_size[node]
+                    node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
                     continue
                 stack_row[depth] = row
             else:
                 stack_row[depth] = stack_row[depth - 1]
             stack_lex[depth] = nxt
-            first = tok_start[node]
-            last = tok_end[node]
-            if first < last:
-                for k in range(first, last):
-                    t = node_tokens[k]
+            token = (record >> RECORD_TOKEN_SHIFT) & RECORD_TOKEN_MASK
+            if token:
+                if token != RECORD_SEVERAL:
+                    t = token - 1
                     mask[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
+                else:
+                    for k in range(tok_start[node], tok_end[node]):
+                        t = node_tokens[k]
+                        mask[t >> 5] |= np.uint32(1) << np.uint32(t & 31)
                 if stop_at_first:
                     stats[0] += visited
                     return DONE, range_idx, node, 1, 0
@@ -240,9 +245,10 @@ build_row = build_row_py
 lex_step = lex_step_py
 _PARSER_FILE = parser_module.__file__
 _LEXER_FILE = lexer_module.__file__
+_TRIE_FILE = trie_module.__file__
 scan_in_walk_jit = njit_calling(scan_in_walk_py, depends=(_PARSER_FILE,), build_row=build_row_jit)
 lex_step_jit = njit_calling(lex_step_py, hash_states_py=njit(lexer_module.hash_states_py))
-walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE, _LEXER_FILE), scan_in_walk=scan_in_walk_jit,
+walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE), scan_in_walk=scan_in_walk_jit,
                         lex_step=lex_step_jit)
 
 # The walk's arrays packed by address (_views.py) in five groups, each packed again only
@@ -250,7 +256,7 @@ walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE, _LEXER_FILE), scan_in_wa
 # (Parser.walk_arrays), the recognizer's (Recognizer.scan_arrays) and the lexer's
 # (Lexer.step_arrays). The dtypes are what walk_packed reads them as; `pack` refuses
 # arrays of other types.
-_TRIE_DTYPES = (np.uint8, np.int32, np.int32, np.int32, np.int32, np.int32)
+_TRIE_DTYPES = (np.int64, np.int32, np.int32, np.int32)
 _TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32, np.int64, np.int64, np.int64, np.int64, np.int64)
 # Parser.walk_arrays without its scalars (accept_pos, max_items, fuel), which follow the
 # addresses in the same order.
@@ -291,7 +297,7 @@ _trie_packs: dict[int, tuple[tuple, np.ndarray]] = {}
 
 
 def _trie_packed(trie: TokenTrie) -> np.ndarray:
-    arrays = (trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens)
+    arrays = (trie.node_records, trie.tok_start, trie.tok_end, trie.node_tokens)
     got = _trie_packs.get(id(trie))
     if got is None or any(ref() is not a for ref, a in zip(got[0], arrays)):
         if len(_trie_packs) >= 64:
@@ -331,15 +337,15 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
     t = view_1d(book, 0, np.int64)
     w = view_1d(book, 1, np.int64)
     return walk(
-        view_1d(t, 0, np.uint8), view_1d(t, 1, np.int32), view_1d(t, 2, np.int32), view_1d(t, 3, np.int32),
-        view_1d(t, 4, np.int32), view_1d(t, 5, np.int32),
+        view_1d(t, 0, np.int64), view_1d(t, 1, np.int32), view_1d(t, 2, np.int32), view_1d(t, 3, np.int32),
         view_2d(w, 0, np.int32), view_1d(w, 1, np.int32), view_1d(w, 2, np.int32), view_1d(w, 3, np.int64),
         view_1d(w, 4, np.int32), view_1d(w, 5, np.int64), view_1d(w, 6, np.int64), ranges, range_idx, node,
         stop_at_first, mask, view_1d(w, 7, np.int64), base_row, view_2d(w, 8, np.int64), view_1d(w, 9, np.int64),
         record_frontier, parser_arrays, scan_arrays, lex_arrays)
 
 
-walk_packed_jit = njit_calling(walk_packed, depends=(_PARSER_FILE, _LEXER_FILE, _views.__file__), walk=walk_jit)
+walk_packed_jit = njit_calling(walk_packed, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE, _views.__file__),
+                               walk=walk_jit)
 
 
 class MaskCache:
@@ -517,8 +523,7 @@ class MaskWalker:
                     walk = self._walk_packed = compiled_for(walk_packed_jit, args)
             else:
                 args = (
-                    trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens,
-                    lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
+                    trie.node_records, trie.tok_start, trie.tok_end, trie.node_tokens, lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
                     self.stack_lex, self.stack_row, ranges, range_idx, node, stop_at_first, mask, self.stats,
                     base_row, self._frontier, self._frontier_count, record_frontier, parser_arrays, scan_arrays,
                     lex_arrays,

@@ -32,6 +32,20 @@ def mask_words(vocab_size: int) -> int:
     return (vocab_size + 31) // 32
 
 
+# A node record (TokenTrie.node_records) holds what the mask walk reads of a node in one
+# int64: the byte in bits 0-7, the depth in 8-17, the subtree size in 18-43, and in 44-62
+# the token ending there plus one (0: none; RECORD_SEVERAL: several, or an id too large
+# for the field, found through tok_start/tok_end). One stream instead of five: the walk
+# skips subtrees, and every skip broke the prefetch of five streams at once.
+RECORD_DEPTH_SHIFT = 8
+RECORD_SUBTREE_SHIFT = 18
+RECORD_TOKEN_SHIFT = 44
+RECORD_DEPTH_MASK = (1 << 10) - 1
+RECORD_SUBTREE_MASK = (1 << 26) - 1
+RECORD_TOKEN_MASK = (1 << 19) - 1
+RECORD_SEVERAL = RECORD_TOKEN_MASK
+
+
 @dataclass
 class TokenTrie:
     node_byte: np.ndarray  # uint8[n]; node 0 (the root) has no byte
@@ -56,6 +70,27 @@ class TokenTrie:
             depth = int(self.node_depth.max()) if self.num_nodes else 0
             self.__dict__["_max_depth"] = depth
         return depth
+
+    @property
+    def node_records(self) -> np.ndarray:
+        """int64[n]: each node's byte, depth, subtree size and token in one record (see
+        RECORD_*), made on first use."""
+        records = self.__dict__.get("_node_records")
+        if records is None:
+            if self.max_depth > RECORD_DEPTH_MASK:
+                raise ValueError(f"a token of {self.max_depth} bytes: the mask walk takes tokens of at most "
+                                 f"{RECORD_DEPTH_MASK} bytes")
+            if self.num_nodes > RECORD_SUBTREE_MASK:
+                raise ValueError(f"{self.num_nodes} trie nodes: the mask walk takes at most {RECORD_SUBTREE_MASK}")
+            count = (self.tok_end - self.tok_start).astype(np.int64)
+            first = self.node_tokens[np.minimum(self.tok_start, max(0, len(self.node_tokens) - 1))].astype(np.int64) \
+                if len(self.node_tokens) else np.zeros(self.num_nodes, dtype=np.int64)
+            token = np.where(count == 0, 0, np.where((count == 1) & (first + 1 < RECORD_SEVERAL), first + 1,
+                                                     RECORD_SEVERAL))
+            records = (self.node_byte.astype(np.int64) | (self.node_depth.astype(np.int64) << RECORD_DEPTH_SHIFT)
+                       | (self.subtree_size.astype(np.int64) << RECORD_SUBTREE_SHIFT) | (token << RECORD_TOKEN_SHIFT))
+            self.__dict__["_node_records"] = records
+        return records
 
     # Construction -------------------------------------------------------------
     @classmethod

@@ -81,6 +81,36 @@ def test_cached_masks_equal_fresh_walks_and_belong_to_the_caller():
                 break
 
 
+@pytest.mark.parametrize("use_jit", [True, False])
+def test_ids_sharing_their_bytes_are_all_in_the_mask(use_jit):
+    # Two ids with the same bytes end at one trie node: the walk finds them through
+    # tok_start/tok_end instead of the node's record.
+    from toy import JSONISH_PIECES, ToyTokenizer
+
+    tok = ToyTokenizer(JSONISH_PIECES)
+    eos = tok._bytes.pop()
+    twins = [b"name", b"12", b'{"', b"true", b'"']
+    tok._bytes += twins + [eos]
+    tok.vocab_size = len(tok._bytes)
+    tok.eos_token_ids = tok.special_token_ids = frozenset({tok.vocab_size - 1})
+    g = grammar()
+    rng = random.Random(3)
+    seen_twins = set()
+    for _ in range(8):
+        m = Matcher(tok, g, use_jit=use_jit)
+        for _ in range(10):
+            got = m.compute_mask()
+            assert np.array_equal(got, m.reference_mask())
+            seen_twins |= {t for t in range(tok.vocab_size - 1 - len(twins), tok.vocab_size - 1)
+                           if got[t >> 5] >> (t & 31) & 1}
+            allowed = [int(t) for t in np.flatnonzero(np.unpackbits(got.view(np.uint8), bitorder="little")[:tok.vocab_size])
+                       if int(t) not in tok.eos_token_ids]
+            if not allowed:
+                break
+            m.consume_token(rng.choice(allowed))
+    assert len(seen_twins) >= 3  # the duplicated ids were allowed, not just checked absent
+
+
 def test_masks_split_at_the_lexeme_equal_whole_walks_on_a_real_tokenizer():
     # Inside-lexeme parts are kept per lexer state and reused for every row that meets
     # it again (each string value, each array element): the masks must not change.
@@ -192,13 +222,13 @@ def test_walkers_share_a_tries_packed_arrays_and_a_copy_packs_its_own():
     trie = first.walker.trie
     assert second.walker.trie is trie
     packed = _trie_packed(trie)
-    assert packed[0] == trie.node_byte.ctypes.data  # the address of the first array
+    assert packed[0] == trie.node_records.ctypes.data  # the address of the first array
     for twin in (copy.deepcopy(trie), pickle.loads(pickle.dumps(trie))):
         other = Matcher(TOY, g)
         other.walker = MaskWalker(twin, other.rec, sliced=None, cache=None)
         other.trie = twin
         assert np.array_equal(other.compute_mask(), want)
-        assert _trie_packed(twin)[0] == twin.node_byte.ctypes.data != packed[0]
+        assert _trie_packed(twin)[0] == twin.node_records.ctypes.data != packed[0]
     assert _trie_packed(trie) is packed
 
 

@@ -5,8 +5,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from midword.engine.trie import (TokenTrie, fill_subtree_sizes_py, mask_words, node_for_jit, node_for_py, walk_table_jit,
-                                 walk_table_py)
+from midword.engine.trie import (RECORD_DEPTH_MASK, RECORD_DEPTH_SHIFT, RECORD_SEVERAL, RECORD_SUBTREE_MASK,
+                                 RECORD_SUBTREE_SHIFT, RECORD_TOKEN_MASK, RECORD_TOKEN_SHIFT, TokenTrie,
+                                 fill_subtree_sizes_py, mask_words, node_for_jit, node_for_py, walk_table_jit, walk_table_py)
 
 vocab_strategy = st.lists(st.binary(min_size=0, max_size=6).map(lambda b: bytes(x % 4 + 97 for x in b)), min_size=1, max_size=120)
 
@@ -150,3 +151,34 @@ def test_llama3_full_walk_allows_every_token(llama3):
     mask, visited = trie.walk_table(np.zeros((1, 256), dtype=np.int32), 0)
     assert visited == trie.num_nodes - 1
     assert mask_set(mask, llama3.vocab_size) == set(trie.node_tokens.tolist())
+
+
+@settings(max_examples=100, deadline=None)
+@given(vocab_strategy, st.sets(st.integers(0, 119)))
+def test_node_records_hold_each_nodes_byte_depth_subtree_and_token(token_bytes, excluded):
+    trie = TokenTrie.build(token_bytes, excluded, fingerprint="test")
+    records = trie.node_records
+    assert records.dtype == np.int64 and (records >= 0).all()
+    assert np.array_equal(records & 0xFF, trie.node_byte)
+    assert np.array_equal((records >> RECORD_DEPTH_SHIFT) & RECORD_DEPTH_MASK, trie.node_depth)
+    assert np.array_equal((records >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK, trie.subtree_size)
+    for node in range(trie.num_nodes):
+        token = int(records[node] >> RECORD_TOKEN_SHIFT) & RECORD_TOKEN_MASK
+        ending = trie.tokens_at(node)
+        # Duplicate byte strings (two ids, one node) take the slow path through tok_start.
+        assert token == (0 if not ending else ending[0] + 1 if len(ending) == 1 else RECORD_SEVERAL)
+    assert trie.node_records is records  # made once
+
+
+def test_node_records_send_ids_too_large_for_the_field_through_tok_start():
+    big = RECORD_SEVERAL + 5
+    token_bytes = [b""] * big + [b"ab", b"a"]
+    trie = TokenTrie.build(token_bytes, fingerprint="test", only=[big, big + 1])
+    tokens = (trie.node_records >> RECORD_TOKEN_SHIFT) & RECORD_TOKEN_MASK
+    assert sorted(tokens.tolist()) == [0, RECORD_SEVERAL, RECORD_SEVERAL]
+
+
+def test_node_records_refuse_a_token_too_long_for_the_depth_field():
+    trie = TokenTrie.build([b"x" * (RECORD_DEPTH_MASK + 1), b"y"], fingerprint="test")
+    with pytest.raises(ValueError, match="at most 1023 bytes"):
+        trie.node_records
