@@ -188,7 +188,7 @@ def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, 
     (step_fill, lexset_ptr, lexset_lex, n_lexsets, start_keys, start_val, start_ptr, start_len,
      start_pool) = scan_arrays
     child = counts[ROWS]
-    if (lexset >= n_lexsets or child >= row_start.shape[0] or child >= row_lexstate.shape[0]
+    if (lexset >= n_lexsets[0] or child >= row_start.shape[0] or child >= row_lexstate.shape[0]
             or 2 * (step_fill[0] + 1) > step_keys.shape[0] or counts[STEPS_USED] >= parser_fuel):
         return SCAN_IN_PYTHON
     lexemes = lexset_lex[lexset_ptr[lexset]:lexset_ptr[lexset + 1]]
@@ -263,8 +263,8 @@ _TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32, np.int64, np.
 _PARSER_DTYPES = (np.int64, np.int64, np.int64, np.bool_) + (np.int64,) * 8 + (np.bool_,) + (np.int32,) * 3 + (
     np.int64,) * 10 + (np.int64,)
 _PARSER_SCALARS = (4, 27, 28)
-_SCAN_DTYPES = (np.int64,) * 8
-_SCAN_SCALARS = (3,)
+_SCAN_DTYPES = (np.int64,) * 9
+_SCAN_SCALARS = ()
 # Lexer.step_arrays; the fourth from last is 2-D.
 _LEX_DTYPES = (np.int64, np.int64, np.int32, np.int32, np.int64, np.int64, np.int64, np.int32, np.uint8, np.int32)
 _BOOK_DTYPES = (np.int64,) * 5
@@ -275,9 +275,8 @@ def _without(values: tuple, scalars: tuple[int, ...]) -> list:
 
 
 def _repack(cached: tuple | None, values: tuple, scalars: tuple[int, ...], dtypes: tuple) -> tuple:
-    """(values, packed) for a group whose tuple changed: often only a scalar did (the
-    recognizer's count of mirrored lexeme sets), and then the packed array is kept and
-    its scalars rewritten in place."""
+    """(values, packed) for a group whose tuple changed: when only a scalar did (the
+    parser's limits), the packed array is kept and its scalars rewritten in place."""
     if cached is not None:
         old = cached[0]
         if all(old[i] is values[i] for i in range(len(values)) if i not in scalars):
@@ -323,10 +322,10 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
         view_1d(p, 24, np.int64), view_1d(p, 25, np.int64), p[ps + 1], p[ps + 2], view_1d(p, 26, np.int64),
     )
     s = view_1d(book, 3, np.int64)
-    ss = s.shape[0] - 1
     scan_arrays = (
-        view_1d(s, 0, np.int64), view_1d(s, 1, np.int64), view_1d(s, 2, np.int64), s[ss], view_1d(s, 3, np.int64),
+        view_1d(s, 0, np.int64), view_1d(s, 1, np.int64), view_1d(s, 2, np.int64), view_1d(s, 3, np.int64),
         view_1d(s, 4, np.int64), view_1d(s, 5, np.int64), view_1d(s, 6, np.int64), view_1d(s, 7, np.int64),
+        view_1d(s, 8, np.int64),
     )
     x = view_1d(book, 4, np.int64)
     lex_arrays = (

@@ -414,7 +414,6 @@ class EarleyParser:
         """Stores the (positions, nonterminals) that predicting `nt` adds to a row, with
         the origin that row: its rules' first positions, transitively, and past nullable
         symbols. Computed once per nonterminal per grammar."""
-        self._walk_arrays = None
         dot_symbol, nullable = self._dot_symbol, self._nullable_list
         positions: list[int] = []
         seen: set[int] = set()
@@ -437,10 +436,13 @@ class EarleyParser:
                         todo.append(sym)
                     if nullable[sym]:
                         stack.append(p + 1)
+        pools = (self.pred_pool, self.prednt_pool)
         self.pred_pool, self.pred_start[nt], self.pred_end[nt], self._pred_used = _append(
             self.pred_pool, self._pred_used, positions)
         self.prednt_pool, self.prednt_start[nt], self.prednt_end[nt], self._prednt_used = _append(
             self.prednt_pool, self._prednt_used, nts)
+        if self.pred_pool is not pools[0] or self.prednt_pool is not pools[1]:
+            self._walk_arrays = None  # a pool grew: compiled callers must see the new one
 
     def scan(self, row_id: int, lexset_id: int, lexemes: frozenset[int]) -> int:
         """The row after scanning any of `lexemes` in row `row_id`, or -1 if none is expected.

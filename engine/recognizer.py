@@ -93,6 +93,10 @@ class Recognizer:
         self.lexset_ptr = np.zeros(65, dtype=np.int64)
         self.lexset_lex = np.zeros(256, dtype=np.int64)
         self.lexsets_mirrored = 0
+        # The same count for compiled callers, in an array: as a number in the tuple of
+        # scan_arrays, each new lexeme set made a new tuple, and the walk packed again.
+        self.lexsets_count = np.zeros(1, dtype=np.int64)
+        # Made again only when one of its arrays is replaced.
         self._scan_arrays: tuple | None = None
         self.start_keys = np.full(64, -1, dtype=np.int64)
         self.start_val = np.zeros(64, dtype=np.int64)
@@ -180,8 +184,8 @@ class Recognizer:
         return int(self.step_fill[0])
 
     def _remember_start(self, allowed: np.ndarray, lexstate: int) -> None:
-        self._scan_arrays = None
         if 2 * (self._start_count + 1) > self.start_keys.shape[0]:
+            self._scan_arrays = None
             size = 2 * self.start_keys.shape[0]
             old = [(int(self.start_ptr[i]), int(self.start_len[i]), int(self.start_val[i]))
                    for i in np.flatnonzero(self.start_keys != -1)]
@@ -198,6 +202,7 @@ class Recognizer:
             grown = np.zeros(max(2 * self.start_pool.shape[0], self._start_pool_used + n), dtype=np.int64)
             grown[: self._start_pool_used] = self.start_pool[: self._start_pool_used]
             self.start_pool = grown
+            self._scan_arrays = None
         ptr = self._start_pool_used
         self.start_pool[ptr:ptr + n] = allowed
         self._start_pool_used += n
@@ -226,6 +231,7 @@ class Recognizer:
             grown = np.zeros(2 * (len(lexsets) + 1), dtype=np.int64)
             grown[: k + 1] = ptr[: k + 1]
             self.lexset_ptr = ptr = grown
+            self._scan_arrays = None
         for i in range(k, len(lexsets)):
             members = sorted(lexsets[i])
             start = int(ptr[i])
@@ -234,10 +240,11 @@ class Recognizer:
                 grown = np.zeros(max(end, 2 * self.lexset_lex.shape[0]), dtype=np.int64)
                 grown[:start] = self.lexset_lex[:start]
                 self.lexset_lex = grown
+                self._scan_arrays = None
             self.lexset_lex[start:end] = members
             ptr[i + 1] = end
         self.lexsets_mirrored = len(lexsets)
-        self._scan_arrays = None
+        self.lexsets_count[0] = len(lexsets)
 
     def scan_arrays(self) -> tuple:
         """The recognizer's part of what mask.scan_in_walk needs, valid until an array is
@@ -246,7 +253,7 @@ class Recognizer:
         arrays = self._scan_arrays
         if arrays is None:
             arrays = self._scan_arrays = (
-                self.step_fill, self.lexset_ptr, self.lexset_lex, self.lexsets_mirrored,
+                self.step_fill, self.lexset_ptr, self.lexset_lex, self.lexsets_count,
                 self.start_keys, self.start_val, self.start_ptr, self.start_len, self.start_pool,
             )
         return arrays
