@@ -33,6 +33,7 @@ NO_ROW = -1  # a parser step that scans nothing
 STEP_EMPTY = -1  # free slot in the step table
 
 _uids = itertools.count()
+_MAX_ACCEPTING_KEPT = 100_000
 
 
 def lexeme_set_hash(lexemes) -> int:
@@ -79,6 +80,9 @@ class Recognizer:
         self.limits = limits
         # Names this recognizer in process-wide caches; unlike id(), never reused.
         self.uid = next(_uids)
+        # is_accepting by state: asked before every mask (whether EOS may come), and
+        # the answer never changes.
+        self._accepting: dict[tuple[int, int], bool] = {}
         self.lexer = Lexer(grammar, limits=limits)
         self.parser = EarleyParser(grammar, limits)
         self.row_lexstate = np.full(64, UNKNOWN, dtype=np.int32)
@@ -332,13 +336,20 @@ class Recognizer:
         return state
 
     def is_accepting(self, state: tuple[int, int]) -> bool:
+        known = self._accepting.get(state)
+        if known is not None:
+            return known
         lexstate, row = state
-        if lexstate == int(self.row_lexstate[row]):
+        if lexstate == int(self.row_lexstate[row]) and self.parser.is_accepting(row):
             # No byte of a lexeme read yet (or only %ignore restarted it).
-            if self.parser.is_accepting(row):
-                return True
-        row2 = self.end_lexeme(lexstate, row)
-        return row2 != NO_ROW and self.parser.is_accepting(row2)
+            answer = True
+        else:
+            row2 = self.end_lexeme(lexstate, row)
+            answer = row2 != NO_ROW and self.parser.is_accepting(row2)
+        if len(self._accepting) >= _MAX_ACCEPTING_KEPT:
+            self._accepting.clear()
+        self._accepting[(int(lexstate), int(row))] = answer
+        return answer
 
     def _full_row(self, lexstate: int) -> np.ndarray:
         row = self.lexer.table[lexstate]

@@ -111,6 +111,25 @@ def test_ids_sharing_their_bytes_are_all_in_the_mask(use_jit):
     assert len(seen_twins) >= 3  # the duplicated ids were allowed, not just checked absent
 
 
+def test_kept_accepting_answers_equal_fresh_ones():
+    g = grammar()
+    rng = random.Random(11)
+    answers = set()
+    for _ in range(10):
+        m = Matcher(TOY, g)
+        rec = m.rec
+        for _ in range(14):
+            state = m._state
+            kept = rec.is_accepting(state)
+            assert rec.is_accepting(state) is kept
+            rec._accepting.clear()
+            assert rec.is_accepting(state) == kept
+            answers.add(kept)
+            if not step_both(rng, m.compute_mask(), m):
+                break
+    assert answers == {True, False}
+
+
 def test_masks_split_at_the_lexeme_equal_whole_walks_on_a_real_tokenizer():
     # Inside-lexeme parts are kept per lexer state and reused for every row that meets
     # it again (each string value, each array element): the masks must not change.
