@@ -390,10 +390,15 @@ class Lexer:
         """Takes in the states the compiled step added since Python last looked (it runs
         only after a flush, so Python has added none in between)."""
         states, index = self._states, self._state_index
-        ptr = self.st_ptr
-        for sid in range(len(states), int(self.core[CORE_STATES])):
-            a, b = int(ptr[sid]), int(ptr[sid + 1])
-            pairs = tuple(zip(self.comp_lex[a:b].tolist(), self.comp_expr[a:b].tolist()))
+        first, last = len(states), int(self.core[CORE_STATES])
+        # One conversion for all the new states' pairs: they lie end to end.
+        bounds = self.st_ptr[first:last + 1].tolist()
+        lo = bounds[0]
+        lex = self.comp_lex[lo:bounds[-1]].tolist()
+        exprs = self.comp_expr[lo:bounds[-1]].tolist()
+        for sid in range(first, last):
+            a, b = bounds[sid - first] - lo, bounds[sid - first + 1] - lo
+            pairs = tuple(zip(lex[a:b], exprs[a:b]))
             states.append(pairs)
             index[pairs] = sid
 
