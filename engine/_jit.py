@@ -49,6 +49,20 @@ def compiled_for(fn, args):
     return entry
 
 
+_entries_by_fn: dict = {}
+
+
+def compiled_once(fn, args):
+    """`compiled_for`, looked up once per process instead of once per caller: for
+    callers whose arguments are of the same types in every process-wide use (the
+    parser's and the walk's own arrays). Reading the argument types cost each new
+    grammar about 20 µs per function, in its time to first mask."""
+    entry = _entries_by_fn.get(fn)
+    if entry is None:
+        entry = _entries_by_fn[fn] = compiled_for(fn, args)
+    return entry
+
+
 def njit_calling(fn, depends=(), **callees):
     """`fn` compiled with some of its global names bound to other compiled functions.
 

@@ -40,9 +40,10 @@ import numpy as np
 
 from . import _views
 from . import parser as parser_module
-from ._jit import compiled_for, njit, njit_calling
+from ._jit import compiled_for, compiled_once, njit, njit_calling
 from ._views import pack, view_1d, view_2d
-from .parser import EPOCH, NOTHING_SCANS, POOL_USED, ROW_BUILT, ROWS, STEPS_USED, build_row_jit, build_row_py
+from .parser import (EPOCH, NEED_PREDICTION, NOTHING_SCANS, POOL_USED, ROW_BUILT, ROWS, STEPS_USED, build_row_jit,
+                     build_row_py, predict_closure_jit, predict_closure_py)
 from . import lexer as lexer_module
 from . import trie as trie_module
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, lex_step_py
@@ -71,8 +72,8 @@ def walk_py(node_records, tok_start, tok_end, node_tokens, lex_table, lex_accept
     token's node. stats[0] counts visited nodes.
 
     A parser step missing from the step table is computed here (`scan_in_walk`, with
-    the parser's and recognizer's arrays); only what needs Python (a new prediction
-    closure, a new lexer start state, a table to grow) returns NEED_PARSER. So is a
+    the parser's and recognizer's arrays, prediction closures included); only what
+    needs Python (a new lexer start state, a table to grow) returns NEED_PARSER. So is a
     missing lexer entry (`lex_step`, with Lexer.step_arrays as `lex_arrays`), and
     NEED_LEXER only when that gives up.
 
@@ -179,12 +180,12 @@ def walk_py(node_records, tok_start, tok_end, node_tokens, lex_table, lex_accept
 def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, parser_arrays, scan_arrays):
     """The child of `row` after lexeme set `lexset`, built and entered in the step table
     at `slot` (the free slot the walk's probe ended on); NO_ROW if nothing scans;
-    SCAN_IN_PYTHON when Python must do it (tables to grow, a new prediction closure, a
-    lexeme set or start state not mirrored yet, fuel spent)."""
+    SCAN_IN_PYTHON when Python must do it (tables or pools to grow, a lexeme set or start
+    state not mirrored yet, fuel spent). A missing prediction closure is made here."""
     (counts, dot_symbol, dot_lhs, nullable, accept_pos, pred_start, pred_end, pred_pool, prednt_start,
      prednt_end, prednt_pool, row_start, row_end, p_row_accepting, adv_sym, adv_pos, adv_origin, hkeys, hstamp,
      pstamp, ntstamp, work_pos, work_origin, item_pos, item_origin, pred_list, allowed_out, max_items, parser_fuel,
-     no_kernel) = parser_arrays
+     no_kernel, rule_ptr, rule_first, closure_stack, closure_todo) = parser_arrays
     (step_fill, lexset_ptr, lexset_lex, n_lexsets, start_keys, start_val, start_ptr, start_len,
      start_pool) = scan_arrays
     child = counts[ROWS]
@@ -192,12 +193,21 @@ def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, 
             or 2 * (step_fill[0] + 1) > step_keys.shape[0] or counts[STEPS_USED] >= parser_fuel):
         return SCAN_IN_PYTHON
     lexemes = lexset_lex[lexset_ptr[lexset]:lexset_ptr[lexset + 1]]
-    counts[EPOCH] += 1
-    status, used, n_allowed = build_row(
-        child, counts[EPOCH], row, lexemes, no_kernel, no_kernel, no_kernel.shape[0], dot_symbol, dot_lhs, nullable, accept_pos,
-        pred_start, pred_end, pred_pool, prednt_start, prednt_end, prednt_pool, row_start, row_end, p_row_accepting,
-        adv_sym, adv_pos, adv_origin, counts[POOL_USED], hkeys, hstamp, pstamp, ntstamp, work_pos, work_origin,
-        item_pos, item_origin, pred_list, allowed_out, max_items)
+    while True:
+        counts[EPOCH] += 1
+        status, used, n_allowed = build_row(
+            child, counts[EPOCH], row, lexemes, no_kernel, no_kernel, no_kernel.shape[0], dot_symbol, dot_lhs, nullable,
+            accept_pos, pred_start, pred_end, pred_pool, prednt_start, prednt_end, prednt_pool, row_start, row_end,
+            p_row_accepting, adv_sym, adv_pos, adv_origin, counts[POOL_USED], hkeys, hstamp, pstamp, ntstamp,
+            work_pos, work_origin, item_pos, item_origin, pred_list, allowed_out, max_items)
+        if status != NEED_PREDICTION:
+            break
+        # A nonterminal's closure is made once: at most one round per nonterminal.
+        counts[EPOCH] += 1
+        if not predict_closure(used, counts[EPOCH], rule_ptr, rule_first, dot_symbol, nullable, pstamp, ntstamp,
+                               closure_stack, closure_todo, counts, pred_start, pred_end, pred_pool, prednt_start,
+                               prednt_end, prednt_pool):
+            return SCAN_IN_PYTHON  # a pool to grow
     if status == NOTHING_SCANS:
         result = NO_ROW
     elif status != ROW_BUILT:
@@ -242,11 +252,13 @@ SCAN_IN_PYTHON = -2
 walk = walk_py
 scan_in_walk = scan_in_walk_py
 build_row = build_row_py
+predict_closure = predict_closure_py
 lex_step = lex_step_py
 _PARSER_FILE = parser_module.__file__
 _LEXER_FILE = lexer_module.__file__
 _TRIE_FILE = trie_module.__file__
-scan_in_walk_jit = njit_calling(scan_in_walk_py, depends=(_PARSER_FILE,), build_row=build_row_jit)
+scan_in_walk_jit = njit_calling(scan_in_walk_py, depends=(_PARSER_FILE,), build_row=build_row_jit,
+                                predict_closure=predict_closure_jit)
 lex_step_jit = njit_calling(lex_step_py, hash_states_py=njit(lexer_module.hash_states_py))
 walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE), scan_in_walk=scan_in_walk_jit,
                         lex_step=lex_step_jit)
@@ -261,7 +273,7 @@ _TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32, np.int64, np.
 # Parser.walk_arrays without its scalars (accept_pos, max_items, fuel), which follow the
 # addresses in the same order.
 _PARSER_DTYPES = (np.int64, np.int64, np.int64, np.bool_) + (np.int64,) * 8 + (np.bool_,) + (np.int32,) * 3 + (
-    np.int64,) * 10 + (np.int64,)
+    np.int64,) * 10 + (np.int64,) * 5
 _PARSER_SCALARS = (4, 27, 28)
 _SCAN_DTYPES = (np.int64,) * 9
 _SCAN_SCALARS = ()
@@ -320,6 +332,7 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
         view_1d(p, 16, np.int64), view_1d(p, 17, np.int64), view_1d(p, 18, np.int64), view_1d(p, 19, np.int64),
         view_1d(p, 20, np.int64), view_1d(p, 21, np.int64), view_1d(p, 22, np.int64), view_1d(p, 23, np.int64),
         view_1d(p, 24, np.int64), view_1d(p, 25, np.int64), p[ps + 1], p[ps + 2], view_1d(p, 26, np.int64),
+        view_1d(p, 27, np.int64), view_1d(p, 28, np.int64), view_1d(p, 29, np.int64), view_1d(p, 30, np.int64),
     )
     s = view_1d(book, 3, np.int64)
     scan_arrays = (
@@ -519,7 +532,7 @@ class MaskWalker:
                 args = (book, ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier)
                 walk = self._walk_packed
                 if walk is None:
-                    walk = self._walk_packed = compiled_for(walk_packed_jit, args)
+                    walk = self._walk_packed = compiled_once(walk_packed_jit, args)
             else:
                 args = (
                     trie.node_records, trie.tok_start, trie.tok_end, trie.node_tokens, lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,

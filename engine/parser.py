@@ -21,9 +21,10 @@ Python object exists per row or item.
 Nullable nonterminals use the Aycock–Horspool rule (predicting a nullable symbol also
 advances over it), so completion never needs to look at the row being built. Items
 predicted in a row depend only on which nonterminals are predicted, so each
-nonterminal's prediction closure is computed once per grammar (in Python, on the
-first row that needs it) and added wholesale. Non-productive rules are dropped up
-front so every allowed lexeme can be completed.
+nonterminal's prediction closure is computed once per grammar, on the first row that
+needs it (compiled, `predict_closure_py`: by the mask walk itself or by `_make_row`),
+and added wholesale. Non-productive rules are dropped up front so every allowed lexeme
+can be completed.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from .grammar import Grammar, Rule, is_lexeme
-from ._jit import compiled_for, njit, njit_calling
+from ._jit import compiled_once, njit, njit_calling
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 
 END = 1 << 30  # dot_symbol of a position at the end of its rule
@@ -46,7 +47,7 @@ NEED_SCRATCH = 4  # the scratch arrays are too small for this row: grow them and
 NEED_POOL = 5  # the row pool has no room for this row: grow it and build again
 
 # EarleyParser.counts
-ROWS, POOL_USED, EPOCH, STEPS_USED = range(4)
+ROWS, POOL_USED, EPOCH, STEPS_USED, PRED_USED, PREDNT_USED = range(6)
 
 
 def push_advanced(row, sym, row_start, row_end, adv_sym, adv_pos, adv_origin, work_pos, work_origin, n_work):
@@ -254,12 +255,72 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
 build_row_jit = njit_calling(build_row_py, push_advanced=njit(push_advanced))
 
 
+def predict_closure_py(nt, epoch, rule_ptr, rule_first, dot_symbol, nullable, pstamp, ntstamp, stack, todo, counts,
+                       pred_start, pred_end, pred_pool, prednt_start, prednt_end, prednt_pool):
+    """Stores the prediction closure of nonterminal `nt` (what `build_row` asks for with
+    NEED_PREDICTION): the dot positions that predicting `nt` adds to a row, its rules'
+    first positions transitively and past nullable symbols, appended to `pred_pool`,
+    and the nonterminals so predicted, appended to `prednt_pool`. False, with nothing
+    written, when a pool may be too small (the caller grows it). `epoch` must be new:
+    it marks the scratch stamps, as in build_row. A depth-first search whose order
+    (each nonterminal's rules taken from the last) fixes the order of the pools."""
+    pred_used = counts[PRED_USED]
+    prednt_used = counts[PREDNT_USED]
+    if pred_used + pstamp.shape[0] > pred_pool.shape[0] or prednt_used + ntstamp.shape[0] > prednt_pool.shape[0]:
+        return False
+    first_pos = pred_used
+    first_nt = prednt_used
+    ntstamp[nt] = epoch
+    prednt_pool[prednt_used] = nt
+    prednt_used += 1
+    todo[0] = nt
+    n_todo = 1
+    while n_todo > 0:
+        n_todo -= 1
+        x = todo[n_todo]
+        n_stack = 0
+        for k in range(rule_ptr[x], rule_ptr[x + 1]):
+            stack[n_stack] = rule_first[k]
+            n_stack += 1
+        while n_stack > 0:
+            n_stack -= 1
+            p = stack[n_stack]
+            if pstamp[p] == epoch:
+                continue
+            pstamp[p] = epoch
+            pred_pool[pred_used] = p
+            pred_used += 1
+            sym = dot_symbol[p]
+            if sym != END and sym >= 0:
+                if ntstamp[sym] != epoch:
+                    ntstamp[sym] = epoch
+                    prednt_pool[prednt_used] = sym
+                    prednt_used += 1
+                    todo[n_todo] = sym
+                    n_todo += 1
+                if nullable[sym]:
+                    stack[n_stack] = p + 1
+                    n_stack += 1
+    pred_start[nt] = first_pos
+    pred_end[nt] = pred_used
+    prednt_start[nt] = first_nt
+    prednt_end[nt] = prednt_used
+    counts[PRED_USED] = pred_used
+    counts[PREDNT_USED] = prednt_used
+    return True
+
+
+predict_closure_jit = njit(predict_closure_py)
+
+
 class EarleyParser:
     def __init__(self, grammar: Grammar, limits: Limits = DEFAULT_LIMITS, use_jit: bool = True):
         self.grammar = grammar
         self.limits = limits
         self._build_fn = build_row_jit if use_jit else build_row_py
         self._build = None
+        self._closure_fn = predict_closure_jit if use_jit else predict_closure_py
+        self._closure = None
         n_nt = len(grammar.nonterminals)
         if grammar.size() > limits.max_grammar_size:
             raise LimitExceeded("max_grammar_size", limits.max_grammar_size, f"grammar has size {grammar.size()}")
@@ -277,12 +338,12 @@ class EarleyParser:
         self.augmented = n_nt
         rules.append(Rule(self.augmented, (grammar.start,)))
         first_pos = []
+        rule_lhs = []
         dot_symbol: list[int] = []
         dot_lhs: list[int] = []
-        rules_by_lhs: list[list[int]] = [[] for _ in range(n_nt + 1)]
         for r in rules:
-            rules_by_lhs[r.lhs].append(len(dot_symbol))
             first_pos.append(len(dot_symbol))
+            rule_lhs.append(r.lhs)
             dot_symbol.extend(r.rhs)
             dot_symbol.append(END)
             dot_lhs.extend([r.lhs] * (len(r.rhs) + 1))
@@ -290,9 +351,12 @@ class EarleyParser:
         self.dot_lhs = np.array(dot_lhs, dtype=np.int64)
         nullable = _nullable(rules, n_nt + 1)
         self.nullable = np.array(nullable, dtype=np.bool_)
-        self._nullable_list = nullable
-        self._dot_symbol = dot_symbol  # plain list: faster to index from Python
-        self._predicted = rules_by_lhs  # each nonterminal's rules, as first positions
+        # Each nonterminal's rules, as first positions, in grammar order:
+        # rule_first[rule_ptr[nt]:rule_ptr[nt + 1]].
+        lhs = np.array(rule_lhs, dtype=np.int64)
+        self.rule_first = np.array(first_pos, dtype=np.int64)[np.argsort(lhs, kind="stable")]
+        self.rule_ptr = np.zeros(n_nt + 2, dtype=np.int64)
+        np.cumsum(np.bincount(lhs, minlength=n_nt + 1), out=self.rule_ptr[1:])
         self.accept_pos = first_pos[-1] + 1
         # Prediction closures, computed on demand, as ranges of flat pools (-1: not yet).
         self.pred_start = np.full(n_nt + 1, -1, dtype=np.int64)
@@ -301,13 +365,14 @@ class EarleyParser:
         self.prednt_end = np.full(n_nt + 1, -1, dtype=np.int64)
         self.pred_pool = np.zeros(256, dtype=np.int64)
         self.prednt_pool = np.zeros(256, dtype=np.int64)
-        self._pred_used = 0
-        self._prednt_used = 0
+        # The closure's depth-first stacks (bounds in predict_closure_py).
+        self._closure_stack = np.zeros(2 * len(dot_symbol) + 2, dtype=np.int64)
+        self._closure_todo = np.zeros(n_nt + 2, dtype=np.int64)
         # Rows live in flat pools (see build_row_py): no Python object per row or item,
         # so the garbage collector has nothing to scan however many rows there are.
         # Counters shared with compiled callers that build rows themselves (the mask
         # walk): rows, pool entries used, build epoch, rows built against the fuel.
-        self.counts = np.zeros(4, dtype=np.int64)
+        self.counts = np.zeros(6, dtype=np.int64)
         self._walk_arrays: tuple | None = None
         self.row_start = np.zeros(64, dtype=np.int64)
         self.row_end = np.zeros(64, dtype=np.int64)
@@ -337,7 +402,8 @@ class EarleyParser:
                 self.prednt_pool, self.row_start, self.row_end, self.row_accepting, self.adv_sym,
                 self.adv_pos, self.adv_origin, self._hkeys, self._hstamp, self._pstamp, self._ntstamp,
                 self._work_pos, self._work_origin, self._item_pos, self._item_origin, self._pred_list,
-                self._allowed_out, max_items, fuel, self._no_lexemes,
+                self._allowed_out, max_items, fuel, self._no_lexemes, self.rule_ptr, self.rule_first,
+                self._closure_stack, self._closure_todo,
             )
         return arrays
 
@@ -376,7 +442,7 @@ class EarleyParser:
             )
             build = self._build
             if build is None:
-                build = self._build = compiled_for(self._build_fn, args)
+                build = self._build = compiled_once(self._build_fn, args)
             status, value, n_allowed = build(*args)
             if status == ROW_BUILT:
                 counts[POOL_USED] += value
@@ -411,38 +477,27 @@ class EarleyParser:
         self._allowed_out = np.zeros(items + self._pstamp.shape[0], dtype=np.int64)
 
     def _add_prediction(self, nt: int) -> None:
-        """Stores the (positions, nonterminals) that predicting `nt` adds to a row, with
-        the origin that row: its rules' first positions, transitively, and past nullable
-        symbols. Computed once per nonterminal per grammar."""
-        dot_symbol, nullable = self._dot_symbol, self._nullable_list
-        positions: list[int] = []
-        seen: set[int] = set()
-        nts = [nt]
-        nts_seen = {nt}
-        todo = [nt]
-        while todo:
-            stack = list(self._predicted[todo.pop()])
-            while stack:
-                p = stack.pop()
-                if p in seen:
-                    continue
-                seen.add(p)
-                positions.append(p)
-                sym = dot_symbol[p]
-                if sym != END and sym >= 0:
-                    if sym not in nts_seen:
-                        nts_seen.add(sym)
-                        nts.append(sym)
-                        todo.append(sym)
-                    if nullable[sym]:
-                        stack.append(p + 1)
-        pools = (self.pred_pool, self.prednt_pool)
-        self.pred_pool, self.pred_start[nt], self.pred_end[nt], self._pred_used = _append(
-            self.pred_pool, self._pred_used, positions)
-        self.prednt_pool, self.prednt_start[nt], self.prednt_end[nt], self._prednt_used = _append(
-            self.prednt_pool, self._prednt_used, nts)
-        if self.pred_pool is not pools[0] or self.prednt_pool is not pools[1]:
-            self._walk_arrays = None  # a pool grew: compiled callers must see the new one
+        """Stores `nt`'s prediction closure (predict_closure_py), growing the pools first
+        when they might not hold it. Computed once per nonterminal per grammar, here or
+        by the mask walk itself."""
+        counts = self.counts
+        need = int(counts[PRED_USED]) + self._pstamp.shape[0]
+        if need > self.pred_pool.shape[0]:
+            self.pred_pool = _grown(self.pred_pool, max(need, 2 * self.pred_pool.shape[0]))
+            self._walk_arrays = None  # compiled callers must see the new pool
+        need = int(counts[PREDNT_USED]) + self._ntstamp.shape[0]
+        if need > self.prednt_pool.shape[0]:
+            self.prednt_pool = _grown(self.prednt_pool, max(need, 2 * self.prednt_pool.shape[0]))
+            self._walk_arrays = None
+        counts[EPOCH] += 1
+        args = (nt, int(counts[EPOCH]), self.rule_ptr, self.rule_first, self.dot_symbol, self.nullable, self._pstamp,
+                self._ntstamp, self._closure_stack, self._closure_todo, counts, self.pred_start, self.pred_end,
+                self.pred_pool, self.prednt_start, self.prednt_end, self.prednt_pool)
+        closure = self._closure
+        if closure is None:
+            closure = self._closure = compiled_once(self._closure_fn, args)
+        if not closure(*args):
+            raise AssertionError("prediction pools were grown to hold any closure")
 
     def scan(self, row_id: int, lexset_id: int, lexemes: frozenset[int]) -> int:
         """The row after scanning any of `lexemes` in row `row_id`, or -1 if none is expected.
@@ -496,15 +551,6 @@ def _grown(arr: np.ndarray, size: int) -> np.ndarray:
     out = np.zeros(size, dtype=arr.dtype)
     out[: arr.shape[0]] = arr
     return out
-
-
-def _append(pool: np.ndarray, used: int, values: list[int]):
-    """(pool, start, end, used) after appending `values` to a growable pool."""
-    end = used + len(values)
-    if end > pool.shape[0]:
-        pool = _grown(pool, max(end, 2 * pool.shape[0]))
-    pool[used:end] = values
-    return pool, used, end, end
 
 
 def _productive(g: Grammar) -> list[bool]:

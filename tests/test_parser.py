@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from midword.engine.grammar import GrammarBuilder
 from midword.engine.limits import LimitExceeded, Limits
-from midword.engine.parser import EarleyParser
+from midword.engine.parser import END, EarleyParser
 
 import pytest
 
@@ -209,3 +209,49 @@ def test_large_rows_are_sorted_stably_by_symbol():
         syms = p.adv_sym[lo:hi].tolist()
         assert hi - lo > 32 and syms == sorted(syms)
         assert p.allowed_lexemes(p.root) == set(range(40))
+
+
+def _closure_by_definition(parser, nt):
+    """(positions, nonterminals) that predicting `nt` adds, as sets: its rules' first
+    positions, transitively through the nonterminals after each dot, and past nullable
+    symbols. Rule starts are read off the flat arrays (a position after an END)."""
+    dot = parser.dot_symbol.tolist()
+    lhs = parser.dot_lhs.tolist()
+    nullable = parser.nullable.tolist()
+    end = END
+    firsts: dict[int, list[int]] = {}
+    for p in range(len(dot)):
+        if p == 0 or dot[p - 1] == end:
+            firsts.setdefault(lhs[p], []).append(p)
+    positions, nts = set(), {nt}
+    todo = list(firsts.get(nt, []))
+    while todo:
+        p = todo.pop()
+        if p in positions:
+            continue
+        positions.add(p)
+        sym = dot[p]
+        if sym != end and sym >= 0:
+            if sym not in nts:
+                nts.add(sym)
+                todo.extend(firsts.get(sym, []))
+            if nullable[sym]:
+                todo.append(p + 1)
+    return positions, nts
+
+
+@settings(max_examples=80, deadline=None)
+@given(grammars())
+def test_prediction_closures_compiled_equal_the_twin_and_the_definition(grammar):
+    compiled = EarleyParser(grammar)
+    twin = EarleyParser(grammar, use_jit=False)
+    for nt in range(compiled.augmented + 1):
+        for parser in (compiled, twin):
+            if parser.pred_start[nt] < 0:
+                parser._add_prediction(nt)
+        got = [(p.pred_pool[p.pred_start[nt]:p.pred_end[nt]].tolist(),
+                p.prednt_pool[p.prednt_start[nt]:p.prednt_end[nt]].tolist()) for p in (compiled, twin)]
+        assert got[0] == got[1]  # the same order too: it fixes the order of row items
+        positions, nts = got[0]
+        assert len(set(positions)) == len(positions) and len(set(nts)) == len(nts)
+        assert (set(positions), set(nts)) == _closure_by_definition(compiled, nt)
