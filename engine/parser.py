@@ -371,7 +371,8 @@ class EarleyParser:
         # Rows live in flat pools (see build_row_py): no Python object per row or item,
         # so the garbage collector has nothing to scan however many rows there are.
         # Counters shared with compiled callers that build rows themselves (the mask
-        # walk): rows, pool entries used, build epoch, rows built against the fuel.
+        # walk): rows, pool entries used, build epoch, rows built against the fuel, and
+        # the prediction pools' entries used.
         self.counts = np.zeros(6, dtype=np.int64)
         self._walk_arrays: tuple | None = None
         self.row_start = np.zeros(64, dtype=np.int64)

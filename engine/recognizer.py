@@ -96,9 +96,9 @@ class Recognizer:
         # set a row has expected so far, by a hash of the set (see `start_state_of`).
         self.lexset_ptr = np.zeros(65, dtype=np.int64)
         self.lexset_lex = np.zeros(256, dtype=np.int64)
-        self.lexsets_mirrored = 0
-        # The same count for compiled callers, in an array: as a number in the tuple of
-        # scan_arrays, each new lexeme set made a new tuple, and the walk packed again.
+        # How many lexeme sets are mirrored, in an array that compiled callers read: as a
+        # number in the tuple of scan_arrays, each new set made a new tuple, and the walk
+        # packed again.
         self.lexsets_count = np.zeros(1, dtype=np.int64)
         # Made again only when one of its arrays is replaced.
         self._scan_arrays: tuple | None = None
@@ -227,7 +227,7 @@ class Recognizer:
     def sync_lexsets(self) -> None:
         """Mirrors lexeme sets the lexer made since the last call into the flat arrays."""
         lexsets = self.lexer.lexsets
-        k = self.lexsets_mirrored
+        k = int(self.lexsets_count[0])
         if k == len(lexsets):
             return
         ptr = self.lexset_ptr
@@ -247,7 +247,6 @@ class Recognizer:
                 self._scan_arrays = None
             self.lexset_lex[start:end] = members
             ptr[i + 1] = end
-        self.lexsets_mirrored = len(lexsets)
         self.lexsets_count[0] = len(lexsets)
 
     def scan_arrays(self) -> tuple:
