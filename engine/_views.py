@@ -31,10 +31,17 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
     dtypes = tuple(dtypes)
     readers = _readers.get(dtypes)
     if validate or readers is None:
-        for i, (a, dtype) in enumerate(zip(arrays, dtypes)):
-            if a.dtype != dtype or not a.flags.c_contiguous or not a.flags.writeable or a.ndim > 2:
-                raise ValueError(f"array {i}: {a.dtype}, {a.ndim}-D, contiguous {a.flags.c_contiguous}, "
-                                 f"writeable {a.flags.writeable}; expected a writeable contiguous {np.dtype(dtype)} array")
+        expected = _dtype_objects.get(dtypes)
+        if expected is None:
+            expected = _dtype_objects[dtypes] = tuple(np.dtype(d) for d in dtypes)
+        for i, (a, dtype) in enumerate(zip(arrays, expected)):
+            # Each new grammar's arrays are checked here, in its time to first mask: an
+            # identity test of interned dtypes and one flags object per array.
+            flags = a.flags
+            if (a.dtype is not dtype and a.dtype != dtype) or not flags.c_contiguous or not flags.writeable or a.ndim > 2:
+                raise ValueError(f"array {i}: {a.dtype}, {a.ndim}-D, contiguous {flags.c_contiguous}, "
+                                 f"writeable {flags.writeable}; expected a writeable contiguous {dtype} array")
+        # Readers by each array's own kind (its dimensions too, which the dtypes leave open).
         readers = _readers[dtypes] = [_address_reader(a) for a in arrays]
     # numpy's own ways to an address (__array_interface__, .ctypes) cost 2.4 to 3.2 µs
     # an array; a compiled reader called without its dispatcher costs about 0.2.
@@ -49,6 +56,7 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
 
 # dtypes of a group -> one address reader per place, found without typing the arrays.
 _readers: dict[tuple, list] = {}
+_dtype_objects: dict[tuple, tuple] = {}
 _reader_by_type: dict[tuple, object] = {}
 
 

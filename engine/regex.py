@@ -250,6 +250,8 @@ class ExprSet:
         # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
         self._groups: dict[tuple, int] = {}
         self._literals: dict[bytes, int] = {}
+        # The node of each single byte, once made (literal() reads it per byte).
+        self._byte_nodes: list[int] = [-1] * 256
         self._class_cache: dict[tuple, int] = {}
         # Multibyte classes by node, so to_str can print them as code point classes.
         self._class_of: dict[int, tuple] = {}
@@ -312,24 +314,38 @@ class ExprSet:
         # Grammars repeat literals (keys, enum values, punctuation) and their tails, so
         # look each link up first. A new link is made here directly unless it repeats
         # the byte after it (`aa` is a{2}: _concat2's merge): a chain built from the end
-        # has only byte sets and their repeats at its heads.
-        ids, kind, args, height = self._ids, self._kind, self._args, self._height
+        # has only byte sets and their repeats at its heads. Every schema's keys come
+        # through here, in its time to first mask: node storage is appended inline.
+        ids, kind, args, height, has_bool = self._ids, self._kind, self._args, self._height, self._has_bool
+        ids_get = ids.get
+        byte_nodes = self._byte_nodes
+        max_nodes = self.limits.max_regex_nodes
+        concat, repeat = _CONCAT, _REPEAT
         r = 1
         for b in reversed(data):
-            h = ids.get((_BYTES, 1 << b))
-            if h is None:
-                h = self._bytes(1 << b)
+            h = byte_nodes[b]
+            if h < 0:
+                h = byte_nodes[b] = self._bytes(1 << b)
             if r == 1:
                 r = h
                 continue
-            key = (_CONCAT, h, r)
-            i = ids.get(key)
+            key = (concat, h, r)
+            i = ids_get(key)
             if i is None:
-                head = args[r][0] if kind[r] == _CONCAT else r
-                if head == h or (kind[head] == _REPEAT and args[head][0] == h):
+                head = args[r][0] if kind[r] == concat else r
+                if head == h or (kind[head] == repeat and args[head][0] == h):
                     i = self._concat2(h, r)
                 else:
-                    i = self._new(_CONCAT, key, (h, r), False, max(1, height[r]), self._has_bool[r])
+                    # _new's work for a byte head (height 0, no & or ~) and a tail r.
+                    i = len(kind)
+                    if i >= max_nodes:
+                        raise LimitExceeded("max_regex_nodes", max_nodes, "too many distinct regular expressions")
+                    kind.append(concat)
+                    args.append((h, r))
+                    self._nullable.append(False)
+                    height.append(height[r] or 1)
+                    has_bool.append(has_bool[r])
+                    ids[key] = i
             r = i
         if len(self._literals) < self.limits.max_regex_nodes:
             self._literals[data] = r

@@ -799,3 +799,13 @@ def test_literal_builds_the_nodes_concatenation_builds(words):
         assert literal_first.to_str(by_literal) == concat_first.to_str(by_concat)
         assert LazyDFA(literal_first, by_literal).matches(data)
     assert len(literal_first) == len(concat_first)
+
+
+def test_literal_links_count_against_the_node_limit():
+    # literal() makes its links without _new: the node limit must still hold there.
+    es = ExprSet(Limits(max_regex_nodes=40))
+    with pytest.raises(LimitExceeded) as info:
+        for i in range(10):
+            es.literal(b"key_%d_with_a_long_tail" % i)
+    assert info.value.limit == "max_regex_nodes"
+    assert len(es) <= 40
