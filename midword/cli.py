@@ -174,6 +174,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     cpc = bsub.add_parser("cpc", help="character prefix conditioning: word/line exact match per mode")
     lsp = bsub.add_parser("lsp", help="replay typing a file through a real LSP session; completion latency")
     start = bsub.add_parser("start", help="process start to first mask, cold and warm numba cache")
+    ab = bsub.add_parser("ab", help="MaskBench: this checkout's engine against another git revision's, in one process")
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     wanted = argv or []
     if wanted[:2] == ["bench", "cpc"]:
@@ -186,6 +187,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
         add_lsp_bench_arguments(lsp)
         lsp.set_defaults(func=run_lsp_bench)
+    if wanted[:2] == ["bench", "ab"]:
+        from midword.bench.ab import add_ab_arguments, run_ab
+
+        add_ab_arguments(ab)
+        ab.set_defaults(func=run_ab)
     if wanted[:2] == ["bench", "start"]:
         from midword.bench.start import add_start_arguments, run_start_bench
 
