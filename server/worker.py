@@ -27,7 +27,6 @@ ready, error, busy, idle) go to the `notify` callback, called on the worker thre
 
 from __future__ import annotations
 
-import gc
 import logging
 import threading
 import time
@@ -35,6 +34,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
+from midword.collector import settle_after_start
 from midword.completion.types import Completion, CompletionRequest
 
 log = logging.getLogger(__name__)
@@ -292,9 +292,8 @@ class ModelWorker:
 
             engine.load(progress)
             # The model, tokenizer tables and tries are millions of long-lived objects: out of
-            # the collector's way, its passes during completions stay short.
-            gc.collect()
-            gc.freeze()
+            # the collector's way, its passes during completions stay short and rare.
+            settle_after_start()
         except BaseException as e:  # noqa: BLE001 - anything the engine raises is reported, never fatal
             if isinstance(e, (KeyboardInterrupt, SystemExit)):
                 raise

@@ -15,7 +15,6 @@ against a revision compiles its hot loops (about a minute), later ones load them
 from __future__ import annotations
 
 import argparse
-import gc
 import io
 import json
 import os
@@ -29,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from ..collector import settle_after_start
 from .masks import (
     BenchInputError,
     FileResult,
@@ -158,8 +158,7 @@ def run_ab(args: argparse.Namespace) -> int:
     for adapter in adapters.values():
         run_file(adapter, warmup, spec.eos_ids)  # compiles (or loads) each engine's hot loops
     # As `bench masks` workers and `midword serve` do after start-up.
-    gc.collect()
-    gc.freeze()
+    settle_after_start()
     results: dict[str, list[FileResult]] = {label: [] for label in labels}
     for n, path in enumerate(files):
         try:

@@ -40,7 +40,6 @@ dies (a segfault) is restarted too; both are reported.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import math
 import multiprocessing
@@ -58,6 +57,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
+from ..collector import settle_after_start
 from .peers import (
     CompileFailed,
     EngineAdapter,
@@ -578,10 +578,9 @@ def _worker_main(conn, engine: str, spec: TokenizerSpec, warmup: Case) -> None:
         return
     note = "" if warm.passed else f"; warm-up did not pass: {warm.status} {warm.reason} {warm.failures[:1]}"
     # As `midword serve` does after loading: what start-up made (the tokenizer, the
-    # trie, the compiled code's objects) lives to the end, so the collector's full
-    # passes need not walk it during timed masks.
-    gc.collect()
-    gc.freeze()
+    # trie, the compiled code's objects) lives to the end, so the collector's passes
+    # need not walk it during timed masks, and they come rarely (midword.collector).
+    settle_after_start()
     conn.send(("ready", adapter.describe() + note))
     while True:
         try:
