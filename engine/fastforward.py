@@ -43,10 +43,10 @@ def _forced_bytes(rec: Recognizer, state, limit: int) -> tuple[bytes, object]:
         return b"", state
     out = bytearray()
     while len(out) < limit and not rec.is_accepting(state):
-        allowed = rec.allowed_bytes(state)
-        if allowed.sum() != 1:
+        allowed = rec.allowed_byte_mask(state)
+        if not allowed or allowed & (allowed - 1):
             break
-        b = int(allowed.argmax())
+        b = allowed.bit_length() - 1
         out.append(b)
         state = rec.step(state, b)
     return bytes(out), state

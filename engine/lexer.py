@@ -619,6 +619,8 @@ class Lexer:
         """Computes every missing transition of `state`, one derivative per byte class."""
         if self.core[CORE_STATES] > len(self._states):
             self._sync()
+        if self._fill_byte_headed(state):
+            return
         classes, reps = self._byte_classes(state)
         known = self.table[state, list(reps)].tolist()
         targets = [t if t != UNKNOWN else self._transition(state, rep) for t, rep in zip(known, reps)]

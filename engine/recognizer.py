@@ -83,6 +83,9 @@ class Recognizer:
         # is_accepting by state: asked before every mask (whether EOS may come), and
         # the answer never changes.
         self._accepting: dict[tuple[int, int], bool] = {}
+        # Live bytes of a lexer state's full table row, as an int (bit b for byte b): a
+        # full row never changes, and fast-forward asks each state of a forced run.
+        self._live_byte_masks: dict[int, int] = {}
         self.lexer = Lexer(grammar, limits=limits)
         self.parser = EarleyParser(grammar, limits)
         self.row_lexstate = np.full(64, UNKNOWN, dtype=np.int32)
@@ -367,6 +370,26 @@ class Recognizer:
             restart = self._full_row(int(self.row_lexstate[row2]))
             live |= (trans == DEAD) & (restart != DEAD)
         return live
+
+    def allowed_byte_mask(self, state: tuple[int, int]) -> int:
+        """`allowed_bytes` as an int (bit b for byte b): a forced byte is a mask with one
+        bit, told without arrays."""
+        lexstate, row = state
+        mask = self._live_byte_mask(lexstate)
+        row2 = self.end_lexeme(lexstate, row)
+        if row2 != NO_ROW:
+            # Where the lexeme goes on, it goes on (as in `step`); elsewhere the next
+            # lexeme may start: the union of the two rows' live bytes.
+            mask |= self._live_byte_mask(int(self.row_lexstate[row2]))
+        return mask
+
+    def _live_byte_mask(self, lexstate: int) -> int:
+        mask = self._live_byte_masks.get(lexstate)
+        if mask is None:
+            live = self._full_row(lexstate) != DEAD
+            mask = int.from_bytes(np.packbits(live, bitorder="little").tobytes(), "little")
+            self._live_byte_masks[lexstate] = mask
+        return mask
 
     def next_bytes(self, state: tuple[int, int]) -> list[int]:
         return np.flatnonzero(self.allowed_bytes(state)).tolist()

@@ -352,6 +352,7 @@ def test_quick_unforced_check_agrees_with_allowed_bytes():
             m.compute_mask()  # fills the lexer rows the quick check reads
             if _surely_unforced(m.rec, state):
                 assert m.rec.allowed_bytes(state).sum() >= 2
+            assert m.rec.allowed_byte_mask(state) == sum(1 << b for b in m.rec.next_bytes(state))
             assert _forced_bytes(m.rec, state, 64)[0] == _forced_bytes_plain(m.rec, state, 64)
             nxt = m.rec.next_bytes(state)
             if not nxt:
