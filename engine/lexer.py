@@ -161,12 +161,15 @@ class DerivativeRows:
         info = self._cmap_index.get(key)
         if info is None:
             if cm is None:
-                classes = bytes((key >> b) & 1 for b in range(256))
+                classes = np.unpackbits(np.frombuffer(key.to_bytes(32, "little"), dtype=np.uint8),
+                                        bitorder="little").tobytes()
                 reps = ()
             else:
                 reps = tuple(sorted(set(cm)))
-                index = {rep: k for k, rep in enumerate(reps)}
-                classes = bytes(index[rep] for rep in cm)
+                index = bytearray(256)
+                for k, rep in enumerate(reps):
+                    index[rep] = k
+                classes = cm.translate(index)
             at = len(self._cmap_index)
             if at >= self.cmaps.shape[0]:
                 self.cmaps = _grown(self.cmaps, 2 * self.cmaps.shape[0], 0)

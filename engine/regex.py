@@ -100,6 +100,24 @@ def refine_byte_sets(byte_sets: Iterable[int]) -> list[int]:
     return blocks
 
 
+def _class_map(blocks: list[int]) -> bytes:
+    """256 bytes mapping each byte to the smallest byte of its block (a partition of
+    all bytes, as bitmasks). Every new key set of a schema makes a new partition: mostly
+    one wide block (the bytes no key starts with) and a few single bytes, so the map
+    starts filled with the wide block's byte and only the others are set one by one."""
+    wide = max(blocks, key=int.bit_count)
+    cm = bytearray(((wide & -wide).bit_length() - 1,)) * 256
+    for block in blocks:
+        if block == wide:
+            continue
+        rep = (block & -block).bit_length() - 1
+        while block:
+            low = block & -block
+            cm[low.bit_length() - 1] = rep
+            block ^= low
+    return bytes(cm)
+
+
 def _normalize_ranges(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
     """Sorted, merged code point ranges with the surrogate block cut out."""
     items = []
@@ -677,12 +695,7 @@ class ExprSet:
         masks = self._masks(expr)
         cm = self._classmap_by_masks.get(masks)
         if cm is None:
-            arr = np.zeros(256, dtype=np.uint8)
-            for p in refine_byte_sets(masks):
-                rep = (p & -p).bit_length() - 1
-                members = np.unpackbits(np.frombuffer(p.to_bytes(32, "little"), dtype=np.uint8), bitorder="little")
-                arr[members.view(bool)] = rep
-            cm = arr.tobytes()
+            cm = _class_map(refine_byte_sets(masks))
             self._classmap_by_masks[masks] = cm
         self._classmap[expr] = cm
         return cm

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from midword.engine.limits import GrammarError, LimitExceeded, Limits
-from midword.engine.regex import ExprSet, LazyDFA, utf8_sequences
+from midword.engine.regex import ExprSet, LazyDFA, _class_map, refine_byte_sets, utf8_sequences
 
 JSON_CHAR = r'[^"\\\x00-\x1F\x7F]'
 JSON_STRING_BODY = r'([^"\\\x00-\x1F\x7F]|\\(["\\/bfnrt]|u[a-fA-F0-9]{4}))*"'
@@ -206,6 +206,19 @@ def test_byte_classes_share_derivatives(ast):
             if d not in seen:
                 seen.add(d)
                 frontier.append(d)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.one_of(st.integers(0, 255).map(lambda b: 1 << b),
+                          st.integers(1, (1 << 256) - 1),
+                          st.tuples(st.integers(0, 255), st.integers(0, 255)).map(
+                              lambda r: sum(1 << b for b in range(min(r), max(r) + 1)))),
+                max_size=12))
+def test_class_map_names_each_byte_by_the_smallest_byte_of_its_block(byte_sets):
+    blocks = refine_byte_sets(byte_sets)
+    signature = [tuple((s >> b) & 1 for s in byte_sets) for b in range(256)]
+    expected = bytes(signature.index(signature[b]) for b in range(256))
+    assert _class_map(blocks) == expected
 
 
 # --------------------------------------------------------------------------------------
