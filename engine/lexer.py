@@ -197,13 +197,99 @@ def _members(byte_set: int) -> np.ndarray:
     return got
 
 
+def intern_pairs_py(n, h, accepts_lexeme, accepts_ignore, accept, table_rows, step_arrays):
+    """The state whose `n` pairs were just written past the last state's (at
+    core[CORE_COMPS]), with hash `h`: found in the mirrored states, or added as a new
+    one; UNKNOWN, with nothing changed, when the new state accepts a lexeme (its lexeme
+    set is made in Python) or an array is full."""
+    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals = step_arrays[:6]
+    out = core[CORE_COMPS]
+    size_mask = st_keys.shape[0] - 1
+    slot = h & size_mask
+    while st_vals[slot] >= 0:
+        if st_keys[slot] == h:
+            sid = st_vals[slot]
+            a = st_ptr[sid]
+            if st_ptr[sid + 1] - a == n:
+                same = True
+                for k in range(n):
+                    if comp_lex[a + k] != comp_lex[out + k] or comp_expr[a + k] != comp_expr[out + k]:
+                        same = False
+                        break
+                if same:
+                    return sid
+        slot = (slot + 1) & size_mask
+    target = core[CORE_STATES]
+    if (accepts_lexeme or target >= table_rows or target >= core[CORE_MAX_STATES]
+            or target + 2 > st_ptr.shape[0] or 2 * (target + 1) > st_keys.shape[0]):
+        return UNKNOWN
+    st_ptr[target + 1] = out + n
+    core[CORE_COMPS] = out + n
+    core[CORE_STATES] = target + 1
+    core[CORE_HASHED] = target + 1
+    st_keys[slot] = h
+    st_vals[slot] = target
+    accept[target] = IGNORE_ONLY if accepts_ignore else NO_ACCEPT
+    return target
+
+
+# Lexer.start_codes: per lexeme, its expression, or one of these.
+START_EMPTY = -1  # a lexeme that matches nothing: left out of start states
+START_NULLABLE = -2  # matches the empty string: a start state holding it accepts it (Python)
+START_UNDECIDED = -3  # emptiness not decided yet (a regex with & or ~): Python decides it in initial_state
+
+
+def start_state_py(allowed, n_allowed, with_ignore, accept, table_rows, step_arrays):
+    """The lexer state at the start of a lexeme when the parser expects `allowed[:n_allowed]`
+    (ascending), the same state `Lexer.initial_state` makes: found in the mirrored states
+    or added; UNKNOWN, with nothing changed, when Python must make it. Compiled in
+    mask.py for the walk, which meets most rows' lexeme sets there first."""
+    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals = step_arrays[:6]
+    start_codes = step_arrays[10]
+    if core[CORE_HASHED] < core[CORE_STATES]:
+        hash_states_py(core[CORE_HASHED], core[CORE_STATES], st_ptr, comp_lex, comp_expr, st_keys, st_vals)
+        core[CORE_HASHED] = core[CORE_STATES]
+    num_lexemes = core[CORE_NUM_LEXEMES]
+    out = core[CORE_COMPS]
+    if out + n_allowed + 2 > comp_lex.shape[0]:
+        return UNKNOWN
+    h = STATE_HASH_SEED
+    n = 0
+    for k in range(n_allowed):
+        i = int(allowed[k])
+        e = start_codes[i]
+        if e == START_EMPTY:
+            continue
+        if e < 0:
+            return UNKNOWN
+        comp_lex[out + n] = i
+        comp_expr[out + n] = e
+        n += 1
+        h = ((h * 1000003) ^ (i * 1048583 + int(e))) & _STATE_HASH_MASK
+    accepts_ignore = False
+    ignore_expr = start_codes[num_lexemes]
+    if with_ignore and ignore_expr >= 0:
+        i = int(core[CORE_IGNORE])
+        comp_lex[out + n] = i
+        comp_expr[out + n] = ignore_expr
+        n += 1
+        h = ((h * 1000003) ^ (i * 1048583 + int(ignore_expr))) & _STATE_HASH_MASK
+        accepts_ignore = start_codes[num_lexemes + 1] == 1
+    i = int(core[CORE_START_MARKER])
+    comp_lex[out + n] = i
+    comp_expr[out + n] = 1  # ExprSet.EPSILON
+    n += 1
+    h = ((h * 1000003) ^ (i * 1048583 + 1)) & _STATE_HASH_MASK
+    return intern_pairs_py(n, h, False, accepts_ignore, accept, table_rows, step_arrays)
+
+
 def lex_step_py(state, byte, table, accept, step_arrays):
     """table[state, byte] computed from the derivatives published in DerivativeRows, the
     target state found or added in the mirrored states, and entered in the table;
     UNKNOWN, with nothing changed, when Python must compute it (a derivative not
     published yet, a new state that accepts a lexeme, an array to grow, fuel spent).
     `step_arrays` is Lexer.step_arrays(). Compiled in mask.py for the walk."""
-    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals, der_base, cmap_of, cmaps, pool = step_arrays
+    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals, der_base, cmap_of, cmaps, pool = step_arrays[:10]
     if core[CORE_FUEL] >= core[CORE_FUEL_LIMIT]:
         return UNKNOWN
     if core[CORE_HASHED] < core[CORE_STATES]:
@@ -250,36 +336,9 @@ def lex_step_py(state, byte, table, accept, step_arrays):
                 accepts_lexeme = True
             elif i == ignore:
                 accepts_ignore = True
-    size_mask = st_keys.shape[0] - 1
-    slot = h & size_mask
-    target = -1
-    while st_vals[slot] >= 0:
-        if st_keys[slot] == h:
-            sid = st_vals[slot]
-            a = st_ptr[sid]
-            if st_ptr[sid + 1] - a == n:
-                same = True
-                for k in range(n):
-                    if comp_lex[a + k] != comp_lex[out + k] or comp_expr[a + k] != comp_expr[out + k]:
-                        same = False
-                        break
-                if same:
-                    target = sid
-                    break
-        slot = (slot + 1) & size_mask
-    if target < 0:
-        # A new state. One that accepts a lexeme needs its lexeme set, made in Python.
-        target = core[CORE_STATES]
-        if (accepts_lexeme or target >= table.shape[0] or target >= core[CORE_MAX_STATES]
-                or target + 2 > st_ptr.shape[0] or 2 * (target + 1) > st_keys.shape[0]):
-            return UNKNOWN
-        st_ptr[target + 1] = out + n
-        core[CORE_COMPS] = out + n
-        core[CORE_STATES] = target + 1
-        core[CORE_HASHED] = target + 1
-        st_keys[slot] = h
-        st_vals[slot] = target
-        accept[target] = IGNORE_ONLY if accepts_ignore else NO_ACCEPT
+    target = intern_pairs_py(n, h, accepts_lexeme, accepts_ignore, accept, table.shape[0], step_arrays)
+    if target == UNKNOWN:
+        return UNKNOWN
     core[CORE_FUEL] += 1
     table[state, byte] = target
     if end - start <= _CLASS_FILL_MAX_PAIRS:
@@ -310,11 +369,18 @@ class Lexer:
         self.lexeme_expr: list[int] = []
         from .limits import GrammarError
 
+        # Literals, most of a schema's lexemes, are what start states hold as they are:
+        # only the regexes need the emptiness checks of _start_codes.
+        codes: list[int] = []
+        regex_lexemes: list[int] = []
         for lx in grammar.lexemes:
             try:
                 if lx.literal is not None:
                     e = self.exprs.literal(lx.literal)
+                    codes.append(e if lx.literal else START_NULLABLE)
                 else:
+                    regex_lexemes.append(len(codes))
+                    codes.append(START_UNDECIDED)
                     flags = lx.flags.replace("E", "")
                     e = self.exprs.parse(lx.regex, flags, extended="E" in lx.flags)
             except GrammarError as err:
@@ -328,6 +394,7 @@ class Lexer:
         else:
             self.ignore_expr = ExprSet.NOTHING
         self.has_ignore = self.ignore_expr != ExprSet.NOTHING and not self.exprs.is_empty(self.ignore_expr)
+        self.start_codes = self._start_codes(codes, regex_lexemes)
         # Start states carry this marker (dropped by the first byte), so "no byte of the
         # lexeme read yet" is never confused with a state that derivatives lead back to.
         self.start_marker = self.num_lexemes + 1
@@ -405,6 +472,23 @@ class Lexer:
             states.append(pairs)
             index[pairs] = sid
 
+    def _start_codes(self, codes: list[int], regex_lexemes: list[int]) -> np.ndarray:
+        """What start_state_py reads to make a start state as `initial_state` does: per
+        lexeme its expression or a START_ code, then the %ignore expression (-1: none),
+        then 1 when %ignore matches the empty string."""
+        exprs = self.exprs
+        codes = codes + [START_EMPTY, 0]
+        for i in regex_lexemes:
+            e = self.lexeme_expr[i]
+            # With & or ~ (keys other than the listed ones) emptiness may take a search:
+            # left undecided for initial_state, when a row first expects the lexeme.
+            if exprs.emptiness_is_trivial(e):
+                codes[i] = START_EMPTY if e == ExprSet.NOTHING else START_NULLABLE if exprs.nullable(e) else e
+        if self.has_ignore:
+            codes[self.num_lexemes] = self.ignore_expr
+            codes[self.num_lexemes + 1] = int(exprs.nullable(self.ignore_expr))
+        return np.array(codes, dtype=np.int64)
+
     def step_arrays(self) -> tuple:
         """What the compiled step reads and writes besides the table and accept array, in
         one tuple that stays the same object until one of its arrays is replaced. It may
@@ -423,7 +507,8 @@ class Lexer:
                 or arrays[4] is not self.st_keys or arrays[6] is not rows.base or arrays[7] is not rows.cmap_of
                 or arrays[8] is not rows.cmaps or arrays[9] is not rows.pool):
             arrays = self._step_arrays = (self.core, self.st_ptr, self.comp_lex, self.comp_expr, self.st_keys,
-                                          self.st_vals, rows.base, rows.cmap_of, rows.cmaps, rows.pool)
+                                          self.st_vals, rows.base, rows.cmap_of, rows.cmaps, rows.pool,
+                                          self.start_codes)
         self._steady = (len(self._states), int(self.core[CORE_COMPS]), rows.generation)
         return arrays
 
@@ -515,13 +600,22 @@ class Lexer:
         if sid is None:
             if self.core[CORE_STATES] > len(self._states):
                 self._sync()
-            pairs = [(i, self.lexeme_expr[i]) for i in sorted(allowed) if not self.exprs.is_empty(self.lexeme_expr[i])]
+            pairs = [(i, self.lexeme_expr[i]) for i in sorted(allowed) if not self._lexeme_empty(i)]
             if self.has_ignore and with_ignore:
                 pairs.append((self.ignore_index, self.ignore_expr))
             pairs.append((self.start_marker, ExprSet.EPSILON))
             sid = self._intern(tuple(pairs))
             self._initial_cache[(allowed, with_ignore)] = sid
         return sid
+
+    def _lexeme_empty(self, i: int) -> bool:
+        code = int(self.start_codes[i])
+        if code != START_UNDECIDED:
+            return code == START_EMPTY
+        e = self.lexeme_expr[i]
+        empty = self.exprs.is_empty(e)  # raises LimitExceeded where undecidable in bounds
+        self.start_codes[i] = START_EMPTY if empty else START_NULLABLE if self.exprs.nullable(e) else e
+        return empty
 
     def step(self, state: int, byte: int) -> int:
         """table[state, byte], computing it with derivatives on a miss (for the byte's

@@ -46,8 +46,8 @@ from .parser import (EPOCH, NEED_PREDICTION, NOTHING_SCANS, POOL_USED, ROW_BUILT
                      build_row_py, predict_closure_jit, predict_closure_py)
 from . import lexer as lexer_module
 from . import trie as trie_module
-from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, lex_step_py
-from .recognizer import LEXSET_BITS, NO_ROW, STEP_EMPTY, Recognizer
+from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, lex_step_py, start_state_py
+from .recognizer import LEXSET_BITS, NO_ROW, START_COUNT, START_POOL_USED, STEP_EMPTY, Recognizer
 from .slicer import applicable_slices
 from .trie import (RECORD_DEPTH_MASK, RECORD_DEPTH_SHIFT, RECORD_SEVERAL, RECORD_SUBTREE_MASK, RECORD_SUBTREE_SHIFT,
                    RECORD_TOKEN_MASK, RECORD_TOKEN_SHIFT, TokenTrie, mask_words)
@@ -133,7 +133,7 @@ def walk_py(node_records, tok_start, tok_end, node_tokens, lex_table, lex_accept
                             break
                         if found == STEP_EMPTY:
                             child = scan_in_walk(row, accepted, key, slot, step_keys, step_vals, row_lexstate,
-                                                 parser_arrays, scan_arrays)
+                                                 parser_arrays, scan_arrays, lex_table, lex_accept, lex_arrays)
                             if child == SCAN_IN_PYTHON:
                                 stats[0] += visited
                                 return NEED_PARSER, range_idx, node, row, accepted
@@ -177,17 +177,19 @@ def walk_py(node_records, tok_start, tok_end, node_tokens, lex_table, lex_accept
     return DONE, range_idx, node, 0, 0
 
 
-def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, parser_arrays, scan_arrays):
+def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, parser_arrays, scan_arrays,
+                    lex_table, lex_accept, lex_arrays):
     """The child of `row` after lexeme set `lexset`, built and entered in the step table
     at `slot` (the free slot the walk's probe ended on); NO_ROW if nothing scans;
-    SCAN_IN_PYTHON when Python must do it (tables or pools to grow, a lexeme set or start
-    state not mirrored yet, fuel spent). A missing prediction closure is made here."""
+    SCAN_IN_PYTHON when Python must do it (tables or pools to grow, a lexeme set not
+    mirrored yet, a start state that accepts a lexeme, fuel spent). A missing prediction
+    closure is made here, and so is the start lexer state of a lexeme set not met yet."""
     (counts, dot_symbol, dot_lhs, nullable, accept_pos, pred_start, pred_end, pred_pool, prednt_start,
      prednt_end, prednt_pool, row_start, row_end, p_row_accepting, adv_sym, adv_pos, adv_origin, hkeys, hstamp,
      pstamp, ntstamp, work_pos, work_origin, item_pos, item_origin, pred_list, allowed_out, max_items, parser_fuel,
      no_kernel, rule_ptr, rule_first, closure_stack, closure_todo) = parser_arrays
     (step_fill, lexset_ptr, lexset_lex, n_lexsets, start_keys, start_val, start_ptr, start_len,
-     start_pool) = scan_arrays
+     start_pool, start_fill) = scan_arrays
     child = counts[ROWS]
     if (lexset >= n_lexsets[0] or child >= row_start.shape[0] or child >= row_lexstate.shape[0]
             or 2 * (step_fill[0] + 1) > step_keys.shape[0] or counts[STEPS_USED] >= parser_fuel):
@@ -214,8 +216,9 @@ def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, 
         return SCAN_IN_PYTHON
     else:
         # The new row's start lexer state, by its expected lexemes (see
-        # Recognizer.start_state_of); a set not seen yet needs the lexer, in Python.
-        # The row built so far is simply built again there.
+        # Recognizer.start_state_of); for a set not seen yet it is made here, as the
+        # lexer's initial_state makes it, unless Python must (then the row built so far
+        # is simply built again there).
         h = 0
         for i in range(n_allowed):
             h = (h * 31 + allowed_out[i] + 1) & 0xFFFFFFFFFF
@@ -235,7 +238,23 @@ def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, 
                     break
             s = (s + 1) & size_mask
         if lexstate < 0:
-            return SCAN_IN_PYTHON
+            if (2 * (start_fill[START_COUNT] + 1) > start_keys.shape[0]
+                    or start_fill[START_POOL_USED] + n_allowed > start_pool.shape[0]):
+                return SCAN_IN_PYTHON
+            # Rows built here are never the root: %ignore may come before their lexemes.
+            lexstate = start_state(allowed_out, n_allowed, n_allowed > 0, lex_accept, lex_table.shape[0],
+                                   lex_arrays)
+            if lexstate < 0:
+                return SCAN_IN_PYTHON
+            at = start_fill[START_POOL_USED]
+            for i in range(n_allowed):
+                start_pool[at + i] = allowed_out[i]
+            start_keys[s] = h
+            start_val[s] = lexstate
+            start_ptr[s] = at
+            start_len[s] = n_allowed
+            start_fill[START_COUNT] += 1
+            start_fill[START_POOL_USED] = at + n_allowed
         counts[ROWS] += 1
         counts[POOL_USED] += used
         row_lexstate[child] = lexstate
@@ -254,12 +273,16 @@ scan_in_walk = scan_in_walk_py
 build_row = build_row_py
 predict_closure = predict_closure_py
 lex_step = lex_step_py
+start_state = start_state_py
 _PARSER_FILE = parser_module.__file__
 _LEXER_FILE = lexer_module.__file__
 _TRIE_FILE = trie_module.__file__
-scan_in_walk_jit = njit_calling(scan_in_walk_py, depends=(_PARSER_FILE,), build_row=build_row_jit,
-                                predict_closure=predict_closure_jit)
-lex_step_jit = njit_calling(lex_step_py, hash_states_py=njit(lexer_module.hash_states_py))
+_hash_states_jit = njit(lexer_module.hash_states_py)
+_intern_pairs_jit = njit(lexer_module.intern_pairs_py)
+lex_step_jit = njit_calling(lex_step_py, hash_states_py=_hash_states_jit, intern_pairs_py=_intern_pairs_jit)
+start_state_jit = njit_calling(start_state_py, hash_states_py=_hash_states_jit, intern_pairs_py=_intern_pairs_jit)
+scan_in_walk_jit = njit_calling(scan_in_walk_py, depends=(_PARSER_FILE, _LEXER_FILE), build_row=build_row_jit,
+                                predict_closure=predict_closure_jit, start_state=start_state_jit)
 walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE), scan_in_walk=scan_in_walk_jit,
                         lex_step=lex_step_jit)
 
@@ -275,10 +298,11 @@ _TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32, np.int64, np.
 _PARSER_DTYPES = (np.int64, np.int64, np.int64, np.bool_) + (np.int64,) * 8 + (np.bool_,) + (np.int32,) * 3 + (
     np.int64,) * 10 + (np.int64,) * 5
 _PARSER_SCALARS = (4, 27, 28)
-_SCAN_DTYPES = (np.int64,) * 9
+_SCAN_DTYPES = (np.int64,) * 10
 _SCAN_SCALARS = ()
-# Lexer.step_arrays; the fourth from last is 2-D.
-_LEX_DTYPES = (np.int64, np.int64, np.int32, np.int32, np.int64, np.int64, np.int64, np.int32, np.uint8, np.int32)
+# Lexer.step_arrays; the fifth from last is 2-D.
+_LEX_DTYPES = (np.int64, np.int64, np.int32, np.int32, np.int64, np.int64, np.int64, np.int32, np.uint8, np.int32,
+               np.int64)
 _BOOK_DTYPES = (np.int64,) * 5
 
 
@@ -338,13 +362,13 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
     scan_arrays = (
         view_1d(s, 0, np.int64), view_1d(s, 1, np.int64), view_1d(s, 2, np.int64), view_1d(s, 3, np.int64),
         view_1d(s, 4, np.int64), view_1d(s, 5, np.int64), view_1d(s, 6, np.int64), view_1d(s, 7, np.int64),
-        view_1d(s, 8, np.int64),
+        view_1d(s, 8, np.int64), view_1d(s, 9, np.int64),
     )
     x = view_1d(book, 4, np.int64)
     lex_arrays = (
         view_1d(x, 0, np.int64), view_1d(x, 1, np.int64), view_1d(x, 2, np.int32), view_1d(x, 3, np.int32),
         view_1d(x, 4, np.int64), view_1d(x, 5, np.int64), view_1d(x, 6, np.int64), view_1d(x, 7, np.int32),
-        view_2d(x, 8, np.uint8), view_1d(x, 9, np.int32),
+        view_2d(x, 8, np.uint8), view_1d(x, 9, np.int32), view_1d(x, 10, np.int64),
     )
     t = view_1d(book, 0, np.int64)
     w = view_1d(book, 1, np.int64)

@@ -36,6 +36,10 @@ _uids = itertools.count()
 _MAX_ACCEPTING_KEPT = 100_000
 
 
+# Fields of Recognizer.start_fill.
+START_COUNT, START_POOL_USED = 0, 1
+
+
 def lexeme_set_hash(lexemes) -> int:
     """A hash of an ascending list of lexeme ids; the mask walk computes the same one."""
     h = 0
@@ -110,8 +114,8 @@ class Recognizer:
         self.start_ptr = np.zeros(64, dtype=np.int64)
         self.start_len = np.zeros(64, dtype=np.int64)
         self.start_pool = np.zeros(256, dtype=np.int64)
-        self._start_count = 0
-        self._start_pool_used = 0
+        # Entries in the start table and in its pool: the mask walk adds start states too.
+        self.start_fill = np.zeros(2, dtype=np.int64)
         # One mask walk or step at a time per recognizer: they fill shared tables, and
         # the compiled walk runs without the GIL.
         self.lock = threading.RLock()
@@ -191,7 +195,10 @@ class Recognizer:
         return int(self.step_fill[0])
 
     def _remember_start(self, allowed: np.ndarray, lexstate: int) -> None:
-        if 2 * (self._start_count + 1) > self.start_keys.shape[0]:
+        if self._find_start(allowed) >= 0:
+            return  # the mask walk made it and entered it already
+        fill = self.start_fill
+        if 2 * (fill[START_COUNT] + 1) > self.start_keys.shape[0]:
             self._scan_arrays = None
             size = 2 * self.start_keys.shape[0]
             old = [(int(self.start_ptr[i]), int(self.start_len[i]), int(self.start_val[i]))
@@ -201,19 +208,33 @@ class Recognizer:
             self.start_val = np.zeros(size, dtype=np.int64)
             self.start_ptr = np.zeros(size, dtype=np.int64)
             self.start_len = np.zeros(size, dtype=np.int64)
-            self._start_count = 0
+            fill[START_COUNT] = 0
             for ptr, n, val in old:
                 self._insert_start(pool[ptr:ptr + n], ptr, val)
         n = allowed.shape[0]
-        if self._start_pool_used + n > self.start_pool.shape[0]:
-            grown = np.zeros(max(2 * self.start_pool.shape[0], self._start_pool_used + n), dtype=np.int64)
-            grown[: self._start_pool_used] = self.start_pool[: self._start_pool_used]
+        used = int(fill[START_POOL_USED])
+        if used + n > self.start_pool.shape[0]:
+            grown = np.zeros(max(2 * self.start_pool.shape[0], used + n), dtype=np.int64)
+            grown[:used] = self.start_pool[:used]
             self.start_pool = grown
             self._scan_arrays = None
-        ptr = self._start_pool_used
-        self.start_pool[ptr:ptr + n] = allowed
-        self._start_pool_used += n
-        self._insert_start(allowed, ptr, lexstate)
+        self.start_pool[used:used + n] = allowed
+        fill[START_POOL_USED] = used + n
+        self._insert_start(allowed, used, lexstate)
+
+    def _find_start(self, allowed: np.ndarray) -> int:
+        """The start state entered for this lexeme set, or -1."""
+        h = lexeme_set_hash(allowed.tolist())
+        size_mask = self.start_keys.shape[0] - 1
+        slot = h & size_mask
+        n = allowed.shape[0]
+        while self.start_keys[slot] != -1:
+            if self.start_keys[slot] == h and self.start_len[slot] == n:
+                ptr = int(self.start_ptr[slot])
+                if (self.start_pool[ptr:ptr + n] == allowed).all():
+                    return int(self.start_val[slot])
+            slot = (slot + 1) & size_mask
+        return -1
 
     def _insert_start(self, allowed: np.ndarray, ptr: int, lexstate: int) -> None:
         h = lexeme_set_hash(allowed.tolist())
@@ -225,7 +246,7 @@ class Recognizer:
         self.start_val[slot] = lexstate
         self.start_ptr[slot] = ptr
         self.start_len[slot] = allowed.shape[0]
-        self._start_count += 1
+        self.start_fill[START_COUNT] += 1
 
     def sync_lexsets(self) -> None:
         """Mirrors lexeme sets the lexer made since the last call into the flat arrays."""
@@ -261,6 +282,7 @@ class Recognizer:
             arrays = self._scan_arrays = (
                 self.step_fill, self.lexset_ptr, self.lexset_lex, self.lexsets_count,
                 self.start_keys, self.start_val, self.start_ptr, self.start_len, self.start_pool,
+                self.start_fill,
             )
         return arrays
 

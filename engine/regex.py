@@ -602,6 +602,10 @@ class ExprSet:
     def nullable(self, expr: int) -> bool:
         return self._nullable[expr]
 
+    def emptiness_is_trivial(self, expr: int) -> bool:
+        """Whether is_empty answers at once: without & and ~ only ∅ is empty."""
+        return not self._has_bool[expr]
+
     def max_length(self, expr: int) -> int | None:
         """An over-estimate of the longest match in bytes; None when unbounded."""
         memo = self._maxlen

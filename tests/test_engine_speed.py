@@ -340,6 +340,76 @@ def test_shared_expression_set_rolls_over():
     assert second is not first and len(second) < len(first)
 
 
+# Start states made in the walk ------------------------------------------------------
+
+def keys_except_grammar(number_regex: str = "[0-9]+") -> Grammar:
+    """An object of `"name": NUM` and other keys (`&~`, as JSON Schema's additional
+    properties) with string values; %ignore'd spaces."""
+    b = GrammarBuilder()
+    start, pair = b.nonterminal("start"), b.nonterminal("pair")
+    pairs = b.nonterminal("pairs")
+    colon, comma = b.literal(":"), b.literal(",")
+    b.rule(start, [b.literal("{"), pairs, b.literal("}")])
+    b.rule(pairs, [pair])
+    b.rule(pairs, [pairs, comma, pair])
+    number = b.lexeme("NUM", number_regex)
+    b.rule(pair, [b.literal('"name"'), colon, number])
+    b.rule(pair, [b.lexeme("OTHER", '"(?:[a-z]+&~(?:name))"', flags="E"), colon, b.lexeme("STR", '"[a-z]{0,6}"')])
+    b.rule(pair, [b.lexeme("NEVER", "(?:a+&b+)", flags="E"), colon, number])
+    b.add_ignore("[ ]+")
+    return b.build(start)
+
+
+@pytest.mark.parametrize("use_jit", [True, False])
+def test_start_states_made_in_the_walk_are_the_ones_initial_state_makes(use_jit):
+    g = keys_except_grammar()
+    rng = random.Random(4)
+    for _ in range(6):
+        m = Matcher(TOY, g, use_jit=use_jit)
+        for _ in range(25):
+            mask = m.compute_mask()
+            assert (mask == m.reference_mask()).all()
+            if not step_both(rng, mask, m):
+                break
+    rec = m.rec
+    python_made = set(rec._start_states.values())
+    entries = np.flatnonzero(rec.start_keys != -1)
+    assert len(entries) == rec.start_fill[0]
+    walk_made = 0
+    for slot in entries:
+        ptr, n = int(rec.start_ptr[slot]), int(rec.start_len[slot])
+        allowed = rec.start_pool[ptr:ptr + n]
+        lexstate = int(rec.start_val[slot])
+        # The same state, pairs and all, as the lexer's own way of making it.
+        assert rec.lexer.initial_state(frozenset(allowed.tolist()), n > 0) == lexstate
+        walk_made += lexstate not in python_made
+        # Entered once, though Python meets the same lexeme sets again.
+        assert rec._find_start(allowed) == lexstate
+    assert walk_made >= 1
+
+
+def test_a_start_state_holding_an_undecided_or_nullable_lexeme_is_left_to_python():
+    from midword.engine.lexer import START_EMPTY, START_NULLABLE, START_UNDECIDED, start_state_py
+
+    lx = Lexer(keys_except_grammar(number_regex="[0-9]*"))
+    other, num, never = (lx.lexeme_names.index(name) for name in ("OTHER", "NUM", "NEVER"))
+    assert lx.start_codes[other] == lx.start_codes[never] == START_UNDECIDED
+    assert lx.start_codes[num] == START_NULLABLE
+    for lexeme in (other, num, never):
+        arrays = lx.step_arrays()
+        before = int(lx.core[0])
+        assert start_state_py(np.array([lexeme]), 1, True, lx.accept, lx.table.shape[0], arrays) == UNKNOWN
+        assert int(lx.core[0]) == before  # nothing added
+    # Python decides emptiness once (NEVER matches nothing, so it is left out); from
+    # then on the compiled way makes the same states.
+    s = lx.initial_state(frozenset([other, never]), True)
+    assert lx.start_codes[other] >= 0 and lx.start_codes[never] == START_EMPTY
+    arrays = lx.step_arrays()
+    assert start_state_py(np.array([other, never]), 2, True, lx.accept, lx.table.shape[0], arrays) == s
+    assert start_state_py(np.array([never]), 1, False, lx.accept, lx.table.shape[0], arrays) == lx.initial_state(
+        frozenset([never]), False)
+
+
 # Fast-forward ------------------------------------------------------------------------
 
 def test_quick_unforced_check_agrees_with_allowed_bytes():
