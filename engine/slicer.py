@@ -161,44 +161,60 @@ def _ids(mask: np.ndarray, vocab_size: int) -> list[int]:
     return np.flatnonzero(bits).tolist()
 
 
-# Per regex set, the answers by (slice regexes, live regexes): lexer states of every
-# grammar hold the same few string and number regexes, with other keys beside them.
-_shared_answers: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
-_MAX_SHARED_ANSWERS = 100_000
+# Per regex set and slice regexes, each expression's answer (which slices it allows
+# wholesale): lexer states of every grammar hold the same few string and number regexes
+# beside their keys, and a state's answer is the union of its expressions'.
+_answers_by_expr: "weakref.WeakKeyDictionary[object, dict]" = weakref.WeakKeyDictionary()
+_MAX_ANSWERS = 100_000
 
 
 def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tuple[bool, ...]:
-    """Which slices the lexer state allows wholesale; cached on the recognizer, and
-    across grammars by the state's live regexes."""
-    cache = rec.__dict__.setdefault("_slice_cache", {})
+    """Which slices the lexer state allows wholesale; cached on the recognizer, and per
+    expression across grammars."""
+    cache = rec.__dict__.get("_slice_cache")
+    if cache is None:
+        cache = rec.__dict__["_slice_cache"] = {}
     key = (sliced.regexes, lexstate)
     hit = cache.get(key)
     if hit is not None:
         return hit
     lexer = rec.lexer
     exprs = lexer.exprs
-    shared = _shared_answers.get(exprs)
-    if shared is None:
-        shared = _shared_answers[exprs] = {}
-    slices = shared.get(sliced.regexes)
-    if slices is None:
+    by_regexes = _answers_by_expr.get(exprs)
+    if by_regexes is None:
+        by_regexes = _answers_by_expr[exprs] = {}
+    answers = by_regexes.get(sliced.regexes)
+    if answers is None:
         # Each slice with the bytes its words begin with (exactly): a regex whose first
         # bytes miss one of them cannot have the slice among its prefixes.
         slices = []
         for rx in sliced.regexes:
             s = exprs.parse(rx)
             slices.append((s, sum(1 << b for b in np.flatnonzero(exprs.next_bytes(s)).tolist())))
-        shared[sliced.regexes] = slices
-    live = frozenset(e for i, e in lexer.states[lexstate] if i != lexer.start_marker)
-    answer_key = (sliced.regexes, live)
-    result = shared.get(answer_key)
+        # An answer is a bitmask (bit k: slice k), so a state's is an OR of ints; the
+        # tuples callers get are made once per bitmask.
+        answers = by_regexes[sliced.regexes] = {None: (tuple(slices), {})}
+    slices, as_tuples = answers[None]
+    marker = lexer.start_marker
+    bits = 0
+    for i, e in lexer.states[lexstate]:
+        if i == marker:
+            continue
+        allowed = answers.get(e)
+        if allowed is None:
+            first = exprs.first_bytes(e)
+            allowed = 0
+            for k, (s, starts) in enumerate(slices):
+                if not starts & ~first and exprs.prefix_contains(s, e):
+                    allowed |= 1 << k
+            if len(answers) >= _MAX_ANSWERS:
+                answers.clear()
+                answers[None] = (slices, as_tuples)
+            answers[e] = allowed
+        bits |= allowed
+    result = as_tuples.get(bits)
     if result is None:
-        first_bytes = exprs.first_bytes
-        result = tuple(any(exprs.prefix_contains(s, e) for e in live if not starts & ~first_bytes(e))
-                       for s, starts in slices)
-        if len(shared) >= _MAX_SHARED_ANSWERS:
-            shared.clear()
-        shared[answer_key] = result
+        result = as_tuples[bits] = tuple(bool(bits >> k & 1) for k in range(len(slices)))
     cache[key] = result
     return result
 

@@ -251,7 +251,7 @@ def test_walkers_share_a_tries_packed_arrays_and_a_copy_packs_its_own():
     assert _trie_packed(trie) is packed
 
 
-def test_slices_found_through_first_bytes_and_shared_answers_equal_the_plain_check():
+def test_slices_found_through_first_bytes_and_answers_per_expression_equal_the_plain_check():
     from midword.engine import slicer
 
     schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
@@ -270,7 +270,9 @@ def test_slices_found_through_first_bytes_and_shared_answers_equal_the_plain_che
         live = [e for i, e in lexer.states[state] if i != lexer.start_marker]
         plain = tuple(any(exprs.prefix_contains(s, e) for e in live) for s in ids)
         rec.__dict__.pop("_slice_cache", None)
-        slicer._shared_answers.clear()
+        assert slicer.applicable_slices(rec, sliced, state) == plain  # expressions' answers kept
+        rec.__dict__.pop("_slice_cache", None)
+        slicer._answers_by_expr.clear()
         assert slicer.applicable_slices(rec, sliced, state) == plain
         answers.add(plain)
     assert len(answers) > 1 and any(any(a) for a in answers)
