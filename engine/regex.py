@@ -1269,6 +1269,8 @@ def _scan_groups(pattern: str) -> dict[int, int]:
 # A run of printable ASCII characters that are literal in every mode we take the fast
 # path in (no `i` or `x` flag): parsed as one literal instead of one piece each.
 _PLAIN_RUN = _re.compile(r"[!\"%',\-/0-9:;<=>@A-Z_`a-z]{2,}")
+# A group's whole body as plain words between bars, up to its ')': an object's key list.
+_PLAIN_ALTERNATION = _re.compile(r"[!\"%',\-/0-9:;<=>@A-Z_`a-z]+(?:\|[!\"%',\-/0-9:;<=>@A-Z_`a-z]+)*\)")
 
 
 class _Parser:
@@ -1579,6 +1581,15 @@ class _Parser:
                     raise self.error("global flags not at the start of the expression", start)
                 inner_flags = (flags | on) & ~off
                 self.pos = m.end()
+        if not inner_flags & (_F_I | _F_X):
+            # Every schema with additional properties excludes its listed keys: a list of
+            # words, each the literal its seq() would make, taken in one match.
+            words = _PLAIN_ALTERNATION.match(p, self.pos)
+            if words is not None:
+                literal = self.es.literal
+                r = self.es.alt(*[literal(w.encode("ascii")) for w in p[self.pos:words.end() - 1].split("|")])
+                self.pos = words.end()
+                return r
         r = self.alt(inner_flags, depth + 1)
         if self.pos >= self.n or p[self.pos] != ")":
             raise self.error("missing ), unterminated subpattern", start)

@@ -316,14 +316,21 @@ def test_lazy_steps_and_full_rows_fill_the_same_table():
 @pytest.mark.parametrize("seed", range(8))
 def test_plain_text_runs_parse_to_the_same_language(seed, monkeypatch):
     rng = random.Random(seed)
-    atoms = ["ab", "name", "x_y", "a-b", "q", "[a-c]", "(?:de|f)", ".", "\\.", "z", "9", "k:v"]
+    atoms = ["ab", "name", "x_y", "a-b", "q", "[a-c]", "(?:de|f)", ".", "\\.", "z", "9", "k:v", "(?:ab|a|b-c|k:v)",
+             "(ab|)", "(?i:ab|c)", "(?:a|b*)"]
     quants = ["", "", "", "?", "*", "+", "{2}", "{1,3}"]
     pattern = "|".join(
         "".join(rng.choice(atoms) + rng.choice(quants) for _ in range(rng.randint(1, 4))) for _ in range(3)
     )
     fast = ExprSet()
-    fast_dfa = LazyDFA(fast, fast.parse(pattern))
+    fast_id = fast.parse(pattern)
+    fast_dfa = LazyDFA(fast, fast_id)
     monkeypatch.setattr(regex_module, "_PLAIN_RUN", re.compile(r"(?!)"))
+    monkeypatch.setattr(regex_module, "_PLAIN_ALTERNATION", re.compile(r"(?!)"))
+    # Not just the same language: the same expression, node for node (hash-consed).
+    fast._parsed.clear()
+    fast._groups.clear()
+    assert fast.parse(pattern) == fast_id
     slow = ExprSet()
     slow_dfa = LazyDFA(slow, slow.parse(pattern))
     alphabet = "abcdefknqvxyz_-:.9"
