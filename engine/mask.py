@@ -426,6 +426,41 @@ class MaskCache:
 MASK_CACHE = MaskCache(32 << 20)
 
 
+class _WalkSpace:
+    """The walk's scratch arrays (per-depth stacks, the frontier) and its packed argument
+    groups, for one recognizer and trie. Every walker of that pair uses the same space:
+    walks of one recognizer take turns under its lock, and a new matcher's first mask then
+    finds the groups packed (packing a recognizer's 60-odd arrays took 40-80 µs).
+    Held by the recognizer; it holds arrays, never the recognizer."""
+
+    def __init__(self, trie: TokenTrie):
+        depth = trie.max_depth + 2
+        self.stack_lex = np.zeros(depth, dtype=np.int64)
+        self.stack_row = np.zeros(depth, dtype=np.int64)
+        self.stats = np.zeros(1, dtype=np.int64)
+        self.frontier = np.zeros((256, 3), dtype=np.int64)
+        self.frontier_count = np.zeros(1, dtype=np.int64)
+        self.table_pack: tuple | None = None
+        self.parser_pack: tuple | None = None
+        # id(trie) -> (trie, its packed group, that group's entry in the book)
+        self.trie_packs: dict[int, tuple[TokenTrie, np.ndarray, np.ndarray]] = {}
+        self.scan_pack: tuple | None = None
+        self.lex_pack: tuple | None = None
+        self.book: np.ndarray | None = None
+        self.book_groups: tuple = ()
+        self.book_sources: tuple | None = None
+
+    @staticmethod
+    def of(rec: Recognizer, trie: TokenTrie) -> "_WalkSpace":
+        spaces = rec.__dict__.get("_walk_spaces")
+        if spaces is None:
+            spaces = rec.__dict__["_walk_spaces"] = {}
+        got = spaces.get(id(trie))
+        if got is None or got[0] is not trie:
+            got = spaces[id(trie)] = (trie, _WalkSpace(trie))
+        return got[1]
+
+
 class MaskWalker:
     """Runs the resumable walk for one recognizer over a tokenizer's trie, or over its
     slice tries when a `SlicedTrie` is given (see slicer.py): all in one compiled call."""
@@ -442,15 +477,10 @@ class MaskWalker:
         # Walk variants stay apart in the cache, so tests comparing them compare walks.
         self._cache_prefix = (rec.uid, trie.fingerprint, use_jit, None if sliced is None else sliced.regexes,
                               split_at_lexeme)
-        depth = trie.max_depth + 2
-        self.stack_lex = np.zeros(depth, dtype=np.int64)
-        self.stack_row = np.zeros(depth, dtype=np.int64)
-        self.stats = np.zeros(1, dtype=np.int64)
+        self.space = _WalkSpace.of(rec, trie)
         self.last_sliced = False
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
         self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
-        self._frontier = np.zeros((256, 3), dtype=np.int64)
-        self._frontier_count = np.zeros(1, dtype=np.int64)
         self._prefix_key = self._cache_prefix + ("inside lexeme",)
         self.limits_items = rec.limits.max_items_per_row
         self.limits_fuel = rec.limits.parser_fuel
@@ -458,15 +488,6 @@ class MaskWalker:
         # `packed=False` passes them one by one, as the plain twin always does.
         self._packing = use_jit and packed
         self._walk_packed = None
-        self._table_pack: tuple | None = None
-        self._parser_pack: tuple | None = None
-        # id(trie) -> (trie, its packed group, that group's entry in the book)
-        self._trie_packs: dict[int, tuple[TokenTrie, np.ndarray, np.ndarray]] = {}
-        self._scan_pack: tuple | None = None
-        self._lex_pack: tuple | None = None
-        self._book: np.ndarray | None = None
-        self._book_groups: tuple = ()
-        self._book_sources: tuple | None = None
 
     def _packed(self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple,
                 lex_arrays: tuple) -> np.ndarray | None:
@@ -474,76 +495,79 @@ class MaskWalker:
         when one of its arrays was replaced; None when an array is not of the type
         walk_packed reads."""
         rec = self.rec
+        space = self.space
         # Called before every walk, and nearly always nothing changed: ten identity
         # checks say so.
-        sources = self._book_sources
+        sources = space.book_sources
         if (sources is not None and sources[1] is parser_arrays and sources[2] is scan_arrays
                 and sources[3] is lex_arrays and sources[4] is lexer.table and sources[5] is lexer.accept
                 and sources[6] is rec.row_lexstate and sources[7] is rec.step_keys and sources[8] is rec.step_vals
-                and sources[9] is self._frontier):
+                and sources[9] is space.frontier):
             if sources[0] is not trie:
                 # A sliced walker goes back and forth between the whole trie and the
                 # slice forest: only the book's first entry changes.
-                got = self._trie_packs.get(id(trie))
+                got = space.trie_packs.get(id(trie))
                 if got is None or got[0] is not trie:
                     return self._packed_again(trie, lexer, parser_arrays, scan_arrays, lex_arrays)
-                self._book[: _views.FIELDS] = got[2]
-                self._book_groups = (got[1],) + self._book_groups[1:]
-                self._book_sources = (trie,) + sources[1:]
-            return self._book
+                space.book[: _views.FIELDS] = got[2]
+                space.book_groups = (got[1],) + space.book_groups[1:]
+                space.book_sources = (trie,) + sources[1:]
+            return space.book
         return self._packed_again(trie, lexer, parser_arrays, scan_arrays, lex_arrays)
 
     def _packed_again(self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple,
                       lex_arrays: tuple) -> np.ndarray | None:
         rec = self.rec
+        space = self.space
         try:
-            got = self._trie_packs.get(id(trie))
+            got = space.trie_packs.get(id(trie))
             if got is None or got[0] is not trie:
                 packed = _trie_packed(trie)
-                got = self._trie_packs[id(trie)] = (trie, packed, pack((packed,), _BOOK_DTYPES[:1], validate=False))
+                got = space.trie_packs[id(trie)] = (trie, packed, pack((packed,), _BOOK_DTYPES[:1], validate=False))
             trie_packed = got[1]
-            cached = self._table_pack
-            # The walker's own stacks and counters are never replaced; the tables and the
+            cached = space.table_pack
+            # The space's own stacks and counters are never replaced; the tables and the
             # frontier are, as they grow.
             if (cached is None or cached[0][0] is not lexer.table or cached[0][1] is not lexer.accept
                     or cached[0][2] is not rec.row_lexstate or cached[0][3] is not rec.step_keys
-                    or cached[0][4] is not rec.step_vals or cached[0][8] is not self._frontier):
-                tables = (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, self.stack_lex,
-                          self.stack_row, self.stats, self._frontier, self._frontier_count)
-                cached = self._table_pack = (tables, pack(tables, _TABLE_DTYPES, validate=cached is None))
+                    or cached[0][4] is not rec.step_vals or cached[0][8] is not space.frontier):
+                tables = (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, space.stack_lex,
+                          space.stack_row, space.stats, space.frontier, space.frontier_count)
+                cached = space.table_pack = (tables, pack(tables, _TABLE_DTYPES, validate=cached is None))
             table_packed = cached[1]
-            cached = self._parser_pack
+            cached = space.parser_pack
             if cached is None or cached[0] is not parser_arrays:
-                cached = self._parser_pack = _repack(cached, parser_arrays, _PARSER_SCALARS, _PARSER_DTYPES)
+                cached = space.parser_pack = _repack(cached, parser_arrays, _PARSER_SCALARS, _PARSER_DTYPES)
             parser_packed = cached[1]
-            cached = self._scan_pack
+            cached = space.scan_pack
             if cached is None or cached[0] is not scan_arrays:
-                cached = self._scan_pack = _repack(cached, scan_arrays, _SCAN_SCALARS, _SCAN_DTYPES)
+                cached = space.scan_pack = _repack(cached, scan_arrays, _SCAN_SCALARS, _SCAN_DTYPES)
             scan_packed = cached[1]
-            cached = self._lex_pack
+            cached = space.lex_pack
             if cached is None or cached[0] is not lex_arrays:
-                cached = self._lex_pack = (lex_arrays, pack(lex_arrays, _LEX_DTYPES, validate=cached is None))
+                cached = space.lex_pack = (lex_arrays, pack(lex_arrays, _LEX_DTYPES, validate=cached is None))
         except ValueError:
             self._packing = False  # arrays of other types: pass them one by one from now on
             return None
         groups = (trie_packed, table_packed, parser_packed, scan_packed, cached[1])
-        old = self._book_groups
+        old = space.book_groups
         if len(old) != 5 or any(a is not b for a, b in zip(old, groups)):
             # Calling compiled code costs about 0.15 µs per array argument; one book
-            # instead of five groups spares most of that on every walk. The walker keeps
+            # instead of five groups spares most of that on every walk. The space keeps
             # the groups alive (the attributes above) for as long as the book is used.
-            self._book_groups = groups
-            self._book = pack(groups, _BOOK_DTYPES, validate=False)
-        self._book_sources = (trie, parser_arrays, scan_arrays, lex_arrays, lexer.table, lexer.accept,
-                              rec.row_lexstate, rec.step_keys, rec.step_vals, self._frontier)
-        return self._book
+            space.book_groups = groups
+            space.book = pack(groups, _BOOK_DTYPES, validate=False)
+        space.book_sources = (trie, parser_arrays, scan_arrays, lex_arrays, lexer.table, lexer.accept,
+                              rec.row_lexstate, rec.step_keys, rec.step_vals, space.frontier)
+        return space.book
 
     def _run(self, trie: TokenTrie, state, ranges: np.ndarray, base_depth: int, stop_at_first: bool,
              mask: np.ndarray, record_frontier: bool = False) -> bool:
         rec = self.rec
-        self.stack_lex[base_depth] = state[0]
-        self.stack_row[base_depth] = state[1]
-        self._frontier_count[0] = 0
+        space = self.space
+        space.stack_lex[base_depth] = state[0]
+        space.stack_row[base_depth] = state[1]
+        space.frontier_count[0] = 0
         range_idx, node = 0, int(ranges[0, 0])
         base_row = int(state[1])
         while True:
@@ -560,8 +584,8 @@ class MaskWalker:
             else:
                 args = (
                     trie.node_records, trie.tok_start, trie.tok_end, trie.node_tokens, lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
-                    self.stack_lex, self.stack_row, ranges, range_idx, node, stop_at_first, mask, self.stats,
-                    base_row, self._frontier, self._frontier_count, record_frontier, parser_arrays, scan_arrays,
+                    space.stack_lex, space.stack_row, ranges, range_idx, node, stop_at_first, mask, space.stats,
+                    base_row, space.frontier, space.frontier_count, record_frontier, parser_arrays, scan_arrays,
                     lex_arrays,
                 )
                 walk = self.walk
@@ -576,9 +600,9 @@ class MaskWalker:
                 if not lexer.publish(int(a), int(b)):
                     lexer.step(int(a), int(b))
             elif status == NEED_SPACE:
-                grown = np.zeros((2 * self._frontier.shape[0], 3), dtype=np.int64)
-                grown[: self._frontier.shape[0]] = self._frontier
-                self._frontier = grown
+                grown = np.zeros((2 * space.frontier.shape[0], 3), dtype=np.int64)
+                grown[: space.frontier.shape[0]] = space.frontier
+                space.frontier = grown
             else:
                 rec.scan_missing(int(a), int(b))
 
@@ -639,7 +663,8 @@ class MaskWalker:
             return mask, np.zeros((0, 3), dtype=np.int64)
         # The row plays no part inside a lexeme: any row will do for the stacks.
         self._run(trie, (lexstate, 0), ranges, 0, False, mask, record_frontier=True)
-        return mask, self._frontier[: int(self._frontier_count[0])].copy()
+        space = self.space
+        return mask, space.frontier[: int(space.frontier_count[0])].copy()
 
     def _whole_walk(self, state, applicable: tuple[bool, ...]) -> np.ndarray:
         """The mask in one walk, lexeme boundaries and all (split_at_lexeme=False)."""

@@ -349,6 +349,27 @@ def test_shared_expression_set_rolls_over():
     assert second is not first and len(second) < len(first)
 
 
+# Walkers of one recognizer ---------------------------------------------------------
+
+def test_matchers_of_one_grammar_share_the_walk_space_and_take_turns_correctly(monkeypatch):
+    g = grammar()
+    a, b = Matcher(TOY, g), Matcher(TOY, g)
+    assert a.walker.space is b.walker.space
+    rng = random.Random(7)
+    for _ in range(30):
+        for m in (a, b):  # interleaved: each walk finds the other's stacks and frontier
+            mask = m.compute_mask()
+            assert (mask == m.reference_mask()).all()
+            step_both(rng, mask, m)
+    # A new matcher's walks use the groups its recognizer's walks packed already.
+    c = Matcher(TOY, g)
+    c.walker.cache = None  # walk, not a cached mask
+    repacked = []
+    monkeypatch.setattr(MaskWalker, "_packed_again", lambda self, *args: repacked.append(1))
+    assert (c.compute_mask() == c.reference_mask()).all()
+    assert repacked == []
+
+
 # Start states made in the walk ------------------------------------------------------
 
 def keys_except_grammar(number_regex: str = "[0-9]+") -> Grammar:
