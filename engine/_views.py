@@ -54,6 +54,20 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
     return np.array(fields, dtype=np.int64)
 
 
+def repoint(packed: np.ndarray, index: int, a: np.ndarray, dtypes) -> None:
+    """Entry `index` of a group packed with `dtypes` rewritten for array `a`, which
+    replaces the array packed there (a grown copy: the same kind, checked by dtype)."""
+    dtypes = tuple(dtypes)
+    expected = _dtype_objects[dtypes][index]
+    if a.dtype is not expected and a.dtype != expected:
+        raise ValueError(f"array {index}: {a.dtype} replaces a {expected} array")
+    shape = a.shape
+    at = index * FIELDS
+    packed[at] = _readers[dtypes][index](a)
+    packed[at + 1] = shape[0]
+    packed[at + 2] = shape[1] if len(shape) == 2 else 1
+
+
 # dtypes of a group -> one address reader per place, found without typing the arrays.
 _readers: dict[tuple, list] = {}
 _dtype_objects: dict[tuple, tuple] = {}

@@ -311,18 +311,25 @@ def _without(values: tuple, scalars: tuple[int, ...]) -> list:
 
 
 def _repack(cached: tuple | None, values: tuple, scalars: tuple[int, ...], dtypes: tuple) -> tuple:
-    """(values, packed) for a group whose tuple changed: when only a scalar did (the
-    parser's limits), the packed array is kept and its scalars rewritten in place."""
+    """(values, packed) for a group whose tuple changed. A group packed before is kept
+    and rewritten in place: the entries of the arrays replaced (grown tables, most often
+    one or two of the group) and the scalars. Its address does not change, so neither
+    does the book that points to it."""
     if cached is not None:
-        old = cached[0]
-        if all(old[i] is values[i] for i in range(len(values)) if i not in scalars):
-            packed = cached[1]
-            at = packed.shape[0] - len(scalars)
-            for k, i in enumerate(scalars):
-                packed[at + k] = values[i]
-            return values, packed
+        old, packed = cached
+        k = 0
+        for i, value in enumerate(values):
+            if i in scalars:
+                continue
+            if value is not old[i]:
+                _views.repoint(packed, k, value, dtypes)
+            k += 1
+        at = packed.shape[0] - len(scalars)
+        for k, i in enumerate(scalars):
+            packed[at + k] = values[i]
+        return values, packed
     tail = np.array([values[i] for i in scalars], dtype=np.int64)
-    return values, np.concatenate([pack(_without(values, scalars), dtypes, validate=cached is None), tail])
+    return values, np.concatenate([pack(_without(values, scalars), dtypes), tail])
 
 
 # Packed trie arrays by id(trie), with weak references to the arrays they were packed
@@ -533,7 +540,7 @@ class MaskWalker:
                     or cached[0][4] is not rec.step_vals or cached[0][8] is not space.frontier):
                 tables = (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, space.stack_lex,
                           space.stack_row, space.stats, space.frontier, space.frontier_count)
-                cached = space.table_pack = (tables, pack(tables, _TABLE_DTYPES, validate=cached is None))
+                cached = space.table_pack = _repack(cached, tables, (), _TABLE_DTYPES)
             table_packed = cached[1]
             cached = space.parser_pack
             if cached is None or cached[0] is not parser_arrays:
@@ -545,7 +552,7 @@ class MaskWalker:
             scan_packed = cached[1]
             cached = space.lex_pack
             if cached is None or cached[0] is not lex_arrays:
-                cached = space.lex_pack = (lex_arrays, pack(lex_arrays, _LEX_DTYPES, validate=cached is None))
+                cached = space.lex_pack = _repack(cached, lex_arrays, (), _LEX_DTYPES)
         except ValueError:
             self._packing = False  # arrays of other types: pass them one by one from now on
             return None

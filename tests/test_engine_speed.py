@@ -15,7 +15,7 @@ from midword.engine.fastforward import _forced_bytes, _surely_unforced
 from midword.engine.grammar import Grammar, GrammarBuilder
 from midword.engine.lexer import UNKNOWN, Lexer
 from midword.engine.limits import Limits
-from midword.engine.mask import MaskCache, MaskWalker, _trie_packed
+from midword.engine.mask import MaskCache, MaskWalker, _repack, _trie_packed
 from midword.engine.matcher import Matcher
 from midword.engine.recognizer import Recognizer
 from midword.engine.regex import ExprSet, LazyDFA
@@ -349,10 +349,28 @@ def test_shared_expression_set_rolls_over():
     assert second is not first and len(second) < len(first)
 
 
+def test_a_group_repacked_in_place_points_at_the_grown_arrays():
+    from midword.engine._views import pack
+
+    dtypes = (np.int64, np.int32, np.int64)
+    arrays = (np.zeros(4, dtype=np.int64), np.zeros((3, 5), dtype=np.int32), np.zeros(2, dtype=np.int64))
+    values = arrays + (7,)  # a scalar rides at the end, as the parser's limits do
+    cached = _repack(None, values, (3,), dtypes)
+    packed = cached[1]
+    grown = (arrays[0], np.zeros((6, 5), dtype=np.int32), arrays[2], 9)
+    again = _repack(cached, grown, (3,), dtypes)
+    assert again[1] is packed  # the same array, so the book's pointer to it holds
+    assert packed.tolist() == pack(grown[:3], dtypes).tolist() + [9]
+    with pytest.raises(ValueError, match="int32"):
+        _repack(again, (arrays[0], np.zeros((6, 5), dtype=np.int64), arrays[2], 9), (3,), dtypes)
+
+
 # Walkers of one recognizer ---------------------------------------------------------
 
 def test_matchers_of_one_grammar_share_the_walk_space_and_take_turns_correctly(monkeypatch):
-    g = grammar()
+    # A grammar of its own: recognizers are shared by content, and other tests' walkers
+    # of `grammar()` (unpacked, plain twins) replace arrays in its space.
+    g = Grammar.from_lark(JSONISH.replace("{0,12}", "{0,11}"))
     a, b = Matcher(TOY, g), Matcher(TOY, g)
     assert a.walker.space is b.walker.space
     rng = random.Random(7)
