@@ -70,8 +70,17 @@ def _surely_unforced(rec: Recognizer, state) -> bool:
     row2 = rec.end_lexeme(lexstate, row)
     if row2 == NO_ROW:
         return False
-    restart = rec.lexer.table[int(rec.row_lexstate[row2])]
-    live |= (trans == DEAD) & (restart > DEAD)
+    start = int(rec.row_lexstate[row2])
+    if start in branching:
+        # The next lexeme can start with two bytes, and the one byte this lexeme may
+        # go on with cannot be both of them.
+        return True
+    restart = rec.lexer.table[start]
+    restart_live = restart > DEAD
+    if np.count_nonzero(restart_live) >= 2:
+        branching.add(start)
+        return True
+    live |= (trans == DEAD) & restart_live
     return int(np.count_nonzero(live)) >= 2
 
 
