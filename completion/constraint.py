@@ -15,6 +15,7 @@ engine (`LogitsProcessor` below) where the model loop belongs to someone else.
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -48,9 +49,14 @@ class Constraint:
         self.trie = trie_for(tokenizer)
         self.rec = Recognizer.for_grammar(grammar) if grammar is not None else None
         self.walker = None
+        # A recognizer is shared by every user of its grammar (matchers, other
+        # constraints, other threads): its tables, and the walk space its walkers share,
+        # change under one lock at a time.
+        self._lock = nullcontext()
         if self.rec is not None:
             sliced = sliced_trie_for(tokenizer) if default_slices_enabled() else None
             self.walker = MaskWalker(self.trie, self.rec, sliced=sliced)
+            self._lock = self.rec.lock
         self.eos = frozenset(tokenizer.eos_token_ids)
         self.excluded = frozenset(tokenizer.special_token_ids)
         self._words = mask_words(tokenizer.vocab_size)
@@ -61,7 +67,8 @@ class Constraint:
         """The state at the cursor: `typed` still to re-spell; the grammar has read `grammar_prefix`."""
         g = None
         if self.rec is not None:
-            g = self.rec.step_bytes(self.rec.initial(), grammar_prefix)
+            with self._lock:
+                g = self.rec.step_bytes(self.rec.initial(), grammar_prefix)
             if g is None:
                 raise ConstraintError("the grammar rejects the text before the cursor")
         return DecodeState(typed=typed, grammar=g)
@@ -69,7 +76,10 @@ class Constraint:
     def is_accepting(self, state: DecodeState) -> bool:
         if state.typed:
             return False
-        return state.grammar is None or self.rec.is_accepting(state.grammar)
+        if state.grammar is None:
+            return True
+        with self._lock:
+            return self.rec.is_accepting(state.grammar)
 
     # The three calls ---------------------------------------------------------------------
     def allowed(self, state: DecodeState) -> np.ndarray:
@@ -81,7 +91,8 @@ class Constraint:
         elif state.grammar is None:
             mask = self._unconstrained().copy()
         else:
-            mask = self.walker.mask(state.grammar)
+            with self._lock:
+                mask = self.walker.mask(state.grammar)
         if self.is_accepting(state):
             for t in self.eos:
                 mask[t >> 5] |= np.uint32(1 << (t & 31))
@@ -115,13 +126,15 @@ class Constraint:
         """Tokens the grammar forces here, canonically tokenized (empty while re-spelling)."""
         if state.done or state.typed or state.grammar is None:
             return []
-        return forced_tokens(self.tokenizer, self.trie, self.walker, self.rec, state.grammar, list(state.recent))
+        with self._lock:
+            return forced_tokens(self.tokenizer, self.trie, self.walker, self.rec, state.grammar, list(state.recent))
 
     # Helpers --------------------------------------------------------------------------------
     def _step(self, grammar, data: bytes, token_bytes: bytes):
         if grammar is None:
             return None
-        nxt = self.rec.step_bytes(grammar, data)
+        with self._lock:
+            nxt = self.rec.step_bytes(grammar, data)
         if nxt is None:
             raise ConstraintError(f"token {token_bytes!r} is not allowed by the grammar")
         return nxt
@@ -148,7 +161,8 @@ class Constraint:
                 for t in below:
                     mask[t >> 5] |= np.uint32(1 << (t & 31))
             else:
-                mask |= self.walker.subtree_mask(state.grammar, node)
+                with self._lock:
+                    mask |= self.walker.subtree_mask(state.grammar, node)
         return mask
 
     def candidates_after(self, grammar_state, rest: bytes) -> np.ndarray:
@@ -164,7 +178,8 @@ class Constraint:
             return mask_to_ids(mask, self.tokenizer.vocab_size)
         if grammar_state is None:
             return np.asarray(sorted(self.trie.tokens_with_prefix(rest)), dtype=np.int64)
-        mask = self.walker.subtree_mask(grammar_state, node)
+        with self._lock:
+            mask = self.walker.subtree_mask(grammar_state, node)
         for t in self.trie.tokens_at(node):
             mask[t >> 5] |= np.uint32(1 << (t & 31))
         return mask_to_ids(mask, self.tokenizer.vocab_size)

@@ -74,6 +74,37 @@ def test_forced_tokens_come_from_the_grammar(llama3):
     assert c.forced(c.initial(typed=b"x")) == []  # nothing forced while re-spelling
 
 
+def test_the_constraint_walks_and_steps_under_the_shared_recognizer_lock(llama3, monkeypatch):
+    # Matchers and constraints of one grammar share its recognizer (tables, walk space),
+    # and compiled walks run without the GIL: each use must hold the recognizer's lock.
+    from midword.engine.mask import MaskWalker
+    from midword.engine.recognizer import Recognizer
+
+    g = Grammar.from_lark(r'start: "[" /[0-9]+/ ("," /[0-9]+/)* "]"')
+    c = Constraint(llama3, g)
+    held = []
+
+    def checked(cls, name):
+        original = getattr(cls, name)
+
+        def call(self, *args):
+            held.append(c.rec.lock._is_owned())
+            return original(self, *args)
+        monkeypatch.setattr(cls, name, call)
+
+    checked(MaskWalker, "mask")
+    checked(MaskWalker, "subtree_mask")
+    checked(Recognizer, "step_bytes")
+    checked(Recognizer, "is_accepting")
+    s = c.initial(typed=b"[1", grammar_prefix=b"[1")
+    for text in ("[", "1", "2", ",", "3"):
+        c.allowed(s)
+        c.forced(s)
+        s = c.advance(s, llama3.encode(text)[0])
+    c.candidates_after(s.grammar, b",")
+    assert held and all(held)
+
+
 def test_logits_processor_masks_disallowed(llama3):
     c = Constraint(llama3, Grammar.from_regex("[0-9]+"))
     proc = LogitsProcessor(c, c.initial())
