@@ -323,8 +323,15 @@ def _value_key(v: Any):
 _json_str = json.encoder.encode_basestring
 
 
+# json.dumps builds an encoder per call unless every option is the default; enums of
+# thousands of values are spelled one by one, so the encoders are made once.
+_CANON_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
+_SPELLING_ENCODER = json.JSONEncoder(ensure_ascii=False)
+
+
 def _canon(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    """`json.dumps(value, ensure_ascii=False, separators=(",", ":"))`."""
+    return _CANON_ENCODER.encode(value)
 
 
 # --------------------------------------------------------------------------------------
@@ -3055,7 +3062,7 @@ class _Generator:
                 rhs.append(self.const(x))
             b.rule(nt, rhs + [self.RBRACK])
             return nt
-        return b.literal(json.dumps(v, ensure_ascii=False))
+        return b.literal(_SPELLING_ENCODER.encode(v))
 
     def string(self, node: _Str) -> int:
         body = _string_body(node)

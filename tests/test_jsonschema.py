@@ -931,3 +931,27 @@ def test_agrees_with_reference_validator(index):
         text = json.dumps(ordered, ensure_ascii=False, indent=2 if rnd.random() < 0.3 else None)
         assert accepts(g, text) == valid, (schema, text, valid)
     assert seen[True] and seen[False], seen
+
+
+# --------------------------------------------------------------------------------------
+# canonical spellings
+# --------------------------------------------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_json_values = st.recursive(
+    st.none() | st.booleans() | st.integers(-10**30, 10**30) | st.floats(allow_nan=False, allow_infinity=False)
+    | st.text(),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_json_values)
+def test_shared_encoders_spell_values_as_json_dumps_does(value):
+    from midword.engine.jsonschema import _SPELLING_ENCODER, _canon
+
+    assert _canon(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    assert _SPELLING_ENCODER.encode(value) == json.dumps(value, ensure_ascii=False)
