@@ -57,31 +57,33 @@ def _surely_unforced(rec: Recognizer, state) -> bool:
     no derivative needs computing. After a mask at `state` the lexer rows involved are
     filled, so this settles almost every state."""
     lexstate, row = state
-    # Table entries are only ever filled in, so a lexer state seen with two live bytes
-    # keeps them: remember it instead of scanning its row again.
     branching = rec.__dict__.setdefault("_branching_lexstates", set())
-    if lexstate in branching:
-        return True
-    trans = rec.lexer.table[lexstate]
-    live = trans > DEAD
-    if np.count_nonzero(live) >= 2:
-        branching.add(lexstate)
+    live = _live_unless_branching(rec, branching, lexstate)
+    if live is None:
         return True
     row2 = rec.end_lexeme(lexstate, row)
     if row2 == NO_ROW:
         return False
-    start = int(rec.row_lexstate[row2])
-    if start in branching:
-        # The next lexeme can start with two bytes, and the one byte this lexeme may
-        # go on with cannot be both of them.
+    # When the next lexeme can start with two bytes, the one byte this lexeme may go on
+    # with cannot be both of them.
+    restart_live = _live_unless_branching(rec, branching, int(rec.row_lexstate[row2]))
+    if restart_live is None:
         return True
-    restart = rec.lexer.table[start]
-    restart_live = restart > DEAD
-    if np.count_nonzero(restart_live) >= 2:
-        branching.add(start)
-        return True
-    live |= (trans == DEAD) & restart_live
+    live |= (rec.lexer.table[lexstate] == DEAD) & restart_live
     return int(np.count_nonzero(live)) >= 2
+
+
+def _live_unless_branching(rec: Recognizer, branching: set, lexstate: int):
+    """None when the lexer state has two live bytes, else its row's live bytes. Table
+    entries are only ever filled in, so a state seen with two live bytes keeps them: it
+    is remembered in `branching` instead of scanned again."""
+    if lexstate in branching:
+        return None
+    live = rec.lexer.table[lexstate] > DEAD
+    if np.count_nonzero(live) >= 2:
+        branching.add(lexstate)
+        return None
+    return live
 
 
 def forced_tokens(tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognizer, state,
