@@ -483,7 +483,7 @@ class Lexer:
             # With & or ~ (keys other than the listed ones) emptiness may take a search:
             # left undecided for initial_state, when a row first expects the lexeme.
             if exprs.emptiness_is_trivial(e):
-                codes[i] = START_EMPTY if e == ExprSet.NOTHING else START_NULLABLE if exprs.nullable(e) else e
+                codes[i] = self._start_code(e, e == ExprSet.NOTHING)
         if self.has_ignore:
             codes[self.num_lexemes] = self.ignore_expr
             codes[self.num_lexemes + 1] = int(exprs.nullable(self.ignore_expr))
@@ -614,8 +614,11 @@ class Lexer:
             return code == START_EMPTY
         e = self.lexeme_expr[i]
         empty = self.exprs.is_empty(e)  # raises LimitExceeded where undecidable in bounds
-        self.start_codes[i] = START_EMPTY if empty else START_NULLABLE if self.exprs.nullable(e) else e
+        self.start_codes[i] = self._start_code(e, empty)
         return empty
+
+    def _start_code(self, e: int, empty: bool) -> int:
+        return START_EMPTY if empty else START_NULLABLE if self.exprs.nullable(e) else e
 
     def step(self, state: int, byte: int) -> int:
         """table[state, byte], computing it with derivatives on a miss (for the byte's

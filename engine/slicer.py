@@ -183,8 +183,8 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
     by_regexes = _answers_by_expr.get(exprs)
     if by_regexes is None:
         by_regexes = _answers_by_expr[exprs] = {}
-    answers = by_regexes.get(sliced.regexes)
-    if answers is None:
+    known = by_regexes.get(sliced.regexes)
+    if known is None:
         # Each slice with the bytes its words begin with (exactly): a regex whose first
         # bytes miss one of them cannot have the slice among its prefixes.
         slices = []
@@ -193,8 +193,8 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
             slices.append((s, sum(1 << b for b in np.flatnonzero(exprs.next_bytes(s)).tolist())))
         # An answer is a bitmask (bit k: slice k), so a state's is an OR of ints; the
         # tuples callers get are made once per bitmask.
-        answers = by_regexes[sliced.regexes] = {None: (tuple(slices), {})}
-    slices, as_tuples = answers[None]
+        known = by_regexes[sliced.regexes] = (tuple(slices), {}, {})
+    slices, as_tuples, answers = known
     marker = lexer.start_marker
     bits = 0
     for i, e in lexer.states[lexstate]:
@@ -209,7 +209,6 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
                     allowed |= 1 << k
             if len(answers) >= _MAX_ANSWERS:
                 answers.clear()
-                answers[None] = (slices, as_tuples)
             answers[e] = allowed
         bits |= allowed
     result = as_tuples.get(bits)
