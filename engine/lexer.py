@@ -116,12 +116,26 @@ class DerivativeRows:
         # byte sets as ints -> (row of cmaps, class index per byte, smallest byte per class).
         self._cmap_index: dict[bytes | int, tuple[int, bytes, tuple[int, ...]]] = {}
         self._rows: dict[int, tuple[int, bytes]] = {}
+        # Set by _make_row: the byte-headed tail whose row `row` makes next (0: none).
+        self._next_tail = 0
 
     def row(self, expr: int) -> tuple[int, bytes]:
-        """(base, class index per byte) of the expression's row, made if needed."""
+        """(base, class index per byte) of the expression's row, made if needed. The rows
+        of a byte-headed expression's tails come with it, down to the end of the chain
+        (the rest of a key or keyword): a walk that enters a literal steps through it, and
+        each row it met missing would cost it a return to Python."""
         got = self._rows.get(expr)
         if got is not None:
             return got
+        got = self._make_row(expr)
+        tail = self._next_tail
+        while tail and tail not in self._rows:
+            self._make_row(tail)
+            tail = self._next_tail
+        return got
+
+    def _make_row(self, expr: int) -> tuple[int, bytes]:
+        self._next_tail = 0
         if expr >= self.base.shape[0]:
             size = max(2 * self.base.shape[0], expr + 1)
             self.base = _grown(self.base, size, -1)
@@ -137,6 +151,8 @@ class DerivativeRows:
             at, classes, _ = self._classes_of(byte_set, None)
             live_tail = 0 if exprs.is_empty(tail) else tail
             values = [0, 2 * live_tail + exprs.nullable(live_tail)]
+            if exprs.byte_head(live_tail) is not None:
+                self._next_tail = live_tail
         else:
             cm = exprs.byte_classes(expr)
             at, classes, reps = self._classes_of(cm, cm)
@@ -659,12 +675,21 @@ class Lexer:
         if self.core[CORE_STATES] > len(self._states):
             self._sync()
         live = self._live.get(state)
-        # The first look at a state makes the rows of its regexes: progress too.
-        progress = live is None
-        live = live[0] if live is not None else self._live_of(state)[0]
+        progress = False
+        if live is None:
+            # The first look at a state makes the rows of its regexes: progress too, if
+            # one was missing (else the step failed for another reason, and a return
+            # to the walk would only fail again).
+            rows_before = len(self.rows._rows)
+            live = self._live_of(state)[0]
+            progress = len(self.rows._rows) != rows_before
+        else:
+            live = live[0]
         live_derivative = self.exprs.live_derivative
         nullable = self.exprs.nullable
         pool = self.rows.pool
+        row = self.rows.row
+        made = self.rows._rows
         computed = False
         for _, e, first, base, classes in live:
             if (first >> byte) & 1:
@@ -675,6 +700,11 @@ class Lexer:
                         computed = progress = True
                     d = live_derivative(e, byte)
                     pool[at] = 2 * d + nullable(d)
+                    if d and d not in made:
+                        # The walk steps the target state next, and a row missing
+                        # there would cost it another return just to make it.
+                        row(d)
+                        pool = self.rows.pool
         return progress
 
     def _fill_byte_headed(self, state: int) -> bool:

@@ -277,6 +277,54 @@ def test_publish_counts_making_a_states_rows_as_progress():
     assert not lx.publish(s, ord("a"))
 
 
+def test_a_literal_row_comes_with_the_rows_of_its_tails():
+    from midword.engine.lexer import DerivativeRows
+
+    es = ExprSet()
+    rows = DerivativeRows.of(es)
+    word = es.concat(es.literal(b"key"), es.parse("[0-9]+"))
+    rows.row(word)
+    # Down the byte-headed chain ("ey[0-9]+", "y[0-9]+", "[0-9]+"), each row made and
+    # complete, so a walk through the literal never returns to Python to make one.
+    tail = word
+    for byte in b"key":
+        assert tail in rows._rows
+        base, classes = rows._rows[tail]
+        d = es.derivative(tail, byte)
+        assert rows.pool[base + classes[byte]] == 2 * d + es.nullable(d)
+        assert int(rows.pool[base + classes[ord("z")]]) == 0
+        tail = d
+    # The chain ends at the first tail that is not byte-headed ("[0-9]+", a repeat):
+    # its row waits until a state holding it is stepped, and is made the general way,
+    # with its derivatives left to compute.
+    assert es.byte_head(tail) is None and tail not in rows._rows
+    base, classes = rows.row(tail)
+    assert int(rows.pool[base + classes[ord("5")]]) == -1
+
+
+def test_publish_makes_the_row_of_the_state_it_leads_to():
+    lx = Lexer(Grammar.from_lark(GRAMMAR), ExprSet())
+    s = lx.step(lx.initial_state(frozenset([lx.lexeme_names.index("STR")]), with_ignore=False), ord('"'))
+    assert lx.publish(s, ord("a"))
+    (_, d), = _expected(lx, s, ord("a"))
+    # The compiled step goes on from the target without returning for its row.
+    assert d in lx.rows._rows
+
+
+def test_publish_with_nothing_missing_is_not_progress():
+    es = ExprSet()
+    g = Grammar.from_lark('start: W\nW: /ab?/')
+    lx = Lexer(g, es)
+    assert lx.publish(lx.initial_state(frozenset([0])), ord("a"))
+    # A second lexer over the same regex set finds W's row and derivative published: at
+    # its first look the step lacks nothing (it gave up because the target accepts), so
+    # publish says so, and the walk hands the step to Python instead of retrying it.
+    other = Lexer(g, es)
+    s2 = other.initial_state(frozenset([0]))
+    assert not other.publish(s2, ord("a"))
+    assert other.states[other.step(s2, ord("a"))] == _expected(other, s2, ord("a"))
+
+
 def test_the_compiled_step_leaves_new_accepting_states_to_python():
     from midword.engine.lexer import lex_step_py
 
