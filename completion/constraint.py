@@ -83,7 +83,8 @@ class Constraint:
 
     # The three calls ---------------------------------------------------------------------
     def allowed(self, state: DecodeState) -> np.ndarray:
-        """uint32 bitmask of the tokens that may come next."""
+        """uint32 bitmask of the tokens that may come next; may be read-only (shared with
+        the mask cache): copy it to change it."""
         if state.done:
             return np.zeros(self._words, dtype=np.uint32)
         if state.typed:
@@ -93,7 +94,9 @@ class Constraint:
         else:
             with self._lock:
                 mask = self.walker.mask(state.grammar)
-        if self.is_accepting(state):
+        if self.eos and self.is_accepting(state):
+            if not mask.flags.writeable:
+                mask = mask.copy()  # the walker's mask is shared with its cache
             for t in self.eos:
                 mask[t >> 5] |= np.uint32(1 << (t & 31))
         return mask
@@ -172,7 +175,7 @@ class Constraint:
             return np.zeros(0, dtype=np.int64)
         if not rest:
             st = DecodeState(typed=b"", grammar=grammar_state)
-            mask = self.allowed(st)
+            mask = self.allowed(st).copy()
             for t in self.eos:
                 mask[t >> 5] &= ~np.uint32(1 << (t & 31))
             return mask_to_ids(mask, self.tokenizer.vocab_size)

@@ -398,7 +398,8 @@ class MaskCache:
     A mask depends only on the recognizer, the trie and the state `(lexstate, row)`,
     and generation revisits states all the time: every position inside a JSON string
     or a comment is the same state, every new sequence starts in the initial one. A
-    hit costs a dict lookup and a copy instead of a walk."""
+    hit costs a dict lookup instead of a walk: the masks kept are read-only, and handed
+    out as they are."""
 
     def __init__(self, budget_bytes: int):
         self.budget_bytes = budget_bytes
@@ -614,18 +615,22 @@ class MaskWalker:
                 rec.scan_missing(int(a), int(b))
 
     def mask(self, state) -> np.ndarray:
-        """Bitmask of trie tokens allowed from recognizer state `state` (EOS not included);
-        the caller owns the array."""
+        """Bitmask of trie tokens allowed from recognizer state `state` (EOS not included).
+        Read-only: it may be the mask cache's own array, shared with every later caller
+        that meets the state (copy it to change it). A hit is then a lookup; a copy of a
+        128k vocabulary's mask from a cache of thousands costs more than the lookup."""
         if self.cache is None:
             mask, self.last_sliced = self._compute(state)
+            mask.flags.writeable = False
             return mask
         key = self._cache_prefix + (int(state[0]), int(state[1]))
         hit = self.cache.get(key)
         if hit is None:
             mask, sliced = self._compute(state)
-            self.cache.put(key, mask.copy(), sliced)
+            mask.flags.writeable = False
+            self.cache.put(key, mask, sliced)
         else:
-            mask, sliced = hit[0].copy(), hit[1]
+            mask, sliced = hit
         self.last_sliced = sliced
         return mask
 
@@ -657,10 +662,12 @@ class MaskWalker:
             inside, frontier = self._inside_lexeme(lexstate, applicable)
             if self.cache is not None:
                 self.cache.put(self._prefix_key + (lexstate, applicable), inside, frontier, extra_bytes=frontier.nbytes)
+        if not frontier.shape[0]:
+            # Nothing past the lexeme: the mask is the inside one (read-only, shared).
+            return inside, any(applicable)
         mask = inside.copy()
-        if frontier.shape[0]:
-            trie = self.sliced.forest if any(applicable) else self.trie
-            self._run(trie, state, frontier, 0, False, mask)
+        trie = self.sliced.forest if any(applicable) else self.trie
+        self._run(trie, state, frontier, 0, False, mask)
         return mask, any(applicable)
 
     def _inside_lexeme(self, lexstate: int, applicable: tuple[bool, ...]) -> tuple[np.ndarray, np.ndarray]:

@@ -112,14 +112,16 @@ class Matcher:
 
     def compute_mask(self) -> np.ndarray:
         """uint32 bitmask over the vocabulary: bit t set iff token t may come next.
-        EOS tokens are allowed iff the grammar accepts here."""
+        EOS tokens are allowed iff the grammar accepts here. The array may be read-only
+        (shared with the mask cache): copy it to change it."""
         return self._guard(self._compute_mask)
 
     def _compute_mask(self) -> np.ndarray:
         if self._stopped:
             return np.zeros(mask_words(self.tokenizer.vocab_size), dtype=np.uint32)
         mask = self.walker.mask(self._state)
-        if self.rec.is_accepting(self._state):
+        if self.eos_token_ids and self.rec.is_accepting(self._state):
+            mask = mask.copy()  # the walker's mask is shared (read-only)
             for t in self.eos_token_ids:
                 mask[t >> 5] |= np.uint32(1 << (t & 31))
         return mask

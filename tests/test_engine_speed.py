@@ -64,21 +64,29 @@ def test_mask_cache_evicts_least_recent_within_budget():
     assert cache.get(("k", 0)) is not None and cache.get(("k", 3))[1] is True
 
 
-def test_cached_masks_equal_fresh_walks_and_belong_to_the_caller():
+def test_cached_masks_equal_fresh_walks_and_no_caller_can_change_them():
     g = grammar()
     rng = random.Random(5)
+    shared = 0
     for _ in range(20):
         m = Matcher(TOY, g)
         fresh = Matcher(TOY, g)
         fresh.walker.cache = None
         for _ in range(12):
             first = m.compute_mask()
-            first[:] = 0  # the caller may write into its mask; the cache must not see it
+            if first.flags.writeable:
+                first[:] = 0  # a copy of its own (EOS added): the cache must not see it
+            else:
+                # The cache's own array, handed out as it is: writing to it is refused.
+                shared += 1
+                with pytest.raises(ValueError):
+                    first[:] = 0
             got = m.compute_mask()
             assert np.array_equal(got, fresh.compute_mask())
             assert np.array_equal(got, m.reference_mask())
             if not step_both(rng, got, m, fresh):
                 break
+    assert shared > 50
 
 
 @pytest.mark.parametrize("use_jit", [True, False])
