@@ -740,10 +740,17 @@ class ExprSet:
                     break
             else:
                 r |= self.first_bytes(x)
-        elif k in (_OR, _AND):
+        elif k == _OR:
             r = 0
             for m in a:
                 r |= self.first_bytes(m)
+        elif k == _AND:
+            # d(A & B) = d(A) & d(B) is ∅ where either is: the string body of a key other
+            # than the listed ones starts with what the body starts with, not with every
+            # byte as the ~(listed keys) part alone would.
+            r = _FULL
+            for m in a:
+                r &= self.first_bytes(m)
         elif k == _NOT:
             r = _FULL  # d(~R) = ~d(R) is non-empty for almost every byte
         else:
@@ -841,6 +848,8 @@ class ExprSet:
             derivative = self.derivative
             return self.alt(*[derivative(m, b) for m, f in zip(a, firsts) if f & bit])
         if k == _AND:
+            if not (self.first_bytes(expr) >> b) & 1:
+                return 0
             ds = []
             for m in a:
                 d = self.derivative(m, b)
@@ -849,6 +858,10 @@ class ExprSet:
                 ds.append(d)
             return self.and_(*ds)
         if k == _NOT:
+            if not (self.first_bytes(a[0]) >> b) & 1:
+                # d(R) = ∅, so d(~R) is every string: a byte no excluded key starts with
+                # (a letter past all of them, a UTF-8 lead byte) needs no derivative of R.
+                return self.ALL
             return self.not_(self.derivative(a[0], b))
         inner, lo, hi = a
         d = self.derivative(inner, b)

@@ -333,6 +333,25 @@ def test_extended_against_reference(ast, strings):
     for ch in "abc":
         d = es.derivative(e, ord(ch))
         assert nb[ord(ch)] == (not es.is_empty(d))
+    # first_bytes over-approximates the live bytes, & and ~ included.
+    first = es.first_bytes(e)
+    assert all((first >> int(b)) & 1 for b in np.flatnonzero(nb)), pattern
+
+
+def test_first_bytes_of_an_intersection_are_those_all_its_parts_allow():
+    es = ExprSet()
+    keys = es.parse("ab|cd")
+    other_keys = es.parse("[a-z]*&~(ab|cd)", extended=True)
+    lowercase = sum(1 << b for b in range(ord("a"), ord("z") + 1))
+    # Not every byte, as ~(ab|cd) alone would have it: the walk then skips the rest
+    # without a derivative.
+    assert es.first_bytes(other_keys) == lowercase
+    # A byte no excluded word starts with: ~(ab|cd) goes on as every string.
+    assert es.derivative(es.not_(keys), ord("x")) == es.ALL
+    assert es.derivative(other_keys, ord("x")) == es.parse("[a-z]*")
+    assert es.derivative(other_keys, ord("A")) == ExprSet.NOTHING
+    after_ab = LazyDFA(es, es.derivative(es.derivative(other_keys, ord("a")), ord("b")))
+    assert not after_ab.matches(b"") and after_ab.matches(b"q")
 
 
 # --------------------------------------------------------------------------------------
