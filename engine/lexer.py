@@ -705,6 +705,26 @@ class Lexer:
                         # there would cost it another return just to make it.
                         row(d)
                         pool = self.rows.pool
+        if not progress:
+            # Every derivative is published, so the step gave up at the target: most
+            # often a new state that accepts a lexeme, whose lexeme set is made in
+            # Python. Adding that state here, pairs in the compiled step's order, lets
+            # the step find it and fill the entry and its class, without the Python
+            # step's class maps and table writes.
+            pairs = []
+            accepts = False
+            for i, e, first, base, classes in live:
+                if (first >> byte) & 1:
+                    code = int(pool[base + classes[byte]])
+                    if code >> 1:
+                        pairs.append((i, code >> 1))
+                        accepts = accepts or (code & 1 and i < self.num_lexemes)
+            if accepts:
+                pairs = tuple(pairs)
+                if pairs not in self._state_index:
+                    self._use_fuel()
+                    self._intern(pairs)
+                    progress = True
         return progress
 
     def _fill_byte_headed(self, state: int) -> bool:
