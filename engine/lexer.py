@@ -40,6 +40,7 @@ import weakref
 
 import numpy as np
 
+from ._arrays import grown
 from .grammar import Grammar
 from .limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from .regex import ExprSet, refine_byte_sets
@@ -79,10 +80,6 @@ def hash_states_py(first, last, st_ptr, comp_lex, comp_expr, st_keys, st_vals):
 
 
 
-def _grown(a: np.ndarray, size: int, fill) -> np.ndarray:
-    out = np.full((size,) + a.shape[1:], fill, dtype=a.dtype)
-    out[: a.shape[0]] = a
-    return out
 
 
 class DerivativeRows:
@@ -138,8 +135,8 @@ class DerivativeRows:
         self._next_tail = 0
         if expr >= self.base.shape[0]:
             size = max(2 * self.base.shape[0], expr + 1)
-            self.base = _grown(self.base, size, -1)
-            self.cmap_of = _grown(self.cmap_of, size, 0)
+            self.base = grown(self.base, size, -1)
+            self.cmap_of = grown(self.cmap_of, size, 0)
             self.generation += 1
         exprs = self.exprs
         head = exprs.byte_head(expr)
@@ -161,7 +158,7 @@ class DerivativeRows:
             values = [-((first >> rep) & 1) for rep in reps]
         base = self.pool_used
         if base + len(values) > self.pool.shape[0]:
-            self.pool = _grown(self.pool, max(2 * self.pool.shape[0], base + len(values)), 0)
+            self.pool = grown(self.pool, max(2 * self.pool.shape[0], base + len(values)), 0)
             self.generation += 1
         self.pool[base: base + len(values)] = values
         self.pool_used = base + len(values)
@@ -188,7 +185,7 @@ class DerivativeRows:
                 classes = cm.translate(index)
             at = len(self._cmap_index)
             if at >= self.cmaps.shape[0]:
-                self.cmaps = _grown(self.cmaps, 2 * self.cmaps.shape[0], 0)
+                self.cmaps = grown(self.cmaps, 2 * self.cmaps.shape[0], 0)
                 self.generation += 1
             self.cmaps[at] = np.frombuffer(classes, dtype=np.uint8)
             info = self._cmap_index[key] = (at, classes, reps)
@@ -537,8 +534,8 @@ class Lexer:
         room = max(32, n // 4)
         if n + room > self.table.shape[0]:
             size = max(2 * self.table.shape[0], n + room)
-            self.table = _grown(self.table, size, UNKNOWN)
-            self.accept = _grown(self.accept, size, NO_ACCEPT)
+            self.table = grown(self.table, size, UNKNOWN)
+            self.accept = grown(self.accept, size, NO_ACCEPT)
         self._hold(n + room + 1, comps + max(2048, comps // 4))
         if 2 * (n + room) > self.st_keys.shape[0]:
             size = self.st_keys.shape[0]
@@ -551,11 +548,11 @@ class Lexer:
     def _hold(self, states: int, pairs: int) -> None:
         """Grows st_ptr and the pair arrays (doubling) to hold this many states and pairs."""
         if states + 1 > self.st_ptr.shape[0]:
-            self.st_ptr = _grown(self.st_ptr, max(2 * self.st_ptr.shape[0], states + 1), 0)
+            self.st_ptr = grown(self.st_ptr, max(2 * self.st_ptr.shape[0], states + 1), 0)
         if pairs > self.comp_lex.shape[0]:
             size = max(2 * self.comp_lex.shape[0], pairs)
-            self.comp_lex = _grown(self.comp_lex, size, 0)
-            self.comp_expr = _grown(self.comp_expr, size, 0)
+            self.comp_lex = grown(self.comp_lex, size, 0)
+            self.comp_expr = grown(self.comp_expr, size, 0)
 
     # States ---------------------------------------------------------------------
     def _intern(self, pairs: tuple[tuple[int, int], ...]) -> int:
@@ -570,9 +567,9 @@ class Lexer:
         self._states.append(pairs)
         self._state_index[pairs] = sid
         if sid >= self.table.shape[0]:
-            grow = self.table.shape[0]
-            self.table = np.concatenate([self.table, np.full((grow, 256), UNKNOWN, dtype=np.int32)])
-            self.accept = np.concatenate([self.accept, np.full(grow, NO_ACCEPT, dtype=np.int32)])
+            size = 2 * self.table.shape[0]
+            self.table = grown(self.table, size, UNKNOWN)
+            self.accept = grown(self.accept, size, NO_ACCEPT)
         real = frozenset(i for i, e in pairs if i < self.num_lexemes and self.exprs.nullable(e))
         if real:
             self.accept[sid] = self.lexset_id(real)

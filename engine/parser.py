@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ._arrays import grown
 from .grammar import Grammar, Rule, is_lexeme
 from ._jit import compiled_once, njit, njit_calling
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
@@ -427,9 +428,9 @@ class EarleyParser:
         if row_id >= self.row_start.shape[0]:
             self._walk_arrays = None
             grow = 2 * self.row_start.shape[0]
-            self.row_start = _grown(self.row_start, grow)
-            self.row_end = _grown(self.row_end, grow)
-            self.row_accepting = _grown(self.row_accepting, grow)
+            self.row_start = grown(self.row_start, grow, 0)
+            self.row_end = grown(self.row_end, grow, 0)
+            self.row_accepting = grown(self.row_accepting, grow, 0)
         while True:
             counts[EPOCH] += 1
             args = (
@@ -458,9 +459,9 @@ class EarleyParser:
             elif status == NEED_POOL:
                 self._walk_arrays = None
                 grow = max(int(counts[POOL_USED]) + int(value), 2 * self.adv_sym.shape[0])
-                self.adv_sym = _grown(self.adv_sym, grow)
-                self.adv_pos = _grown(self.adv_pos, grow)
-                self.adv_origin = _grown(self.adv_origin, grow)
+                self.adv_sym = grown(self.adv_sym, grow, 0)
+                self.adv_pos = grown(self.adv_pos, grow, 0)
+                self.adv_origin = grown(self.adv_origin, grow, 0)
             elif status == NEED_SCRATCH and self._item_pos.shape[0] <= self.limits.max_items_per_row:
                 self._size_scratch(2 * self._item_pos.shape[0])
             else:
@@ -484,11 +485,11 @@ class EarleyParser:
         counts = self.counts
         need = int(counts[PRED_USED]) + self._pstamp.shape[0]
         if need > self.pred_pool.shape[0]:
-            self.pred_pool = _grown(self.pred_pool, max(need, 2 * self.pred_pool.shape[0]))
+            self.pred_pool = grown(self.pred_pool, max(need, 2 * self.pred_pool.shape[0]), 0)
             self._walk_arrays = None  # compiled callers must see the new pool
         need = int(counts[PREDNT_USED]) + self._ntstamp.shape[0]
         if need > self.prednt_pool.shape[0]:
-            self.prednt_pool = _grown(self.prednt_pool, max(need, 2 * self.prednt_pool.shape[0]))
+            self.prednt_pool = grown(self.prednt_pool, max(need, 2 * self.prednt_pool.shape[0]), 0)
             self._walk_arrays = None
         counts[EPOCH] += 1
         args = (nt, int(counts[EPOCH]), self.rule_ptr, self.rule_first, self.dot_symbol, self.nullable, self._pstamp,
@@ -548,10 +549,6 @@ def _pow2_at_least(n: int) -> int:
     return p
 
 
-def _grown(arr: np.ndarray, size: int) -> np.ndarray:
-    out = np.zeros(size, dtype=arr.dtype)
-    out[: arr.shape[0]] = arr
-    return out
 
 
 def _productive(g: Grammar) -> list[bool]:
