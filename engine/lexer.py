@@ -78,10 +78,6 @@ def hash_states_py(first, last, st_ptr, comp_lex, comp_expr, st_keys, st_vals):
         st_vals[slot] = sid
 
 
-
-
-
-
 class DerivativeRows:
     """The lexer's derivatives, as the compiled step reads them: for an expression `e`,
     `pool[base[e] + cmaps[cmap_of[e], byte]]` is its derivative by `byte` (NOTHING when
@@ -113,8 +109,13 @@ class DerivativeRows:
         # byte sets as ints -> (row of cmaps, class index per byte, smallest byte per class).
         self._cmap_index: dict[bytes | int, tuple[int, bytes, tuple[int, ...]]] = {}
         self._rows: dict[int, tuple[int, bytes]] = {}
-        # Set by _make_row: the byte-headed tail whose row `row` makes next (0: none).
-        self._next_tail = 0
+
+    def __len__(self) -> int:
+        """How many expressions have a row."""
+        return len(self._rows)
+
+    def __contains__(self, expr: int) -> bool:
+        return expr in self._rows
 
     def row(self, expr: int) -> tuple[int, bytes]:
         """(base, class index per byte) of the expression's row, made if needed. The rows
@@ -124,15 +125,14 @@ class DerivativeRows:
         got = self._rows.get(expr)
         if got is not None:
             return got
-        got = self._make_row(expr)
-        tail = self._next_tail
+        got, tail = self._make_row(expr)
         while tail and tail not in self._rows:
-            self._make_row(tail)
-            tail = self._next_tail
+            tail = self._make_row(tail)[1]
         return got
 
-    def _make_row(self, expr: int) -> tuple[int, bytes]:
-        self._next_tail = 0
+    def _make_row(self, expr: int) -> tuple[tuple[int, bytes], int]:
+        """The row of `expr`, and the byte-headed tail that follows it (0: none)."""
+        next_tail = 0
         if expr >= self.base.shape[0]:
             size = max(2 * self.base.shape[0], expr + 1)
             self.base = grown(self.base, size, -1)
@@ -149,7 +149,7 @@ class DerivativeRows:
             live_tail = 0 if exprs.is_empty(tail) else tail
             values = [0, 2 * live_tail + exprs.nullable(live_tail)]
             if exprs.byte_head(live_tail) is not None:
-                self._next_tail = live_tail
+                next_tail = live_tail
         else:
             cm = exprs.byte_classes(expr)
             at, classes, reps = self._classes_of(cm, cm)
@@ -165,7 +165,7 @@ class DerivativeRows:
         self.cmap_of[expr] = at
         self.base[expr] = base
         got = self._rows[expr] = (base, classes)
-        return got
+        return got, next_tail
 
     def _classes_of(self, key, cm: bytes | None):
         """(row of cmaps, class index per byte, smallest byte per class) for a class map
@@ -677,16 +677,15 @@ class Lexer:
             # The first look at a state makes the rows of its regexes: progress too, if
             # one was missing (else the step failed for another reason, and a return
             # to the walk would only fail again).
-            rows_before = len(self.rows._rows)
+            rows_before = len(self.rows)
             live = self._live_of(state)[0]
-            progress = len(self.rows._rows) != rows_before
+            progress = len(self.rows) != rows_before
         else:
             live = live[0]
         live_derivative = self.exprs.live_derivative
         nullable = self.exprs.nullable
         pool = self.rows.pool
-        row = self.rows.row
-        made = self.rows._rows
+        rows = self.rows
         computed = False
         for _, e, first, base, classes in live:
             if (first >> byte) & 1:
@@ -697,11 +696,11 @@ class Lexer:
                         computed = progress = True
                     d = live_derivative(e, byte)
                     pool[at] = 2 * d + nullable(d)
-                    if d and d not in made:
+                    if d and d not in rows:
                         # The walk steps the target state next, and a row missing
                         # there would cost it another return just to make it.
-                        row(d)
-                        pool = self.rows.pool
+                        rows.row(d)
+                        pool = rows.pool
         if not progress:
             # Every derivative is published, so the step gave up at the target: most
             # often a new state that accepts a lexeme, whose lexeme set is made in
@@ -715,7 +714,7 @@ class Lexer:
                     code = int(pool[base + classes[byte]])
                     if code >> 1:
                         pairs.append((i, code >> 1))
-                        accepts = accepts or (code & 1 and i < self.num_lexemes)
+                        accepts = accepts or (bool(code & 1) and i < self.num_lexemes)
             if accepts:
                 pairs = tuple(pairs)
                 if pairs not in self._state_index:

@@ -549,8 +549,6 @@ def _pow2_at_least(n: int) -> int:
     return p
 
 
-
-
 def _productive(g: Grammar) -> list[bool]:
     return _fixpoint(g.rules, len(g.nonterminals), lexemes_count=True)
 

@@ -291,8 +291,8 @@ def test_a_literal_row_comes_with_the_rows_of_its_tails():
     # complete, so a walk through the literal never returns to Python to make one.
     tail = word
     for byte in b"key":
-        assert tail in rows._rows
-        base, classes = rows._rows[tail]
+        assert tail in rows
+        base, classes = rows.row(tail)
         d = es.derivative(tail, byte)
         assert rows.pool[base + classes[byte]] == 2 * d + es.nullable(d)
         assert int(rows.pool[base + classes[ord("z")]]) == 0
@@ -300,7 +300,7 @@ def test_a_literal_row_comes_with_the_rows_of_its_tails():
     # The chain ends at the first tail that is not byte-headed ("[0-9]+", a repeat):
     # its row waits until a state holding it is stepped, and is made the general way,
     # with its derivatives left to compute.
-    assert es.byte_head(tail) is None and tail not in rows._rows
+    assert es.byte_head(tail) is None and tail not in rows
     base, classes = rows.row(tail)
     assert int(rows.pool[base + classes[ord("5")]]) == -1
 
@@ -311,7 +311,7 @@ def test_publish_makes_the_row_of_the_state_it_leads_to():
     assert lx.publish(s, ord("a"))
     (_, d), = _expected(lx, s, ord("a"))
     # The compiled step goes on from the target without returning for its row.
-    assert d in lx.rows._rows
+    assert d in lx.rows
 
 
 def test_publish_adds_the_accepting_state_the_compiled_step_cannot():
