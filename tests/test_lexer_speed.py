@@ -4,7 +4,6 @@ against the plain computation (derivatives one lexeme at a time, emptiness by se
 import random
 
 import numpy as np
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
