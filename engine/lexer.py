@@ -156,6 +156,15 @@ class DerivativeRows:
             first = exprs.first_bytes(expr)
             # A class outside the first bytes is surely NOTHING (encoded 0); others unknown.
             values = [-((first >> rep) & 1) for rep in reps]
+            shadow = None if exprs.emptiness_is_trivial(expr) else exprs.shadow(expr)
+            if shadow is not None and shadow[1] in self._rows:
+                # Outside the guard the derivatives are the shadow's: a new key state takes
+                # the string state's published entries instead of waiting for its own.
+                guard, (shadow_base, shadow_classes) = shadow[0], self._rows[shadow[1]]
+                pool = self.pool
+                for k, rep in enumerate(reps):
+                    if values[k] and not (guard >> rep) & 1:
+                        values[k] = int(pool[shadow_base + shadow_classes[rep]])
         base = self.pool_used
         if base + len(values) > self.pool.shape[0]:
             self.pool = grown(self.pool, max(2 * self.pool.shape[0], base + len(values)), 0)

@@ -275,6 +275,8 @@ class ExprSet:
         self._class_of: dict[int, tuple] = {}
         self._subset_cache: dict[tuple[int, int], bool] = {}
         self._prefix_cache: dict[tuple[int, int], bool] = {}
+        # (guard bytes, shadow) per expression with & and ~, or None: see `shadow`.
+        self._shadows: dict[int, tuple[int, int] | None] = {}
 
         self._new(_NOTHING, (), (), False, 0, False)
         self._new(_EPS, (), (), True, 0, False)
@@ -779,11 +781,56 @@ class ExprSet:
         return sorted(set(cm))
 
     # Derivatives -----------------------------------------------------------------------
+    def shadow(self, expr: int) -> tuple[int, int] | None:
+        """(guard, shadow): an expression without the excluded part of `expr`'s leading
+        intersection, and a byte set outside which both have the same derivative; None
+        when there is no such part. `(C* & ~K)·"` (a JSON key other than the listed ones
+        K, mid-key) shadows `C*·"`, the plain string, at every byte no remaining key
+        starts with: a new key state then shares most of its derivatives with the
+        string state, which the lexer computed long before."""
+        got = self._shadows.get(expr, -1)
+        if got != -1:
+            return got
+        got = None
+        kind, args = self._kind, self._args
+        k = kind[expr]
+        if k == _CONCAT and kind[args[expr][0]] == _AND:
+            head, tail = args[expr]
+            inner = self.shadow(head)
+            # d(H·T) = d(H)·T | d(T) if H is nullable: the shadow of the head must agree
+            # with the head on nullability, which `shadow` of an intersection ensures.
+            if inner is not None:
+                got = (inner[0], self._concat2(inner[1], tail))
+        elif k == _AND:
+            guard = 0
+            kept = []
+            for m in args[expr]:
+                if kind[m] == _NOT:
+                    # d(~R, b) = ~∅, every string, where R cannot start with b.
+                    guard |= self.first_bytes(args[m][0])
+                else:
+                    kept.append(m)
+            if len(kept) < len(args[expr]):
+                rest = self.and_(*kept)
+                # ~R is nullable unless R holds ε: dropping a non-nullable ~R (a typed
+                # key equal to a listed one) would make the shadow accept where `expr` does not.
+                if self._nullable[rest] == self._nullable[expr]:
+                    got = (guard, rest)
+        self._shadows[expr] = got
+        return got
+
     def derivative(self, expr: int, byte: int) -> int:
         key = (expr << 8) | byte
         r = self._deriv.get(key)
         if r is not None:
             return r
+        if self._has_bool[expr]:
+            sh = self._shadows.get(expr, -1)
+            if sh == -1:
+                sh = self.shadow(expr)
+            if sh is not None and not (sh[0] >> byte) & 1:
+                r = self._deriv[key] = self.derivative(sh[1], byte)
+                return r
         if self._kind[expr] == _CONCAT:
             h, t = self._args[expr]
             if self._kind[h] == _BYTES:

@@ -304,6 +304,27 @@ def test_a_literal_row_comes_with_the_rows_of_its_tails():
     assert int(rows.pool[base + classes[ord("5")]]) == -1
 
 
+def test_a_key_state_row_takes_the_entries_of_the_string_it_shadows():
+    from midword.engine.lexer import DerivativeRows
+
+    es = ExprSet()
+    rows = DerivativeRows.of(es)
+    string = es.parse(r'[^"\\]*"')
+    other_key = es.parse(r'([^"\\]*&~(name|nested))"', extended=True)
+    base, classes = rows.row(string)
+    for byte in (ord("x"), 0xC3, ord('"')):
+        d = es.live_derivative(string, byte)
+        rows.pool[base + classes[byte]] = 2 * d + es.nullable(d)
+    # The key state's row, made after: the string's published entries are its own
+    # outside "n", and "n" (the listed keys' first byte) waits for a derivative.
+    key_base, key_classes = rows.row(other_key)
+    for byte in (ord("x"), 0xC3, ord('"')):
+        d = es.live_derivative(other_key, byte)
+        assert int(rows.pool[key_base + key_classes[byte]]) == 2 * d + es.nullable(d)
+    assert int(rows.pool[key_base + key_classes[ord("n")]]) == -1
+    assert int(rows.pool[key_base + key_classes[0xE2]]) == -1  # not published for the string either
+
+
 def test_publish_makes_the_row_of_the_state_it_leads_to():
     lx = Lexer(Grammar.from_lark(GRAMMAR), ExprSet())
     s = lx.step(lx.initial_state(frozenset([lx.lexeme_names.index("STR")]), with_ignore=False), ord('"'))

@@ -354,6 +354,51 @@ def test_first_bytes_of_an_intersection_are_those_all_its_parts_allow():
     assert not after_ab.matches(b"") and after_ab.matches(b"q")
 
 
+@settings(max_examples=200, deadline=None)
+@given(ext_ast, ext_ast, ext_ast, st.lists(st.text(alphabet="abcx", max_size=4), min_size=6, max_size=6))
+def test_a_shadow_has_the_same_derivative_outside_its_guard(kept, excluded, tail, strings):
+    # The shape of a key other than the listed ones: (body & ~keys)·rest.
+    ast = ("cat", (("and", (kept, ("not", excluded))), tail))
+    es = ExprSet()
+    e = es.parse(render_ext(ast), extended=True)
+    shadow = es.shadow(e)
+    if shadow is None:
+        return
+    guard, plain = shadow
+    assert es.nullable(plain) == es.nullable(e)
+    for ch in "abcx":
+        byte = ord(ch)
+        if (guard >> byte) & 1:
+            continue
+        # The shadow's derivative, the one `derivative` now answers with, against the
+        # reference matcher on the whole expression: no excluded word starts with ch.
+        dfa = LazyDFA(es, es.derivative(plain, byte))
+        assert es.derivative(e, byte) == es.derivative(plain, byte)
+        for s in strings + [""]:
+            assert dfa.matches(s.encode()) == reference_match(ast, ch + s), (render_ext(ast), ch, s)
+
+
+def test_a_key_other_than_the_listed_ones_shadows_the_plain_string():
+    es = ExprSet()
+    other_key = es.parse('([a-z]*&~(ab|cd))"', extended=True)
+    string = es.parse('[a-z]*"')
+    guard, plain = es.shadow(other_key)
+    assert plain == string and guard == (1 << ord("a")) | (1 << ord("c"))
+    # Outside the guard the key state goes on as a plain string; inside, it remembers
+    # what it excludes.
+    assert es.derivative(other_key, ord("x")) == es.derivative(string, ord("x"))
+    after_a = es.derivative(other_key, ord("a"))
+    assert after_a != es.derivative(string, ord("a"))
+    assert es.shadow(after_a)[0] == 1 << ord("b")
+    # Typed a whole listed key: ~(ε) is not nullable, and a shadow without it would
+    # accept the closing quote the key state refuses.
+    after_ab = es.derivative(after_a, ord("b"))
+    assert es.shadow(es.parse("[a-z]*&~(ab|cd)", extended=True)) is not None
+    assert es.shadow(after_ab) is None
+    assert not LazyDFA(es, after_ab).matches(b'"') and LazyDFA(es, after_ab).matches(b'q"')
+    assert es.shadow(string) is None
+
+
 # --------------------------------------------------------------------------------------
 # Unit tests
 # --------------------------------------------------------------------------------------
