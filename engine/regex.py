@@ -100,6 +100,23 @@ def refine_byte_sets(byte_sets: Iterable[int]) -> list[int]:
     return blocks
 
 
+def _split_class_map(cm: bytes, singles: int) -> bytes:
+    """The class map `cm` with each byte of `singles` (a bitmask) in a class of its own.
+    A class whose smallest byte left gets the smallest byte that stayed."""
+    out = bytearray(cm)
+    orphaned = False
+    for b in _bits(singles):
+        out[b] = b
+        orphaned = orphaned or cm[b] == b
+    if orphaned:
+        moved: dict[int, int] = {}
+        for x in range(256):
+            rep = cm[x]
+            if (singles >> rep) & 1 and not (singles >> x) & 1:
+                out[x] = moved.setdefault(rep, x)
+    return bytes(out)
+
+
 def _class_map(blocks: list[int]) -> bytes:
     """256 bytes mapping each byte to the smallest byte of its block (a partition of
     all bytes, as bitmasks). Every new key set of a schema makes a new partition: mostly
@@ -277,6 +294,7 @@ class ExprSet:
         self._prefix_cache: dict[tuple[int, int], bool] = {}
         # (guard bytes, shadow) per expression with & and ~, or None: see `shadow`.
         self._shadows: dict[int, tuple[int, int] | None] = {}
+        self._split_maps: dict[tuple[bytes, int], bytes] = {}
 
         self._new(_NOTHING, (), (), False, 0, False)
         self._new(_EPS, (), (), True, 0, False)
@@ -697,6 +715,18 @@ class ExprSet:
         class have the same derivative."""
         cm = self._classmap.get(expr)
         if cm is not None:
+            return cm
+        shadow = None if not self._has_bool[expr] else self.shadow(expr)
+        if shadow is not None:
+            # Outside the guard the derivatives are the shadow's, so its classes hold
+            # there, and each guard byte (a remaining key's first byte) is its own class:
+            # no union of first byte sets to refine for every new key state.
+            guard, plain = shadow
+            key = (self.byte_classes(plain), guard)
+            cm = self._split_maps.get(key)
+            if cm is None:
+                cm = self._split_maps[key] = _split_class_map(key[0], guard)
+            self._classmap[expr] = cm
             return cm
         masks = self._masks(expr)
         cm = self._classmap_by_masks.get(masks)

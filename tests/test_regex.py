@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from midword.engine.limits import GrammarError, LimitExceeded, Limits
-from midword.engine.regex import ExprSet, LazyDFA, _class_map, refine_byte_sets, utf8_sequences
+from midword.engine.regex import ExprSet, LazyDFA, _class_map, _split_class_map, refine_byte_sets, utf8_sequences
 
 JSON_CHAR = r'[^"\\\x00-\x1F\x7F]'
 JSON_STRING_BODY = r'([^"\\\x00-\x1F\x7F]|\\(["\\/bfnrt]|u[a-fA-F0-9]{4}))*"'
@@ -376,6 +376,24 @@ def test_a_shadow_has_the_same_derivative_outside_its_guard(kept, excluded, tail
         assert es.derivative(e, byte) == es.derivative(plain, byte)
         for s in strings + [""]:
             assert dfa.matches(s.encode()) == reference_match(ast, ch + s), (render_ext(ast), ch, s)
+    # The expression's byte classes come from the shadow's, split at the guard: whole
+    # matches through them agree with the reference too.
+    dfa = LazyDFA(es, e)
+    for s in strings + ["a", "ab", "ba", "x", "xa", "abc"]:
+        assert dfa.matches(s.encode()) == reference_match(ast, s), (render_ext(ast), s)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, (1 << 256) - 1), max_size=4),
+       st.lists(st.integers(0, 255), max_size=6),
+       st.booleans())
+def test_splitting_a_class_map_refines_it_by_single_bytes(byte_sets, singles, take_smallest):
+    cm = _class_map(refine_byte_sets(byte_sets))
+    if take_smallest:
+        singles.append(cm[255])  # a class's smallest byte leaves it
+    mask = sum({1 << b for b in singles})
+    expected = _class_map(refine_byte_sets(byte_sets + [1 << b for b in singles]))
+    assert _split_class_map(cm, mask) == expected
 
 
 def test_a_key_other_than_the_listed_ones_shadows_the_plain_string():
