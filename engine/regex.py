@@ -294,6 +294,8 @@ class ExprSet:
         self._prefix_cache: dict[tuple[int, int], bool] = {}
         # (guard bytes, shadow) per expression with & and ~, or None: see `shadow`.
         self._shadows: dict[int, tuple[int, int] | None] = {}
+        # (shadow's class map, guard) -> that map with each guard byte a class of its own:
+        # key states whose remaining keys start with the same bytes share one.
         self._split_maps: dict[tuple[bytes, int], bytes] = {}
 
         self._new(_NOTHING, (), (), False, 0, False)
