@@ -156,7 +156,7 @@ class DerivativeRows:
             first = exprs.first_bytes(expr)
             # A class outside the first bytes is surely NOTHING (encoded 0); others unknown.
             values = [-((first >> rep) & 1) for rep in reps]
-            shadow = None if exprs.emptiness_is_trivial(expr) else exprs.shadow(expr)
+            shadow = exprs.shadow(expr)
             if shadow is not None and shadow[1] in self._rows:
                 # Outside the guard the derivatives are the shadow's: a new key state takes
                 # the string state's published entries instead of waiting for its own.

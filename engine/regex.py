@@ -718,7 +718,7 @@ class ExprSet:
         cm = self._classmap.get(expr)
         if cm is not None:
             return cm
-        shadow = None if not self._has_bool[expr] else self.shadow(expr)
+        shadow = self.shadow(expr)
         if shadow is not None:
             # Outside the guard the derivatives are the shadow's, so its classes hold
             # there, and each guard byte (a remaining key's first byte) is its own class:
@@ -820,6 +820,8 @@ class ExprSet:
         K, mid-key) shadows `C*·"`, the plain string, at every byte no remaining key
         starts with: a new key state then shares most of its derivatives with the
         string state, which the lexer computed long before."""
+        if not self._has_bool[expr]:
+            return None  # nothing excluded: no & or ~ anywhere in it
         got = self._shadows.get(expr, -1)
         if got != -1:
             return got
