@@ -34,15 +34,22 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
         expected = _dtype_objects.get(dtypes)
         if expected is None:
             expected = _dtype_objects[dtypes] = tuple(np.dtype(d) for d in dtypes)
+        ndims = []
         for i, (a, dtype) in enumerate(zip(arrays, expected)):
             # Each new grammar's arrays are checked here, in its time to first mask: an
-            # identity test of interned dtypes and one flags object per array.
-            flags = a.flags
-            if (a.dtype is not dtype and a.dtype != dtype) or not flags.c_contiguous or not flags.writeable or a.ndim > 2:
-                raise ValueError(f"array {i}: {a.dtype}, {a.ndim}-D, contiguous {flags.c_contiguous}, "
+            # identity test of interned dtypes and one flags word per array.
+            ndim = a.ndim
+            if (a.dtype is not dtype and a.dtype != dtype) or a.flags.num & _CONTIGUOUS_WRITEABLE != _CONTIGUOUS_WRITEABLE or ndim > 2:
+                flags = a.flags
+                raise ValueError(f"array {i}: {a.dtype}, {ndim}-D, contiguous {flags.c_contiguous}, "
                                  f"writeable {flags.writeable}; expected a writeable contiguous {dtype} array")
-        # Readers by each array's own kind (its dimensions too, which the dtypes leave open).
-        readers = _readers[dtypes] = [_address_reader(a) for a in arrays]
+            ndims.append(ndim)
+        # Readers by each array's own kind: its dimensions too, which the dtypes leave open.
+        kinds = (dtypes, tuple(ndims))
+        readers = _readers_of_kinds.get(kinds)
+        if readers is None:
+            readers = _readers_of_kinds[kinds] = [_address_reader(a) for a in arrays]
+        _readers[dtypes] = readers
     # numpy's own ways to an address (__array_interface__, .ctypes) cost 2.4 to 3.2 µs
     # an array; a compiled reader called without its dispatcher costs about 0.2.
     fields = []
@@ -70,6 +77,11 @@ def repoint(packed: np.ndarray, index: int, a: np.ndarray, dtypes) -> None:
 
 # dtypes of a group -> one address reader per place, found without typing the arrays.
 _readers: dict[tuple, list] = {}
+# (dtypes, dimensions) of a group -> its readers, so that checking a new group's arrays
+# does not look up a reader for each.
+_readers_of_kinds: dict[tuple, list] = {}
+# numpy's flag bits (ndarray.flags.num) that pack requires.
+_CONTIGUOUS_WRITEABLE = 0x0001 | 0x0400  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_WRITEABLE
 _dtype_objects: dict[tuple, tuple] = {}
 _reader_by_type: dict[tuple, object] = {}
 

@@ -40,7 +40,7 @@ import weakref
 
 import numpy as np
 
-from ._arrays import grown
+from ._arrays import filled, grown
 from .grammar import Grammar
 from .limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from .regex import ExprSet, refine_byte_sets
@@ -97,7 +97,7 @@ class DerivativeRows:
 
     def __init__(self, exprs: ExprSet):
         self.exprs = exprs
-        self.base = np.full(1024, -1, dtype=np.int64)
+        self.base = filled(1024, -1, dtype=np.int64)
         self.cmap_of = np.zeros(1024, dtype=np.int32)
         self.cmaps = np.zeros((16, 256), dtype=np.uint8)
         self.pool = np.zeros(4096, dtype=np.int32)
@@ -423,8 +423,8 @@ class Lexer:
 
         self._state_index: dict[tuple[tuple[int, int], ...], int] = {}
         self._states: list[tuple[tuple[int, int], ...]] = []
-        self.table = np.full((64, 256), UNKNOWN, dtype=np.int32)
-        self.accept = np.full(64, NO_ACCEPT, dtype=np.int32)
+        self.table = filled((64, 256), UNKNOWN, dtype=np.int32)
+        self.accept = filled(64, NO_ACCEPT, dtype=np.int32)
         # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
         self._lexset_index: dict[frozenset[int], int] = {}
         self.lexsets: list[frozenset[int]] = []
@@ -448,7 +448,7 @@ class Lexer:
         self.comp_lex = np.zeros(4096, dtype=np.int32)
         self.comp_expr = np.zeros(4096, dtype=np.int32)
         self.st_keys = np.zeros(256, dtype=np.int64)
-        self.st_vals = np.full(256, -1, dtype=np.int64)
+        self.st_vals = filled(256, -1, dtype=np.int64)
         self._step_arrays: tuple | None = None
         # (Python's state count, pairs mirrored, rows generation) when step_arrays last
         # made room and checked its arrays: while all three stand, nothing was added or
@@ -551,7 +551,7 @@ class Lexer:
             while 2 * (n + room) > size:
                 size *= 4
             self.st_keys = np.zeros(size, dtype=np.int64)
-            self.st_vals = np.full(size, -1, dtype=np.int64)
+            self.st_vals = filled(size, -1, dtype=np.int64)
             core[CORE_HASHED] = 0  # the compiled step enters them all again
 
     def _hold(self, states: int, pairs: int) -> None:

@@ -29,10 +29,12 @@ can be completed.
 
 from __future__ import annotations
 
+from itertools import chain
+
 import numpy as np
 
-from ._arrays import grown
-from .grammar import Grammar, Rule, is_lexeme
+from ._arrays import filled, grown
+from .grammar import Grammar, is_lexeme
 from ._jit import compiled_once, njit, njit_calling
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 
@@ -314,6 +316,89 @@ def predict_closure_py(nt, epoch, rule_ptr, rule_first, dot_symbol, nullable, ps
 predict_closure_jit = njit(predict_closure_py)
 
 
+def rule_tables_py(lhs, rhs_len, rhs_flat, dot_symbol, dot_lhs, first_pos, nullable, rule_first, rule_ptr):
+    """Fills the parser's rule tables from rules given flat: rule r is `lhs[r] ->` the
+    next `rhs_len[r]` symbols of `rhs_flat`. dot_symbol/dot_lhs get one position per
+    symbol plus one (END) per rule, first_pos each rule's first position, nullable each
+    nonterminal that derives the empty string, and rule_first[rule_ptr[nt]:rule_ptr[nt +
+    1]] the first positions of nt's rules in rule order. One pass each, so a new
+    grammar's tables cost a few microseconds instead of a Python loop per rule."""
+    n_rules = lhs.shape[0]
+    n_nt = nullable.shape[0]
+    at = 0
+    sym_at = 0
+    for r in range(n_rules):
+        first_pos[r] = at
+        for _ in range(rhs_len[r]):
+            dot_symbol[at] = rhs_flat[sym_at]
+            dot_lhs[at] = lhs[r]
+            at += 1
+            sym_at += 1
+        dot_symbol[at] = END
+        dot_lhs[at] = lhs[r]
+        at += 1
+    # Rules by left side, stable (a counting sort).
+    rule_ptr[:] = 0
+    for r in range(n_rules):
+        rule_ptr[lhs[r] + 1] += 1
+    for nt in range(n_nt):
+        rule_ptr[nt + 1] += rule_ptr[nt]
+    placed = rule_ptr[:n_nt].copy()
+    for r in range(n_rules):
+        rule_first[placed[lhs[r]]] = first_pos[r]
+        placed[lhs[r]] += 1
+    # Nullable: a worklist over the occurrences of each nonterminal on right sides. A
+    # rule is nullable once every occurrence in it is; a lexeme makes it never so.
+    missing = np.zeros(n_rules, dtype=np.int64)
+    occ_ptr = np.zeros(n_nt + 1, dtype=np.int64)
+    sym_at = 0
+    for r in range(n_rules):
+        for _ in range(rhs_len[r]):
+            s = rhs_flat[sym_at]
+            sym_at += 1
+            if s < 0:
+                missing[r] = -1
+            else:
+                occ_ptr[s + 1] += 1
+        if missing[r] == 0:
+            missing[r] = rhs_len[r]
+    for nt in range(n_nt):
+        occ_ptr[nt + 1] += occ_ptr[nt]
+    occ_rule = np.zeros(occ_ptr[n_nt], dtype=np.int64)
+    filled_at = occ_ptr[:n_nt].copy()
+    sym_at = 0
+    for r in range(n_rules):
+        for _ in range(rhs_len[r]):
+            s = rhs_flat[sym_at]
+            sym_at += 1
+            if s >= 0:
+                occ_rule[filled_at[s]] = r
+                filled_at[s] += 1
+    work = np.zeros(n_rules, dtype=np.int64)  # each rule pushes its left side at most once
+    n_work = 0
+    nullable[:] = False
+    for r in range(n_rules):
+        if missing[r] == 0:
+            work[n_work] = lhs[r]
+            n_work += 1
+    while n_work > 0:
+        n_work -= 1
+        nt = work[n_work]
+        if nullable[nt]:
+            continue
+        nullable[nt] = True
+        for k in range(occ_ptr[nt], occ_ptr[nt + 1]):
+            r = occ_rule[k]
+            if missing[r] > 0:
+                missing[r] -= 1
+                if missing[r] == 0:
+                    work[n_work] = lhs[r]
+                    n_work += 1
+
+
+rule_tables_jit = njit(rule_tables_py)
+
+
 class EarleyParser:
     def __init__(self, grammar: Grammar, limits: Limits = DEFAULT_LIMITS, use_jit: bool = True):
         self.grammar = grammar
@@ -323,11 +408,11 @@ class EarleyParser:
         self._closure_fn = predict_closure_jit if use_jit else predict_closure_py
         self._closure = None
         n_nt = len(grammar.nonterminals)
-        if grammar.size() > limits.max_grammar_size:
-            raise LimitExceeded("max_grammar_size", limits.max_grammar_size, f"grammar has size {grammar.size()}")
         if grammar.all_productive:
-            rules = list(grammar.rules)
+            rules = grammar.rules
         else:
+            if grammar.size() > limits.max_grammar_size:
+                raise LimitExceeded("max_grammar_size", limits.max_grammar_size, f"grammar has size {grammar.size()}")
             productive = _productive(grammar)
             if not productive[grammar.start]:
                 raise GrammarError(
@@ -337,33 +422,36 @@ class EarleyParser:
             rules = [r for r in grammar.rules if all(is_lexeme(s) or productive[s] for s in r.rhs)]
         # Augmented start: the accepting item is (start' -> start ., origin root).
         self.augmented = n_nt
-        rules.append(Rule(self.augmented, (grammar.start,)))
-        first_pos = []
-        rule_lhs = []
-        dot_symbol: list[int] = []
-        dot_lhs: list[int] = []
-        for r in rules:
-            first_pos.append(len(dot_symbol))
-            rule_lhs.append(r.lhs)
-            dot_symbol.extend(r.rhs)
-            dot_symbol.append(END)
-            dot_lhs.extend([r.lhs] * (len(r.rhs) + 1))
-        self.dot_symbol = np.array(dot_symbol, dtype=np.int64)
-        self.dot_lhs = np.array(dot_lhs, dtype=np.int64)
-        nullable = _nullable(rules, n_nt + 1)
-        self.nullable = np.array(nullable, dtype=np.bool_)
+        lhs_of, rhs_of = zip(*rules, (self.augmented, (grammar.start,)))
+        n_rules = len(lhs_of)
+        lengths = list(map(len, rhs_of))
+        n_symbols = sum(lengths)
+        # grammar.size(): a symbol per rule and one per right-side symbol, the augmented
+        # rule's two aside (checked before the productivity analysis where there is one).
+        if n_rules + n_symbols - 2 > limits.max_grammar_size:
+            raise LimitExceeded("max_grammar_size", limits.max_grammar_size,
+                                f"grammar has size {n_rules + n_symbols - 2}")
+        lhs = np.fromiter(lhs_of, dtype=np.int64, count=n_rules)
+        rhs_len = np.fromiter(lengths, dtype=np.int64, count=n_rules)
+        rhs_flat = np.fromiter(chain.from_iterable(rhs_of), dtype=np.int64, count=n_symbols)
+        self.dot_symbol = np.empty(n_rules + n_symbols, dtype=np.int64)
+        self.dot_lhs = np.empty(n_rules + n_symbols, dtype=np.int64)
+        first_pos = np.empty(n_rules, dtype=np.int64)
+        self.nullable = np.empty(n_nt + 1, dtype=np.bool_)
         # Each nonterminal's rules, as first positions, in grammar order:
         # rule_first[rule_ptr[nt]:rule_ptr[nt + 1]].
-        lhs = np.array(rule_lhs, dtype=np.int64)
-        self.rule_first = np.array(first_pos, dtype=np.int64)[np.argsort(lhs, kind="stable")]
-        self.rule_ptr = np.zeros(n_nt + 2, dtype=np.int64)
-        np.cumsum(np.bincount(lhs, minlength=n_nt + 1), out=self.rule_ptr[1:])
-        self.accept_pos = first_pos[-1] + 1
+        self.rule_first = np.empty(n_rules, dtype=np.int64)
+        self.rule_ptr = np.empty(n_nt + 2, dtype=np.int64)
+        args = (lhs, rhs_len, rhs_flat, self.dot_symbol, self.dot_lhs, first_pos, self.nullable, self.rule_first,
+                self.rule_ptr)
+        compiled_once(rule_tables_jit if use_jit else rule_tables_py, args)(*args)
+        dot_symbol = self.dot_symbol
+        self.accept_pos = int(first_pos[-1]) + 1
         # Prediction closures, computed on demand, as ranges of flat pools (-1: not yet).
-        self.pred_start = np.full(n_nt + 1, -1, dtype=np.int64)
-        self.pred_end = np.full(n_nt + 1, -1, dtype=np.int64)
-        self.prednt_start = np.full(n_nt + 1, -1, dtype=np.int64)
-        self.prednt_end = np.full(n_nt + 1, -1, dtype=np.int64)
+        self.pred_start = filled(n_nt + 1, -1, dtype=np.int64)
+        self.pred_end = filled(n_nt + 1, -1, dtype=np.int64)
+        self.prednt_start = filled(n_nt + 1, -1, dtype=np.int64)
+        self.prednt_end = filled(n_nt + 1, -1, dtype=np.int64)
         self.pred_pool = np.zeros(256, dtype=np.int64)
         self.prednt_pool = np.zeros(256, dtype=np.int64)
         # The closure's depth-first stacks (bounds in predict_closure_py).
@@ -383,14 +471,14 @@ class EarleyParser:
         self.adv_pos = np.zeros(1024, dtype=np.int32)
         self.adv_origin = np.zeros(1024, dtype=np.int32)
         # Scratch for one row build, grown (doubling) when a row needs more.
-        self._pstamp = np.full(len(dot_symbol), -1, dtype=np.int64)
-        self._ntstamp = np.full(n_nt + 1, -1, dtype=np.int64)
+        self._pstamp = filled(len(dot_symbol), -1, dtype=np.int64)
+        self._ntstamp = filled(n_nt + 1, -1, dtype=np.int64)
         self._size_scratch(256)
         self.last_allowed: tuple[int, np.ndarray] = (-1, np.zeros(0, dtype=np.int64))
         self._lexeme_arrays: dict[int, np.ndarray] = {}
         self._allowed: dict[int, frozenset[int]] = {}
         self._no_lexemes = np.zeros(0, dtype=np.int64)
-        kernel = np.array([first_pos[-1]], dtype=np.int64)
+        kernel = first_pos[-1:]
         self.root = self._make_row(-1, self._no_lexemes, kernel, np.zeros(1, dtype=np.int64))
 
     def walk_arrays(self, max_items: int, fuel: int) -> tuple:
@@ -470,7 +558,7 @@ class EarleyParser:
     def _size_scratch(self, items: int) -> None:
         self._walk_arrays = None
         self._hkeys = np.zeros(_pow2_at_least(4 * items), dtype=np.int64)
-        self._hstamp = np.full(self._hkeys.shape[0], -1, dtype=np.int64)
+        self._hstamp = filled(self._hkeys.shape[0], -1, dtype=np.int64)
         self._work_pos = np.zeros(4 * items, dtype=np.int64)
         self._work_origin = np.zeros(4 * items, dtype=np.int64)
         self._item_pos = np.zeros(items, dtype=np.int64)
@@ -550,32 +638,17 @@ def _pow2_at_least(n: int) -> int:
 
 
 def _productive(g: Grammar) -> list[bool]:
-    return _fixpoint(g.rules, len(g.nonterminals), lexemes_count=True)
-
-
-def _nullable(rules, n: int) -> list[bool]:
-    return _fixpoint(rules, n, lexemes_count=False)
-
-
-def _fixpoint(rules, n: int, lexemes_count: bool) -> list[bool]:
-    """Marks each nonterminal with a rule whose right side is all marked: productive
-    (lexemes count as marked) or nullable (lexemes never do). A worklist: every rule
-    is looked at a bounded number of times, whatever order the rules come in."""
+    """Marks each nonterminal with a rule whose right side is all lexemes and marked
+    nonterminals. A worklist: every rule is looked at a bounded number of times,
+    whatever order the rules come in."""
+    rules = g.rules
+    n = len(g.nonterminals)
     marked = [False] * n
     waiting: list[list[int]] = [[] for _ in range(n)]  # nonterminal -> rules it blocks
     missing = [0] * len(rules)
     work = []
     for i, (lhs, rhs) in enumerate(rules):
-        if not rhs:
-            work.append(lhs)
-            continue
-        if lexemes_count:
-            blockers = {s for s in rhs if s >= 0}
-        elif min(rhs) < 0:
-            missing[i] = -1  # a lexeme: never nullable
-            continue
-        else:
-            blockers = set(rhs)
+        blockers = {s for s in rhs if s >= 0}
         if not blockers:
             work.append(lhs)
             continue

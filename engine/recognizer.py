@@ -22,6 +22,7 @@ from collections import OrderedDict
 
 import numpy as np
 
+from ._arrays import filled
 from ._jit import njit
 from .grammar import Grammar
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, Lexer
@@ -75,7 +76,7 @@ rehash_steps_jit = njit(rehash_steps_py)
 
 
 class Recognizer:
-    _cache: "OrderedDict[tuple[str, Limits], Recognizer]" = OrderedDict()
+    _cache: "OrderedDict[tuple[tuple, Limits], Recognizer]" = OrderedDict()
     _cache_lock = threading.Lock()
     CACHE_SIZE = 64
 
@@ -92,10 +93,10 @@ class Recognizer:
         self._live_byte_masks: dict[int, int] = {}
         self.lexer = Lexer(grammar, limits=limits)
         self.parser = EarleyParser(grammar, limits)
-        self.row_lexstate = np.full(64, UNKNOWN, dtype=np.int32)
+        self.row_lexstate = filled(64, UNKNOWN, dtype=np.int32)
         self.step_bits = 10
-        self.step_keys = np.full(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
-        self.step_vals = np.full(1 << self.step_bits, NO_ROW, dtype=np.int32)
+        self.step_keys = filled(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
+        self.step_vals = filled(1 << self.step_bits, NO_ROW, dtype=np.int32)
         self.step_fill = np.zeros(1, dtype=np.int64)  # entries in the step table
         self._start_states: dict[tuple[bytes, bool], int] = {}
         # For compiled callers that scan rows themselves (the mask walk): each lexeme
@@ -109,7 +110,7 @@ class Recognizer:
         self.lexsets_count = np.zeros(1, dtype=np.int64)
         # Made again only when one of its arrays is replaced.
         self._scan_arrays: tuple | None = None
-        self.start_keys = np.full(64, -1, dtype=np.int64)
+        self.start_keys = filled(64, -1, dtype=np.int64)
         self.start_val = np.zeros(64, dtype=np.int64)
         self.start_ptr = np.zeros(64, dtype=np.int64)
         self.start_len = np.zeros(64, dtype=np.int64)
@@ -144,7 +145,7 @@ class Recognizer:
     @classmethod
     def for_grammar(cls, grammar: Grammar, limits: Limits = DEFAULT_LIMITS) -> "Recognizer":
         """A shared recognizer per grammar content: compiled once, its tables warm for every matcher."""
-        key = (grammar.fingerprint(), limits)
+        key = (grammar.content_key(), limits)
         with cls._cache_lock:
             rec = cls._cache.get(key)
             if rec is not None and not rec.worn_out():
@@ -165,13 +166,13 @@ class Recognizer:
         free it while making the next grammar's matcher (a large recognizer takes
         about 0.2 ms to free). Whether one was cached."""
         with cls._cache_lock:
-            return cls._cache.pop((grammar.fingerprint(), limits), None) is not None
+            return cls._cache.pop((grammar.content_key(), limits), None) is not None
 
     # Rows and parser steps -------------------------------------------------------
     def _register_row(self, row: int) -> None:
         if row >= self.row_lexstate.shape[0]:
             grow = max(row + 1, 2 * self.row_lexstate.shape[0])
-            lex = np.full(grow, UNKNOWN, dtype=np.int32)
+            lex = filled(grow, UNKNOWN, dtype=np.int32)
             lex[: self.row_lexstate.shape[0]] = self.row_lexstate
             self.row_lexstate = lex
         if self.row_lexstate[row] == UNKNOWN:
@@ -204,7 +205,7 @@ class Recognizer:
             old = [(int(self.start_ptr[i]), int(self.start_len[i]), int(self.start_val[i]))
                    for i in np.flatnonzero(self.start_keys != -1)]
             pool = self.start_pool
-            self.start_keys = np.full(size, -1, dtype=np.int64)
+            self.start_keys = filled(size, -1, dtype=np.int64)
             self.start_val = np.zeros(size, dtype=np.int64)
             self.start_ptr = np.zeros(size, dtype=np.int64)
             self.start_len = np.zeros(size, dtype=np.int64)
@@ -313,8 +314,8 @@ class Recognizer:
         if 2 * (self.step_count + 1) > self.step_keys.shape[0]:
             old_keys, old_vals = self.step_keys, self.step_vals
             self.step_bits += 1
-            self.step_keys = np.full(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
-            self.step_vals = np.full(1 << self.step_bits, NO_ROW, dtype=np.int32)
+            self.step_keys = filled(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
+            self.step_vals = filled(1 << self.step_bits, NO_ROW, dtype=np.int32)
             # Compiled: re-entering a million steps one by one in Python took seconds.
             self.step_fill[0] = rehash_steps_jit(old_keys, old_vals, self.step_keys, self.step_vals, self.step_bits)
         bits = self.step_bits

@@ -266,3 +266,23 @@ def test_a_released_grammar_gets_a_new_recognizer_and_its_matchers_go_on():
         first.consume_token(t)
         second.consume_token(t)
     assert first.is_accepting() and second.is_accepting()
+
+
+def test_recognizers_are_shared_by_content_key_exactly_when_fingerprints_match():
+    from midword.engine.recognizer import Recognizer
+
+    texts = [
+        'start: "[" (NUM ("," NUM)*)? "]"\nNUM: /[0-9]+/',
+        'start: "[" (NUM ("," NUM)*)? "]"\nNUM: /[0-9]+/i',  # a lexeme's flags
+        'start: "[" (NUM ("," NUM)*)? "]"\nNUM: /[0-9]+/\n%ignore " "',  # what is skipped
+        'start: "[" (NUM (";" NUM)*)? "]"\nNUM: /[0-9]+/',  # a literal
+        'start: "[" (NUM ("," NUM)+)? "]"\nNUM: /[0-9]+/',  # a rule
+    ]
+    grammars = [Grammar.from_lark(t) for t in texts] + [Grammar.from_lark(t) for t in texts]
+    for a in grammars:
+        for b in grammars:
+            same = a.fingerprint() == b.fingerprint()
+            assert (a.content_key() == b.content_key()) == same
+            assert (Recognizer.for_grammar(a) is Recognizer.for_grammar(b)) == same
+    for g in grammars[:len(texts)]:
+        Recognizer.release(g)

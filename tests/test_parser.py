@@ -255,3 +255,52 @@ def test_prediction_closures_compiled_equal_the_twin_and_the_definition(grammar)
         positions, nts = got[0]
         assert len(set(positions)) == len(positions) and len(set(nts)) == len(nts)
         assert (set(positions), set(nts)) == _closure_by_definition(compiled, nt)
+
+
+@st.composite
+def rule_lists(draw):
+    """Rules as (lhs, rhs) over up to 6 nonterminals and lexemes -1..-3, in any order,
+    with repeated symbols and empty right sides, and nonterminals with no rule."""
+    n_nt = draw(st.integers(1, 6))
+    symbols = st.integers(-3, n_nt - 1)
+    rules = draw(st.lists(st.tuples(st.integers(0, n_nt - 1), st.lists(symbols, max_size=4).map(tuple)),
+                          min_size=1, max_size=12))
+    return n_nt, rules
+
+
+@given(rule_lists())
+@settings(max_examples=300, deadline=None)
+def test_rule_tables_compiled_and_plain_match_the_definitions(case):
+    import numpy as np
+
+    from midword.engine.parser import rule_tables_jit, rule_tables_py
+
+    n_nt, rules = case
+    # Nullable by its definition: iterate "some rule's right side is all nullable
+    # nonterminals" until nothing changes.
+    nullable = [False] * n_nt
+    changed = True
+    while changed:
+        changed = False
+        for lhs, rhs in rules:
+            if not nullable[lhs] and all(s >= 0 and nullable[s] for s in rhs):
+                nullable[lhs] = changed = True
+    positions, first = [], []
+    for lhs, rhs in rules:
+        first.append(len(positions))
+        positions += [(s, lhs) for s in rhs] + [(END, lhs)]
+    by_lhs = [[first[r] for r in range(len(rules)) if rules[r][0] == nt] for nt in range(n_nt)]
+    for fn in (rule_tables_py, rule_tables_jit):
+        lhs = np.array([r[0] for r in rules], dtype=np.int64)
+        rhs_len = np.array([len(r[1]) for r in rules], dtype=np.int64)
+        rhs_flat = np.array([s for r in rules for s in r[1]], dtype=np.int64)
+        size = len(positions)
+        out = (np.full(size, 7, dtype=np.int64), np.full(size, 7, dtype=np.int64),
+               np.full(len(rules), 7, dtype=np.int64), np.ones(n_nt, dtype=np.bool_),
+               np.full(len(rules), 7, dtype=np.int64), np.full(n_nt + 1, 7, dtype=np.int64))
+        fn(lhs, rhs_len, rhs_flat, *out)
+        dot_symbol, dot_lhs, first_pos, got_nullable, rule_first, rule_ptr = out
+        assert list(zip(dot_symbol.tolist(), dot_lhs.tolist())) == positions
+        assert first_pos.tolist() == first
+        assert got_nullable.tolist() == nullable
+        assert [rule_first[rule_ptr[nt]:rule_ptr[nt + 1]].tolist() for nt in range(n_nt)] == by_lhs
