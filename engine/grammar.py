@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, NamedTuple, Sequence
 
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
+from .regex import regex_escape_bytes
 
 
 def lexeme_symbol(lexeme_id: int) -> int:
@@ -284,28 +285,6 @@ def _literal_name(data: bytes) -> str:
     except UnicodeDecodeError:
         text = repr(data)
     return '"' + text + '"'
-
-
-def regex_escape_bytes(data: bytes) -> str:
-    """A regex (midword syntax) matching exactly `data`.
-
-    Printable ASCII is escaped when special, control characters become \\xNN.
-    """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        # Not text: the lexer matches `Lexeme.literal` byte for byte; this string only names it.
-        return "(?#bytes:" + data.hex() + ")"
-    return text.translate(_ESCAPE_TABLE)
-
-
-# What regex_escape_bytes writes for each ASCII character that is not a word character
-# (everything else stands for itself); str.translate applies it without a Python loop.
-_ESCAPE_TABLE = {
-    o: ("\\" + chr(o) if 0x20 < o < 0x7F else f"\\x{o:02x}")
-    for o in range(0x80)
-    if not (chr(o).isalnum() or chr(o) == "_")
-}
 
 
 def validate(g: Grammar) -> None:

@@ -1571,17 +1571,22 @@ class _Compiler:
         self.resources.setdefault("", (schema, root_base, ()))
         self._index(schema, root_base, ())
 
+    def exprs(self):
+        """The process-wide expression set the lexer will use (regex.ExprSet.shared)."""
+        if self._exprs is None:
+            from .regex import ExprSet
+
+            self._exprs = ExprSet.shared(self.limits)
+        return self._exprs
+
     def regex_empty(self, regex: str) -> bool:
         """Whether an extended-syntax regex denotes the empty language (unsure: False)."""
         hit = self._empty_cache.get(regex)
         if hit is not None:
             return hit
-        from .regex import ExprSet
-
-        if self._exprs is None:
-            self._exprs = ExprSet.shared(self.limits)
+        exprs = self.exprs()
         try:
-            empty = self._exprs.is_empty(self._exprs.parse(regex, "", extended=True))
+            empty = exprs.is_empty(exprs.parse(regex, "", extended=True))
         except LimitExceeded:
             empty = False
         self._empty_cache[regex] = empty
@@ -1596,11 +1601,7 @@ class _Compiler:
         hit = self._empty_cache.get(key)
         if hit is not None:
             return hit
-        from .regex import ExprSet
-
-        if self._exprs is None:
-            self._exprs = ExprSet.shared(self.limits)
-        exprs = self._exprs
+        exprs = self.exprs()
         try:
             empty = exprs.is_empty(exprs.and_(exprs.parse(a, "", extended=True), exprs.parse(b, "", extended=True)))
         except LimitExceeded:
@@ -1617,11 +1618,8 @@ class _Compiler:
         if dfa is None:
             from .regex import LazyDFA
 
-            if self._exprs is None:
-                from .regex import ExprSet
-
-                self._exprs = ExprSet.shared(self.limits)
-            dfa = self._dfas[pattern] = LazyDFA(self._exprs, self._exprs.parse(pr.json, "", extended=True))
+            exprs = self.exprs()
+            dfa = self._dfas[pattern] = LazyDFA(exprs, exprs.parse(pr.json, "", extended=True))
         return dfa.matches(_json_str(text)[1:-1].encode("utf-8"))
 
     # Warnings --------------------------------------------------------------------
@@ -3279,7 +3277,8 @@ class _Generator:
         if listed:
             # The listed keys' encoded text, escaped once for both spellings below (with
             # and without the quotes; escaping works character by character).
-            bodies = [regex_escape_bytes(_json_str(k)[1:-1].encode()) for k in listed]
+            encoded = [_json_str(k)[1:-1] for k in listed]
+            bodies = [regex_escape_bytes(k.encode()) for k in encoded]
             exclude = '(?:\\"' + '\\"|\\"'.join(bodies) + '\\")'
         group_langs = []
         group_bodies = []
@@ -3319,9 +3318,15 @@ class _Generator:
                     # prove contains its string slices (seeds/what_makes_it_fast.md).
                     inner = ["(?:" + CANON_CHAR + "*)"]
                     inner += ["~(?:" + group_bodies[i] + ")" for i in range(len(groups)) if group_bodies[i]]
-                    if listed:
-                        inner.append("~(?:" + "|".join(bodies) + ")")
-                    key = self.regex_lexeme("key", '"(?:' + "&".join(inner) + ')"', True)
+                    if listed and len(inner) == 1:
+                        # The common case, only the listed keys excluded: built from its
+                        # parts, with its parse remembered for the lexer.
+                        regex = c.exprs().parse_excluding('"', CANON_CHAR + "*", [k.encode() for k in encoded])
+                    else:
+                        if listed:
+                            inner.append("~(?:" + "|".join(bodies) + ")")
+                        regex = '"(?:' + "&".join(inner) + ')"'
+                    key = self.regex_lexeme("key", regex, True)
                     m = self.nt("member")
                     b.rule(m, [key, self.COLON, self.sym(value)])
                     members.append(m)

@@ -172,3 +172,22 @@ def test_untyped_schema_shortcut_keeps_errors():
         compile_json_schema({"properties": {"a": {"extends": {}}}})
     with pytest.raises(GrammarError, match=r"multipleOf 0.3 at #/properties/n"):
         compile_json_schema({"properties": {"n": {"type": "number", "multipleOf": 0.3}}})
+
+
+def test_keys_other_than_the_listed_ones_reach_the_lexer_already_parsed():
+    from midword.engine.jsonschema import CANON_CHAR
+    from midword.engine.regex import ExprSet, _Parser
+
+    schema = {"type": "object", "properties": {"a b": {}, 'q"': {}, "ünï": {}},
+              "additionalProperties": {"type": "integer"}}
+    g = compile_json_schema(schema)
+    (key,) = [lx for lx in g.lexemes if lx.name == "key"]
+    # The text is the one the front end always wrote, so grammars and their keys compare
+    # as before; the lexer's parse of it is a lookup of the expression built from parts.
+    assert key.regex == '"(?:(?:' + CANON_CHAR + '*)&~(?:a\\x20b|q\\\\\\"|ünï))"'
+    es = ExprSet.shared()
+    assert es._parsed[(key.regex, "", True)] == _Parser(es, key.regex, "", True).parse()
+    assert grammar_accepts(g, '{"a b": {}, "ünï": 1, "zz": 3, "ün": 2, "q": 4}'.encode())
+    assert not grammar_accepts(g, '{"ünï": 1, "ünï": 2}'.encode())  # a listed key is no other key
+    assert not grammar_accepts(g, b'{"q\\"": 1, "q\\"": 2}')
+    assert not grammar_accepts(g, b'{"zz": "3"}')  # other keys take integers

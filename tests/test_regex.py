@@ -904,3 +904,38 @@ def test_literal_links_count_against_the_node_limit():
             es.literal(b"key_%d_with_a_long_tail" % i)
     assert info.value.limit == "max_regex_nodes"
     assert len(es) <= 40
+
+
+# Words as JSON keys come: any text, with quotes, backslashes, control characters,
+# regex metacharacters, repeated letters (which literal() and concatenation merge into
+# repeats) and non-ASCII.
+_exclusion_words = st.lists(
+    st.text(alphabet=st.sampled_from(list('ab"\\|()[]{}*.?&~ \n\x01é中') + ["\U0001f600"]), max_size=6)
+    .map(lambda t: t.encode("utf-8")), min_size=1, max_size=6)
+
+
+@given(_exclusion_words, st.sampled_from([r"[^\"\\]*", r"(?:[a-z]|\\[\"n])*", "x{2,3}"]), st.sampled_from(['"', "'", "é"]))
+@settings(max_examples=200, deadline=None)
+def test_parse_excluding_remembers_exactly_the_parse_of_its_pattern(words, body, quote):
+    from midword.engine.regex import _Parser
+
+    es = ExprSet()
+    pattern = es.parse_excluding(quote, body, words)
+    built = es.parse(pattern, extended=True)  # the remembered expression
+    assert _Parser(es, pattern, "", True).parse() == built  # the parser's own, hash-consed
+    # And it means what it says: the words are out, other strings of the body are in.
+    q = quote.encode()
+    assert LazyDFA(es, built).matches(q + q) == (b"" not in words and re.fullmatch(body, "") is not None)
+    for w in words:
+        assert not LazyDFA(es, built).matches(q + w + q)
+
+
+def test_parse_excluding_refuses_what_no_pattern_spells():
+    es = ExprSet()
+    with pytest.raises(ValueError, match="not UTF-8"):
+        es.parse_excluding('"', "a*", [b"\xff"])
+    with pytest.raises(ValueError, match="at least one word"):
+        es.parse_excluding('"', "a*", [])
+    for quote in ("|", "(", "''", "."):
+        with pytest.raises((ValueError, GrammarError)):
+            es.parse_excluding(quote, "a*", [b"x"])
