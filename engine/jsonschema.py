@@ -52,10 +52,15 @@ import unicodedata
 import urllib.parse
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
+from itertools import compress
 from typing import Any, Iterable
 
+import numpy as np
+
+from ._jit import compiled_once
 from .grammar import Grammar, GrammarBuilder, Rule, _new_rule, regex_escape_bytes
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
+from .parser import flatten_rules, grammar_marks_jit
 
 __all__ = [
     "compile_json_schema",
@@ -2827,71 +2832,32 @@ class _Generator:
         return self._pruned(start, whitespace)
 
     # Pruning: drop what derives no finite string, then what is unreachable. Part of
-    # every schema's compile time, so plain loops over ints. The builder's rules are
-    # already unique and within the size limit, and what survives is a valid grammar by
-    # construction, so the kept rules are renumbered in place instead of going through
-    # a second builder and `validate`.
+    # every schema's compile time, so the analysis is compiled (grammar_marks_py) and,
+    # where it drops nothing (nearly always), the builder's rules are the grammar's. The
+    # builder's rules are already unique and within the size limit, and what survives is
+    # a valid grammar by construction, so the kept rules are renumbered in place instead
+    # of going through a second builder and `validate`.
     def _pruned(self, start: int, whitespace: str) -> Grammar:
         b = self.b
         rules = b.rules
-        n = len(b.nonterminals)
-        # missing[i]: occurrences of nonterminals in rule i not yet known productive.
-        missing = [0] * len(rules)
-        uses: list = [None] * n
-        work = []
-        for i, (lhs, rhs) in enumerate(rules):
-            cnt = 0
-            for s in rhs:
-                if s >= 0:  # a nonterminal (lexemes are negative)
-                    cnt += 1
-                    lst = uses[s]
-                    if lst is None:
-                        uses[s] = [i]
-                    else:
-                        lst.append(i)
-            if cnt:
-                missing[i] = cnt
-            else:
-                work.append(lhs)
-        productive = [False] * n
-        while work:
-            nt = work.pop()
-            if productive[nt]:
-                continue
-            productive[nt] = True
-            lst = uses[nt]
-            if lst is not None:
-                for i in lst:
-                    missing[i] -= 1
-                    if not missing[i]:
-                        work.append(rules[i][0])
+        names = b.nonterminals
+        lexemes = b.lexemes
+        ignore = [_WHITESPACE] if whitespace == "flexible" else []
+        flat = flatten_rules(rules)
+        productive = np.empty(len(names), dtype=np.bool_)
+        reachable = np.empty(len(names), dtype=np.bool_)
+        used = np.empty(len(lexemes), dtype=np.bool_)
+        kept_flags = np.empty(len(rules), dtype=np.bool_)
+        args = (*flat, start, productive, reachable, used, kept_flags)
+        n_kept = compiled_once(grammar_marks_jit, args)(*args)
         if not productive[start]:
             raise GrammarError("the schema at # accepts no finite JSON value (its constraints contradict each other)")
-        # A rule survives when all its nonterminals are productive (missing == 0) and its
-        # left side is reachable through such rules.
-        by_lhs: list = [None] * n
-        for i, r in enumerate(rules):
-            if not missing[i]:
-                lst = by_lhs[r[0]]
-                if lst is None:
-                    by_lhs[r[0]] = [r]
-                else:
-                    lst.append(r)
-        lexemes = b.lexemes
-        lx_used = [False] * len(lexemes)
-        reach = [False] * n
-        reach[start] = True
-        stack = [start]
-        while stack:
-            for r in by_lhs[stack.pop()]:
-                for s in r[1]:
-                    if s < 0:
-                        lx_used[~s] = True
-                    elif not reach[s]:
-                        reach[s] = True
-                        stack.append(s)
-        kept = [r for i, r in enumerate(rules) if not missing[i] and reach[r[0]]]
-        names = b.nonterminals
+        if n_kept == len(rules) and reachable.all() and used.all():
+            return Grammar(list(lexemes), list(names), rules, start, ignore, all_productive=True)
+        kept = list(compress(rules, kept_flags.tolist()))
+        reach = reachable.tolist()
+        lx_used = used.tolist()
+        n = len(names)
         if all(reach) and all(lx_used):
             out_lexemes, out_names, new_start = list(lexemes), list(names), start
         else:
@@ -2911,8 +2877,7 @@ class _Generator:
             get = sym_map.__getitem__
             kept = [_new_rule(Rule, (get(lhs), tuple(map(get, rhs)))) for lhs, rhs in kept]
             new_start = sym_map[start]
-        return Grammar(out_lexemes, out_names, kept, new_start, [_WHITESPACE] if whitespace == "flexible" else [],
-                       all_productive=True)
+        return Grammar(out_lexemes, out_names, kept, new_start, ignore, all_productive=True)
 
     # Helpers ------------------------------------------------------------------------
     def nt(self, name: str) -> int:

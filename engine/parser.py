@@ -399,6 +399,114 @@ def rule_tables_py(lhs, rhs_len, rhs_flat, dot_symbol, dot_lhs, first_pos, nulla
 rule_tables_jit = njit(rule_tables_py)
 
 
+def flatten_rules(rules, extra=()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`rules` and then `extra` ((lhs, rhs) pairs) as the arrays the compiled analyses
+    read: left sides, right-side lengths, and the right sides end to end (int64)."""
+    lhs_of, rhs_of = zip(*rules, *extra) if rules or extra else ((), ())
+    n_rules = len(lhs_of)
+    lengths = list(map(len, rhs_of))
+    lhs = np.fromiter(lhs_of, dtype=np.int64, count=n_rules)
+    rhs_len = np.fromiter(lengths, dtype=np.int64, count=n_rules)
+    rhs_flat = np.fromiter(chain.from_iterable(rhs_of), dtype=np.int64, count=sum(lengths))
+    return lhs, rhs_len, rhs_flat
+
+
+def grammar_marks_py(lhs, rhs_len, rhs_flat, start, productive, reach, lexeme_used, kept):
+    """What pruning a grammar keeps, for rules given flat (see rule_tables_py):
+    productive[nt], a nonterminal that derives some finite string; reach[nt] and
+    lexeme_used[j], the symbols met from `start` through rules whose nonterminals are
+    all productive; kept[r], such a rule with a reachable left side. Returns the number
+    of rules kept. Worklists, so every rule is looked at a bounded number of times
+    whatever order the rules come in."""
+    n_rules = lhs.shape[0]
+    n_nt = productive.shape[0]
+    # Productive: as nullable in rule_tables_py, with lexemes counting as productive.
+    missing = np.zeros(n_rules, dtype=np.int64)
+    occ_ptr = np.zeros(n_nt + 1, dtype=np.int64)
+    sym_at = 0
+    for r in range(n_rules):
+        for _ in range(rhs_len[r]):
+            s = rhs_flat[sym_at]
+            sym_at += 1
+            if s >= 0:
+                missing[r] += 1
+                occ_ptr[s + 1] += 1
+    for nt in range(n_nt):
+        occ_ptr[nt + 1] += occ_ptr[nt]
+    occ_rule = np.zeros(occ_ptr[n_nt], dtype=np.int64)
+    filled_at = occ_ptr[:n_nt].copy()
+    sym_at = 0
+    for r in range(n_rules):
+        for _ in range(rhs_len[r]):
+            s = rhs_flat[sym_at]
+            sym_at += 1
+            if s >= 0:
+                occ_rule[filled_at[s]] = r
+                filled_at[s] += 1
+    work = np.zeros(n_rules + n_nt, dtype=np.int64)  # each rule pushes once, the start once
+    n_work = 0
+    productive[:] = False
+    for r in range(n_rules):
+        if missing[r] == 0:
+            work[n_work] = lhs[r]
+            n_work += 1
+    while n_work > 0:
+        n_work -= 1
+        nt = work[n_work]
+        if productive[nt]:
+            continue
+        productive[nt] = True
+        for k in range(occ_ptr[nt], occ_ptr[nt + 1]):
+            r = occ_rule[k]
+            missing[r] -= 1
+            if missing[r] == 0:
+                work[n_work] = lhs[r]
+                n_work += 1
+    # Reachable through the rules left (all nonterminals productive), by left side.
+    first_sym = np.zeros(n_rules + 1, dtype=np.int64)
+    by_ptr = np.zeros(n_nt + 1, dtype=np.int64)
+    for r in range(n_rules):
+        first_sym[r + 1] = first_sym[r] + rhs_len[r]
+        if missing[r] == 0:
+            by_ptr[lhs[r] + 1] += 1
+    for nt in range(n_nt):
+        by_ptr[nt + 1] += by_ptr[nt]
+    by_rule = np.zeros(by_ptr[n_nt], dtype=np.int64)
+    filled_at = by_ptr[:n_nt].copy()
+    for r in range(n_rules):
+        if missing[r] == 0:
+            by_rule[filled_at[lhs[r]]] = r
+            filled_at[lhs[r]] += 1
+    reach[:] = False
+    lexeme_used[:] = False
+    if productive[start]:
+        reach[start] = True
+        work[0] = start
+        n_work = 1
+        while n_work > 0:
+            n_work -= 1
+            nt = work[n_work]
+            for k in range(by_ptr[nt], by_ptr[nt + 1]):
+                r = by_rule[k]
+                for at in range(first_sym[r], first_sym[r + 1]):
+                    s = rhs_flat[at]
+                    if s < 0:
+                        lexeme_used[-1 - s] = True
+                    elif not reach[s]:
+                        reach[s] = True
+                        work[n_work] = s
+                        n_work += 1
+    n_kept = 0
+    for r in range(n_rules):
+        kept[r] = missing[r] == 0 and reach[lhs[r]]
+        if kept[r]:
+            n_kept += 1
+    return n_kept
+
+
+grammar_marks_jit = njit(grammar_marks_py)
+
+
 class EarleyParser:
     def __init__(self, grammar: Grammar, limits: Limits = DEFAULT_LIMITS, use_jit: bool = True):
         self.grammar = grammar
@@ -422,18 +530,13 @@ class EarleyParser:
             rules = [r for r in grammar.rules if all(is_lexeme(s) or productive[s] for s in r.rhs)]
         # Augmented start: the accepting item is (start' -> start ., origin root).
         self.augmented = n_nt
-        lhs_of, rhs_of = zip(*rules, (self.augmented, (grammar.start,)))
-        n_rules = len(lhs_of)
-        lengths = list(map(len, rhs_of))
-        n_symbols = sum(lengths)
+        lhs, rhs_len, rhs_flat = flatten_rules(rules, [(self.augmented, (grammar.start,))])
+        n_rules, n_symbols = lhs.shape[0], rhs_flat.shape[0]
         # grammar.size(): a symbol per rule and one per right-side symbol, the augmented
         # rule's two aside (checked before the productivity analysis where there is one).
         if n_rules + n_symbols - 2 > limits.max_grammar_size:
             raise LimitExceeded("max_grammar_size", limits.max_grammar_size,
                                 f"grammar has size {n_rules + n_symbols - 2}")
-        lhs = np.fromiter(lhs_of, dtype=np.int64, count=n_rules)
-        rhs_len = np.fromiter(lengths, dtype=np.int64, count=n_rules)
-        rhs_flat = np.fromiter(chain.from_iterable(rhs_of), dtype=np.int64, count=n_symbols)
         self.dot_symbol = np.empty(n_rules + n_symbols, dtype=np.int64)
         self.dot_lhs = np.empty(n_rules + n_symbols, dtype=np.int64)
         first_pos = np.empty(n_rules, dtype=np.int64)

@@ -304,3 +304,44 @@ def test_rule_tables_compiled_and_plain_match_the_definitions(case):
         assert first_pos.tolist() == first
         assert got_nullable.tolist() == nullable
         assert [rule_first[rule_ptr[nt]:rule_ptr[nt + 1]].tolist() for nt in range(n_nt)] == by_lhs
+
+
+@given(rule_lists(), st.integers(0, 5), st.integers(0, 3))
+@settings(max_examples=300, deadline=None)
+def test_grammar_marks_compiled_and_plain_match_the_definitions(case, start, n_lexemes):
+    import numpy as np
+
+    from midword.engine.parser import flatten_rules, grammar_marks_jit, grammar_marks_py
+
+    n_nt, rules = case
+    start %= n_nt
+    n_lexemes = max(n_lexemes, 3)  # rule_lists uses lexemes -1..-3
+    # The definitions, iterated to a fixpoint: productive when some rule's nonterminals
+    # all are; reachable from start through rules whose nonterminals are all productive.
+    productive = [False] * n_nt
+    changed = True
+    while changed:
+        changed = False
+        for lhs, rhs in rules:
+            if not productive[lhs] and all(s < 0 or productive[s] for s in rhs):
+                productive[lhs] = changed = True
+    usable = [all(s < 0 or productive[s] for s in rhs) for _, rhs in rules]
+    reach = [False] * n_nt
+    used = [False] * n_lexemes
+    if productive[start]:
+        reach[start] = changed = True
+        while changed:
+            changed = False
+            for (lhs, rhs), ok in zip(rules, usable):
+                if ok and reach[lhs]:
+                    for s in rhs:
+                        if s < 0:
+                            used[-1 - s] = True
+                        elif not reach[s]:
+                            reach[s] = changed = True
+    kept = [ok and reach[lhs] for (lhs, _), ok in zip(rules, usable)]
+    for fn in (grammar_marks_py, grammar_marks_jit):
+        out = (np.ones(n_nt, dtype=np.bool_), np.ones(n_nt, dtype=np.bool_), np.ones(n_lexemes, dtype=np.bool_),
+               np.ones(len(rules), dtype=np.bool_))
+        assert fn(*flatten_rules(rules), start, *out) == sum(kept)
+        assert [a.tolist() for a in out] == [productive, reach, used, kept]
