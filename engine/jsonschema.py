@@ -1574,7 +1574,9 @@ class _Compiler:
         self.root_base = root_base
         self.resources[root_base] = (schema, root_base, ())
         self.resources.setdefault("", (schema, root_base, ()))
-        self._index(schema, root_base, ())
+        # Indexed at the first $ref: most schemas have none, and until then normalisation
+        # works out each subschema's base on its way down, as the index would.
+        self._indexed = False
 
     def exprs(self):
         """The process-wide expression set the lexer will use (regex.ExprSet.shared)."""
@@ -1679,6 +1681,9 @@ class _Compiler:
 
     def _resolve(self, ref: str, base: str, path: tuple) -> str:
         """The reference name for `$ref` (registering its target)."""
+        if not self._indexed:
+            self._indexed = True
+            self._index(self.doc, self.root_base, ())
         where = _ptr(path)
         absolute = urllib.parse.urljoin(base, ref) if base else ref
         uri, _, fragment = absolute.partition("#")
