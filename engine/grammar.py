@@ -109,10 +109,10 @@ class Grammar:
         return sum(1 + len(r.rhs) for r in self.rules)
 
     def fingerprint(self) -> str:
-        """A stable hash of the grammar's content: the key for compiled-grammar caches.
+        """A stable hash of the grammar's content, for keys that must be short or
+        outlive the process (in-process caches use content_key(), which is cheaper).
 
-        Computed once per object (every matcher over the grammar asks for it); a
-        grammar is not changed after it is built."""
+        Computed once per object; a grammar is not changed after it is built."""
         fp = self.__dict__.get("_fingerprint")
         if fp is None:
             # One serialisation of everything, hashed once; marshal is five times faster
