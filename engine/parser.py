@@ -316,6 +316,70 @@ def predict_closure_py(nt, epoch, rule_ptr, rule_first, dot_symbol, nullable, ps
 predict_closure_jit = njit(predict_closure_py)
 
 
+def mark_derivers_py(lhs, rhs_len, rhs_flat, lexemes_count, marked):
+    """Marks each nonterminal with a rule whose right side is all marked nonterminals
+    and, where `lexemes_count`, lexemes (productive: derives a finite string); else a
+    rule with a lexeme never counts (nullable: derives the empty string). A worklist over
+    the occurrences of each nonterminal on right sides, so every rule is looked at a
+    bounded number of times whatever order the rules come in. Returns per rule the
+    occurrences of nonterminals in it not marked (0: all are; -1: it has a lexeme that
+    does not count)."""
+    n_rules = lhs.shape[0]
+    n_nt = marked.shape[0]
+    missing = np.zeros(n_rules, dtype=np.int64)
+    occ_ptr = np.zeros(n_nt + 1, dtype=np.int64)
+    sym_at = 0
+    for r in range(n_rules):
+        blocked = False
+        for _ in range(rhs_len[r]):
+            s = rhs_flat[sym_at]
+            sym_at += 1
+            if s >= 0:
+                missing[r] += 1
+                occ_ptr[s + 1] += 1
+            elif not lexemes_count:
+                blocked = True
+        if blocked:
+            missing[r] = -1
+    for nt in range(n_nt):
+        occ_ptr[nt + 1] += occ_ptr[nt]
+    occ_rule = np.zeros(occ_ptr[n_nt], dtype=np.int64)
+    filled_at = occ_ptr[:n_nt].copy()
+    sym_at = 0
+    for r in range(n_rules):
+        for _ in range(rhs_len[r]):
+            s = rhs_flat[sym_at]
+            sym_at += 1
+            if s >= 0:
+                occ_rule[filled_at[s]] = r
+                filled_at[s] += 1
+    work = np.zeros(n_rules, dtype=np.int64)  # each rule pushes its left side at most once
+    n_work = 0
+    marked[:] = False
+    for r in range(n_rules):
+        if missing[r] == 0:
+            work[n_work] = lhs[r]
+            n_work += 1
+    while n_work > 0:
+        n_work -= 1
+        nt = work[n_work]
+        if marked[nt]:
+            continue
+        marked[nt] = True
+        for k in range(occ_ptr[nt], occ_ptr[nt + 1]):
+            r = occ_rule[k]
+            if missing[r] > 0:
+                missing[r] -= 1
+                if missing[r] == 0:
+                    work[n_work] = lhs[r]
+                    n_work += 1
+    return missing
+
+
+mark_derivers = mark_derivers_py
+mark_derivers_jit = njit(mark_derivers_py)
+
+
 def rule_tables_py(lhs, rhs_len, rhs_flat, dot_symbol, dot_lhs, first_pos, nullable, rule_first, rule_ptr):
     """Fills the parser's rule tables from rules given flat: rule r is `lhs[r] ->` the
     next `rhs_len[r]` symbols of `rhs_flat`. dot_symbol/dot_lhs get one position per
@@ -347,56 +411,11 @@ def rule_tables_py(lhs, rhs_len, rhs_flat, dot_symbol, dot_lhs, first_pos, nulla
     for r in range(n_rules):
         rule_first[placed[lhs[r]]] = first_pos[r]
         placed[lhs[r]] += 1
-    # Nullable: a worklist over the occurrences of each nonterminal on right sides. A
-    # rule is nullable once every occurrence in it is; a lexeme makes it never so.
-    missing = np.zeros(n_rules, dtype=np.int64)
-    occ_ptr = np.zeros(n_nt + 1, dtype=np.int64)
-    sym_at = 0
-    for r in range(n_rules):
-        for _ in range(rhs_len[r]):
-            s = rhs_flat[sym_at]
-            sym_at += 1
-            if s < 0:
-                missing[r] = -1
-            else:
-                occ_ptr[s + 1] += 1
-        if missing[r] == 0:
-            missing[r] = rhs_len[r]
-    for nt in range(n_nt):
-        occ_ptr[nt + 1] += occ_ptr[nt]
-    occ_rule = np.zeros(occ_ptr[n_nt], dtype=np.int64)
-    filled_at = occ_ptr[:n_nt].copy()
-    sym_at = 0
-    for r in range(n_rules):
-        for _ in range(rhs_len[r]):
-            s = rhs_flat[sym_at]
-            sym_at += 1
-            if s >= 0:
-                occ_rule[filled_at[s]] = r
-                filled_at[s] += 1
-    work = np.zeros(n_rules, dtype=np.int64)  # each rule pushes its left side at most once
-    n_work = 0
-    nullable[:] = False
-    for r in range(n_rules):
-        if missing[r] == 0:
-            work[n_work] = lhs[r]
-            n_work += 1
-    while n_work > 0:
-        n_work -= 1
-        nt = work[n_work]
-        if nullable[nt]:
-            continue
-        nullable[nt] = True
-        for k in range(occ_ptr[nt], occ_ptr[nt + 1]):
-            r = occ_rule[k]
-            if missing[r] > 0:
-                missing[r] -= 1
-                if missing[r] == 0:
-                    work[n_work] = lhs[r]
-                    n_work += 1
+    # Nullable: derives the empty string, which no rule with a lexeme does.
+    mark_derivers(lhs, rhs_len, rhs_flat, False, nullable)
 
 
-rule_tables_jit = njit(rule_tables_py)
+rule_tables_jit = njit_calling(rule_tables_py, mark_derivers=mark_derivers_jit)
 
 
 def flatten_rules(rules, extra=()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -421,47 +440,8 @@ def grammar_marks_py(lhs, rhs_len, rhs_flat, start, productive, reach, lexeme_us
     n_rules = lhs.shape[0]
     n_nt = productive.shape[0]
     # Productive: as nullable in rule_tables_py, with lexemes counting as productive.
-    missing = np.zeros(n_rules, dtype=np.int64)
-    occ_ptr = np.zeros(n_nt + 1, dtype=np.int64)
-    sym_at = 0
-    for r in range(n_rules):
-        for _ in range(rhs_len[r]):
-            s = rhs_flat[sym_at]
-            sym_at += 1
-            if s >= 0:
-                missing[r] += 1
-                occ_ptr[s + 1] += 1
-    for nt in range(n_nt):
-        occ_ptr[nt + 1] += occ_ptr[nt]
-    occ_rule = np.zeros(occ_ptr[n_nt], dtype=np.int64)
-    filled_at = occ_ptr[:n_nt].copy()
-    sym_at = 0
-    for r in range(n_rules):
-        for _ in range(rhs_len[r]):
-            s = rhs_flat[sym_at]
-            sym_at += 1
-            if s >= 0:
-                occ_rule[filled_at[s]] = r
-                filled_at[s] += 1
-    work = np.zeros(n_rules + n_nt, dtype=np.int64)  # each rule pushes once, the start once
-    n_work = 0
-    productive[:] = False
-    for r in range(n_rules):
-        if missing[r] == 0:
-            work[n_work] = lhs[r]
-            n_work += 1
-    while n_work > 0:
-        n_work -= 1
-        nt = work[n_work]
-        if productive[nt]:
-            continue
-        productive[nt] = True
-        for k in range(occ_ptr[nt], occ_ptr[nt + 1]):
-            r = occ_rule[k]
-            missing[r] -= 1
-            if missing[r] == 0:
-                work[n_work] = lhs[r]
-                n_work += 1
+    missing = mark_derivers(lhs, rhs_len, rhs_flat, True, productive)
+    work = np.zeros(n_nt, dtype=np.int64)  # each nonterminal is reached once
     # Reachable through the rules left (all nonterminals productive), by left side.
     first_sym = np.zeros(n_rules + 1, dtype=np.int64)
     by_ptr = np.zeros(n_nt + 1, dtype=np.int64)
@@ -504,7 +484,7 @@ def grammar_marks_py(lhs, rhs_len, rhs_flat, start, productive, reach, lexeme_us
     return n_kept
 
 
-grammar_marks_jit = njit(grammar_marks_py)
+grammar_marks_jit = njit_calling(grammar_marks_py, mark_derivers=mark_derivers_jit)
 
 
 class EarleyParser:
