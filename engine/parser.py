@@ -29,12 +29,12 @@ can be completed.
 
 from __future__ import annotations
 
-from itertools import chain
+from itertools import chain, compress
 
 import numpy as np
 
 from ._arrays import filled, grown
-from .grammar import Grammar, is_lexeme
+from .grammar import Grammar
 from ._jit import compiled_once, njit, njit_calling
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 
@@ -501,13 +501,16 @@ class EarleyParser:
         else:
             if grammar.size() > limits.max_grammar_size:
                 raise LimitExceeded("max_grammar_size", limits.max_grammar_size, f"grammar has size {grammar.size()}")
-            productive = _productive(grammar)
+            productive = np.empty(n_nt, dtype=np.bool_)
+            args = (*flatten_rules(grammar.rules), True, productive)
+            missing = compiled_once(mark_derivers_jit if use_jit else mark_derivers_py, args)(*args)
             if not productive[grammar.start]:
                 raise GrammarError(
                     f"start symbol {grammar.nonterminals[grammar.start]!r} derives no finite string "
                     "(every alternative recurses forever)"
                 )
-            rules = [r for r in grammar.rules if all(is_lexeme(s) or productive[s] for s in r.rhs)]
+            # A rule is kept when all its nonterminals are productive.
+            rules = list(compress(grammar.rules, (missing == 0).tolist()))
         # Augmented start: the accepting item is (start' -> start ., origin root).
         self.augmented = n_nt
         lhs, rhs_len, rhs_flat = flatten_rules(rules, [(self.augmented, (grammar.start,))])
@@ -718,36 +721,6 @@ def _pow2_at_least(n: int) -> int:
     while p < n:
         p <<= 1
     return p
-
-
-def _productive(g: Grammar) -> list[bool]:
-    """Marks each nonterminal with a rule whose right side is all lexemes and marked
-    nonterminals. A worklist: every rule is looked at a bounded number of times,
-    whatever order the rules come in."""
-    rules = g.rules
-    n = len(g.nonterminals)
-    marked = [False] * n
-    waiting: list[list[int]] = [[] for _ in range(n)]  # nonterminal -> rules it blocks
-    missing = [0] * len(rules)
-    work = []
-    for i, (lhs, rhs) in enumerate(rules):
-        blockers = {s for s in rhs if s >= 0}
-        if not blockers:
-            work.append(lhs)
-            continue
-        missing[i] = len(blockers)
-        for s in blockers:
-            waiting[s].append(i)
-    while work:
-        nt = work.pop()
-        if marked[nt]:
-            continue
-        marked[nt] = True
-        for i in waiting[nt]:
-            missing[i] -= 1
-            if missing[i] == 0:
-                work.append(rules[i][0])
-    return marked
 
 
 def grammar_accepts(grammar: Grammar, data: bytes) -> bool:
