@@ -41,6 +41,7 @@ import weakref
 import numpy as np
 
 from ._arrays import filled, grown
+from ._jit import at
 from .grammar import Grammar
 from .limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from .regex import ExprSet, refine_byte_sets
@@ -334,23 +335,23 @@ def lex_step_py(state, byte, table, accept, step_arrays):
     accepts_ignore = False
     for j in range(start, end):
         # int(): the plain twin must not do the hash in numpy's int32.
-        i = int(comp_lex[j])
+        i = int(comp_lex[at(j)])
         if i == marker:
             continue
-        e = comp_expr[j]
+        e = comp_expr[at(j)]
         if e >= der_base.shape[0]:
             return UNKNOWN
-        base = der_base[e]
+        base = der_base[at(e)]
         if base < 0:
             return UNKNOWN
-        code = pool[base + cmaps[cmap_of[e], byte]]
+        code = pool[at(base + cmaps[at(cmap_of[at(e)]), at(byte)])]
         if code < 0:
             return UNKNOWN
         d = int(code) >> 1
         if d == 0:
             continue
-        comp_lex[out + n] = i
-        comp_expr[out + n] = d
+        comp_lex[at(out + n)] = i
+        comp_expr[at(out + n)] = d
         n += 1
         h = ((h * 1000003) ^ (i * 1048583 + d)) & _STATE_HASH_MASK
         if code & 1:
@@ -362,23 +363,23 @@ def lex_step_py(state, byte, table, accept, step_arrays):
     if target == UNKNOWN:
         return UNKNOWN
     core[CORE_FUEL] += 1
-    table[state, byte] = target
+    table[at(state), at(byte)] = target
     if end - start <= _CLASS_FILL_MAX_PAIRS:
         # The bytes that fall in the same class as `byte` for every live regex have the
         # same target: fill them too, sparing the walk a step per byte (a state inside
         # a string is met with most of the 256). Wide states (every key of an object)
         # would cost more to compare than the steps they spare.
         for other in range(256):
-            if table[state, other] == UNKNOWN:
+            if table[at(state), at(other)] == UNKNOWN:
                 same = True
                 for j in range(start, end):
-                    if comp_lex[j] != marker:
-                        row = cmaps[cmap_of[comp_expr[j]]]
-                        if row[other] != row[byte]:
+                    if comp_lex[at(j)] != marker:
+                        r = at(cmap_of[at(comp_expr[at(j)])])
+                        if cmaps[r, at(other)] != cmaps[r, at(byte)]:
                             same = False
                             break
                 if same:
-                    table[state, other] = target
+                    table[at(state), at(other)] = target
     return target
 
 

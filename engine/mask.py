@@ -40,7 +40,7 @@ import numpy as np
 
 from . import _views
 from . import parser as parser_module
-from ._jit import compiled_for, compiled_once, njit, njit_calling
+from ._jit import at, compiled_for, compiled_once, njit, njit_calling
 from ._views import pack, view_1d, view_2d
 from .parser import (EPOCH, NEED_PREDICTION, NOTHING_SCANS, POOL_USED, ROW_BUILT, ROWS, STEPS_USED, build_row_jit,
                      build_row_py, predict_closure_jit, predict_closure_py)
@@ -51,13 +51,6 @@ from .recognizer import LEXSET_BITS, NO_ROW, START_COUNT, START_POOL_USED, STEP_
 from .slicer import applicable_slices
 from .trie import (RECORD_DEPTH_MASK, RECORD_DEPTH_SHIFT, RECORD_SEVERAL, RECORD_SUBTREE_MASK, RECORD_SUBTREE_SHIFT,
                    RECORD_TOKEN_MASK, RECORD_TOKEN_SHIFT, TokenTrie, mask_words)
-
-# The walk indexes its arrays through `at`, as unsigned: numba then leaves out the
-# negative-index wraparound (a compare and a select) that every signed index gets. With
-# half a dozen accesses per trie node, that was a quarter of the walk's time. Every
-# index it is applied to is non-negative by construction (states and rows are checked
-# against DEAD, UNKNOWN and NO_ROW before they index anything).
-at = np.uint64
 
 DONE = 0
 NEED_LEXER = 1  # (lexer state, byte) missing from the lexer table
