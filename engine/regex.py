@@ -42,7 +42,7 @@ from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 __all__ = ["ExprSet", "LazyDFA", "refine_byte_sets", "utf8_sequences"]
 
 # Node kinds.
-_NOTHING, _EPS, _BYTES, _CONCAT, _OR, _AND, _NOT, _REPEAT = range(8)
+_NOTHING, _EPS, _BYTES, _CONCAT, _OR, _AND, _NOT, _REPEAT, _EXCL = range(9)
 
 _FULL = (1 << 256) - 1
 _MAX_CODE_POINT = 0x10FFFF
@@ -61,6 +61,10 @@ _FOLD_SMALL = 512
 # States explored when checking `Y ⊆ X` for prefix_contains; the answer may be
 # "unsure" (False), so it gets a smaller budget than the lexer.
 _SUBSET_STATES = 10_000
+# `R & ~W` becomes one exclusion node when W spells at most this many words; a bigger
+# finite set (a class repeated, say) stays an intersection, which is only slower.
+_EXCL_MAX_WORDS = 4096
+_EXCL_MAX_LENGTH = 1024
 
 
 def _popcount(x: int) -> int:
@@ -285,6 +289,8 @@ class ExprSet:
         # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
         self._groups: dict[tuple, int] = {}
         self._literals: dict[bytes, int] = {}
+        # The words of each finite expression, sorted, or None: see `_finite_words`.
+        self._words_of: dict[int, tuple[bytes, ...] | None] = {}
         # The node of each single byte, once made (literal() reads it per byte).
         self._byte_nodes: list[int] = [-1] * 256
         self._class_cache: dict[tuple, int] = {}
@@ -323,7 +329,7 @@ class ExprSet:
         return len(self._kind)
 
     def kind_name(self, expr: int) -> str:
-        return ("nothing", "epsilon", "bytes", "concat", "or", "and", "not", "repeat")[self._kind[expr]]
+        return ("nothing", "epsilon", "bytes", "concat", "or", "and", "not", "repeat", "exclude")[self._kind[expr]]
 
     # Smart constructors ----------------------------------------------------------------
     def _bytes(self, mask: int) -> int:
@@ -546,6 +552,10 @@ class ExprSet:
         nullable = self._nullable
         if 1 in items:
             return 1 if all(nullable[x] for x in items) else 0
+        excluded = self._excluded_words(items)
+        if excluded is not None:
+            kept, words = excluded
+            return self._exclude(self.and_(*kept), words)
         byte_sets = [x for x in items if kind[x] == _BYTES]
         if len(byte_sets) > 1:
             m = _FULL
@@ -573,6 +583,141 @@ class ExprSet:
                 True,
             )
         return i
+
+    def _excluded_words(self, items: set[int]) -> tuple[list[int], set[bytes]] | None:
+        """The members of an intersection that are not finite exclusions, and the words
+        those exclude; None when there are no such exclusions or nothing else to
+        exclude them from (`~W` alone stays a complement)."""
+        kind, args = self._kind, self._args
+        kept: list[int] = []
+        words: set[bytes] | None = None
+        for x in items:
+            k = kind[x]
+            if k == _EXCL:
+                kept.append(args[x][0])
+                words = set(args[x][1]) if words is None else words.union(args[x][1])
+                continue
+            if k == _NOT:
+                w = self._finite_words(args[x][0])
+                if w is not None:
+                    words = set(w) if words is None else words.union(w)
+                    continue
+            kept.append(x)
+        if words is None or not kept:
+            return None
+        return kept, words
+
+    def _exclude(self, expr: int, words: Iterable[bytes]) -> int:
+        """`expr & ~(w1|w2|...)` as one node: a JSON object's keys other than its listed
+        ones. Its derivative by a byte is the exclusion of the words that go on with
+        that byte from the body's derivative, one new node, where `&` and `~` of an
+        alternation built four (and the alternation's own classes) in Python."""
+        words = tuple(sorted(set(words)))
+        if expr == 0:
+            return 0
+        kind = self._kind
+        if kind[expr] == _EXCL:
+            inner, more = self._args[expr]
+            expr = inner
+            words = tuple(sorted(set(words).union(more)))
+        if not words:
+            return expr
+        own = self._finite_words(expr)
+        if own is not None or expr == self.ALL:
+            # A finite body leaves a finite set, and ~∅ leaves ~W: plain expressions say
+            # either, so an exclusion node is never the second spelling of one.
+            if own is None:
+                return self.not_(self.alt(*map(self.literal, words)))
+            return self.alt(*map(self.literal, sorted(set(own).difference(words))))
+        key = (_EXCL, expr, words)
+        i = self._ids.get(key)
+        if i is None:
+            i = self._new(
+                _EXCL,
+                key,
+                (expr, words),
+                self._nullable[expr] and words[0] != b"",
+                self._height[expr] + 1,
+                True,
+            )
+        return i
+
+    def _finite_words(self, expr: int) -> tuple[bytes, ...] | None:
+        """Every string `expr` matches, sorted, when they are few and short (at most
+        _EXCL_MAX_WORDS of at most _EXCL_MAX_LENGTH bytes, built from byte sets,
+        sequences, alternations and bounded repeats); None otherwise."""
+        memo = self._words_of
+        if expr in memo:
+            return memo[expr]
+        kind, args = self._kind, self._args
+        k = kind[expr]
+        acc: set[bytes] | None
+        longest = self.max_length(expr)
+        if k in (_AND, _NOT, _EXCL) or longest is None or longest > _EXCL_MAX_LENGTH:
+            acc = None
+        elif k == _NOTHING:
+            acc = set()
+        elif k == _EPS:
+            acc = {b""}
+        elif k == _BYTES:
+            acc = {bytes((c,)) for c in _bits(args[expr][0])}
+        elif k == _CONCAT:
+            # A literal is a long chain of single bytes: spell it out as one word before
+            # forming any products.
+            prefix = bytearray()
+            words: set[bytes] | None = None
+            x: int | None = expr
+            failed = False
+            while x is not None:
+                h, x = args[x] if kind[x] == _CONCAT else (x, None)
+                part = self._finite_words(h)
+                if part is not None and words is None and len(part) == 1:
+                    prefix += part[0]
+                    continue
+                words = self._product({bytes(prefix)} if words is None else words, part)
+                if words is None:
+                    failed = True
+                    break
+            acc = None if failed else {bytes(prefix)} if words is None else words
+        elif k == _OR:
+            acc = set()
+            for m in args[expr]:
+                w = self._finite_words(m)
+                if w is None or len(acc) + len(w) > _EXCL_MAX_WORDS:
+                    acc = None
+                    break
+                acc.update(w)
+        elif k == _REPEAT:
+            inner, lo, hi = args[expr]
+            once = None if hi is None else self._finite_words(inner)
+            acc = set() if once is not None else None
+            run: set[bytes] = {b""}
+            for n in range(hi + 1 if acc is not None else 0):
+                if n >= lo:
+                    acc.update(run)
+                    if len(acc) > _EXCL_MAX_WORDS:
+                        acc = None
+                        break
+                if n == hi:
+                    break
+                following = self._product(run, once)
+                if following is None:
+                    acc = None
+                    break
+                if following == run and n >= lo:
+                    break  # ε in the body: every later round is this one again
+                run = following
+        else:
+            acc = None
+        r = None if acc is None else tuple(sorted(acc))
+        memo[expr] = r
+        return r
+
+    @staticmethod
+    def _product(left: set[bytes], right: tuple[bytes, ...] | None) -> set[bytes] | None:
+        if right is None or len(left) * len(right) > _EXCL_MAX_WORDS:
+            return None
+        return {a + b for a in left for b in right}
 
     def not_(self, expr: int) -> int:
         """Complement with respect to all byte strings."""
@@ -665,6 +810,8 @@ class ExprSet:
             r = min(bounded) if bounded else None
         elif k == _NOT:
             r = None
+        elif k == _EXCL:
+            r = self.max_length(a[0])
         else:
             inner, _lo, hi = a
             v = self.max_length(inner)
@@ -705,6 +852,12 @@ class ExprSet:
             acc = set()
             for m in a:
                 acc.update(self._masks(m))
+            r = tuple(sorted(acc))
+        elif k == _EXCL:
+            # Each byte a word starts with is a class of its own: its derivative keeps
+            # those words, which no other byte does.
+            acc = set(self._masks(a[0]))
+            acc.update(1 << w[0] for w in a[1] if w)
             r = tuple(sorted(acc))
         else:  # _NOT, _REPEAT
             r = self._masks(a[0])
@@ -787,7 +940,7 @@ class ExprSet:
                 r &= self.first_bytes(m)
         elif k == _NOT:
             r = _FULL  # d(~R) = ~d(R) is non-empty for almost every byte
-        else:
+        else:  # _REPEAT, and _EXCL whose words only take strings away
             r = self.first_bytes(a[0])
         self._first_bytes[expr] = r
         return r
@@ -828,13 +981,23 @@ class ExprSet:
         got = None
         kind, args = self._kind, self._args
         k = kind[expr]
-        if k == _CONCAT and kind[args[expr][0]] == _AND:
+        if k == _CONCAT and kind[args[expr][0]] in (_AND, _EXCL):
             head, tail = args[expr]
             inner = self.shadow(head)
             # d(H·T) = d(H)·T | d(T) if H is nullable: the shadow of the head must agree
             # with the head on nullability, which `shadow` of an intersection ensures.
             if inner is not None:
                 got = (inner[0], self._concat2(inner[1], tail))
+        elif k == _EXCL:
+            inner, words = args[expr]
+            # A byte no word starts with leaves no word to exclude. Where ε is one of
+            # the words the body alone would accept more, so there is no shadow.
+            if self._nullable[inner] == self._nullable[expr]:
+                guard = 0
+                for w in words:
+                    if w:
+                        guard |= 1 << w[0]
+                got = (guard, inner)
         elif k == _AND:
             guard = 0
             kept = []
@@ -944,6 +1107,13 @@ class ExprSet:
                 # (a letter past all of them, a UTF-8 lead byte) needs no derivative of R.
                 return self.ALL
             return self.not_(self.derivative(a[0], b))
+        if k == _EXCL:
+            # b⁻¹(R \ W) = b⁻¹R \ b⁻¹W, and the words are sorted, so those that go on
+            # with b stay sorted once it is cut off.
+            d = self.derivative(a[0], b)
+            if d == 0:
+                return 0
+            return self._exclude(d, [w[1:] for w in a[1] if w and w[0] == b])
         inner, lo, hi = a
         d = self.derivative(inner, b)
         if d == 0:
@@ -997,6 +1167,13 @@ class ExprSet:
                 r = self._is_empty(args[expr][0], bound)
             empty[expr] = r
             return r
+        if kind == _EXCL:
+            inner = self._args[expr][0]
+            if not has_bool[inner] and self.max_length(inner) is None:
+                # Without & and ~ an unbounded length means infinitely many strings,
+                # and finitely many words cannot take them all.
+                empty[expr] = False
+                return False
         seen = {expr}
         stack = [expr]
         while stack:
@@ -1104,10 +1281,21 @@ class ExprSet:
                 return False
         else:
             head = l
-        excluded = []
+        # The longest excluded string, -1 when nothing is excluded.
+        longest_excluded = -1
+        if kind[head] == _EXCL:
+            head, words = args[head]
+            longest_excluded = max(len(w) for w in words)
         if kind[head] == _AND:
-            pos = [m for m in args[head] if kind[m] != _NOT]
-            excluded = [args[m][0] for m in args[head] if kind[m] == _NOT]
+            pos = []
+            for m in args[head]:
+                if kind[m] != _NOT:
+                    pos.append(m)
+                    continue
+                v = self.max_length(args[m][0])
+                if v is None:
+                    return False
+                longest_excluded = max(longest_excluded, v)
             if len(pos) != 1:
                 return False
             head = pos[0]
@@ -1115,15 +1303,9 @@ class ExprSet:
             x, _, n_l = args[head]
         else:
             x, n_l = head, 1
-        if excluded:
+        if longest_excluded >= 0:
             # P(X{m,n} & ~E) = P(X{m,n}) when n > max|E| and X has a non-empty word.
-            o = 0
-            for e in excluded:
-                v = self.max_length(e)
-                if v is None:
-                    return False
-                o = max(o, v)
-            if n_l is not None and n_l <= o:
+            if n_l is not None and n_l <= longest_excluded:
                 return False
             try:
                 if not self.next_bytes(x).any():
@@ -1171,11 +1353,11 @@ class ExprSet:
         pattern = quote + "(?:(?:" + body + ")&~(?:" + "|".join(map(regex_escape_bytes, words)) + "))" + quote
         key = (pattern, "", True)
         if key not in self._parsed:
-            # What the parser makes of each part: the group `(?:body)` (a group cache
-            # hit after the first schema), the words' alternation, then `&`, `~` and
-            # the sequence quote, group, quote.
-            inside = self.and_(self.parse("(?:" + body + ")", extended=True),
-                               self.not_(self.alt(*map(self.literal, words))))
+            # What the parser makes of it: the group `(?:body)` (a group cache hit after
+            # the first schema) less the words, which `and_` would find in `~(?:w1|...)`,
+            # here known without building their alternation; then the sequence quote,
+            # group, quote.
+            inside = self._exclude(self.parse("(?:" + body + ")", extended=True), words)
             self._parsed[key] = self.concat(quoted, self.alt(inside), quoted)
         return pattern
 
@@ -1253,6 +1435,16 @@ class ExprSet:
                 wrap = prec > 3
                 emit("(~" if wrap else "~")
                 go(a[0], 3)
+                emit(")" if wrap else "")
+            elif k == _EXCL:
+                # The intersection it stands for: R&~(w1|w2|...).
+                wrap = prec > 1
+                emit("(" if wrap else "")
+                go(a[0], 2)
+                emit("&~(")
+                for j, w in enumerate(a[1]):
+                    emit(("|" if j else "") + ("".join(_render_byte(c, False) for c in w) if w else "()"))
+                emit(")")
                 emit(")" if wrap else "")
             elif lit_run(a):
                 # short runs of one byte (merged by concat) read better spelled out

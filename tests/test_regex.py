@@ -939,3 +939,83 @@ def test_parse_excluding_refuses_what_no_pattern_spells():
     for quote in ("|", "(", "''", "."):
         with pytest.raises((ValueError, GrammarError)):
             es.parse_excluding(quote, "a*", [b"x"])
+
+
+# --------------------------------------------------------------------------------------
+# Exclusions: `R & ~W` with W finitely many words is one node
+# --------------------------------------------------------------------------------------
+
+
+def _uses(ast, kinds: set[str]) -> bool:
+    k = ast[0]
+    if k in kinds:
+        return True
+    if k in ("cat", "alt", "and"):
+        return any(_uses(x, kinds) for x in ast[1])
+    return k in ("not", "rep") and _uses(ast[1], kinds)
+
+
+@settings(max_examples=300, deadline=None)
+@given(ext_ast)
+def test_finite_words_are_exactly_the_matches(ast):
+    if _uses(ast, {"and", "not", "dot"}):
+        return  # `.` is 255 words of its own; & and ~ are never spelled out
+    es = ExprSet()
+    e = es.parse(render_ext(ast), extended=True)
+    words = es._finite_words(e)
+    longest = es.max_length(e)
+    if longest is None:
+        assert words is None
+        return
+    assert words is not None and list(words) == sorted(words)
+    assert all(reference_match(ast, w.decode()) for w in words)
+    if longest <= 5:
+        # And nothing else: every string over the leaves' letters up to the longest match.
+        matched = set()
+        frontier = [""]
+        for _ in range(longest + 1):
+            matched.update(s for s in frontier if reference_match(ast, s))
+            frontier = [s + c for s in frontier for c in "abcx"]
+        assert set(words) == {s.encode() for s in matched}
+
+
+def test_an_exclusion_of_finitely_many_words_is_one_node():
+    es = ExprSet()
+    other_keys = es.parse("[a-z]*&~(ab|cd|c)", extended=True)
+    assert es.kind_name(other_keys) == "exclude"
+    assert es.to_str(other_keys) == "[a-z]*&~(ab|c|cd)"
+    assert es.parse(es.to_str(other_keys), extended=True) == other_keys
+    # Its derivatives are exclusions of the words that go on with the byte, and the
+    # body alone once none does.
+    after_c = es.derivative(other_keys, ord("c"))
+    assert es.kind_name(after_c) == "exclude" and es.to_str(after_c) == "[a-z]*&~(()|d)"
+    assert not es.nullable(after_c) and es.nullable(other_keys)
+    assert es.derivative(after_c, ord("d")) == es.parse("[a-z]*&~()", extended=True)
+    assert es.derivative(other_keys, ord("x")) == es.parse("[a-z]*")
+    assert es.derivative(other_keys, ord("A")) == ExprSet.NOTHING
+    assert not es.is_empty(after_c) and not es.is_empty(es.derivative(after_c, ord("d")))
+    # Intersections of exclusions pool their words, in any order and spelling.
+    assert es.and_(other_keys, es.not_(es.literal(b"q"))) == es.parse("[a-z]*&~(q|ab|c|cd)", extended=True)
+    assert es.parse("~(ab)&[a-z]*&~(c|cd)", extended=True) == es.parse("[a-z]*&~(ab|c|cd)", extended=True)
+    assert es.parse("[a-z]*&~([ac]b|c)", extended=True) == es.parse("[a-z]*&~(ab|cb|c)", extended=True)
+    # A complement alone stays one, and a finite body leaves a plain alternation.
+    assert es.kind_name(es.parse("~(ab)", extended=True)) == "not"
+    assert es.parse("(ab|cd|ef)&~(ab)", extended=True) == es.parse("cd|ef")
+    assert es.parse("(ab)&~(ab)", extended=True) == ExprSet.NOTHING
+    # Too many words to spell out: still an intersection, and still right.
+    many = es.parse("[a-z]*&~([a-z]{3})", extended=True)
+    assert es.kind_name(many) == "and"
+    assert not LazyDFA(es, many).matches(b"abc") and LazyDFA(es, many).matches(b"abcd")
+
+
+def test_an_exclusion_with_the_empty_word_has_no_shadow():
+    es = ExprSet()
+    e = es.parse('([a-z]*&~(|ab))"', extended=True)
+    assert es.shadow(e) is None  # the body alone would accept `"` at once
+    dfa = LazyDFA(es, e)
+    assert not dfa.matches(b'"') and not dfa.matches(b'ab"')
+    assert dfa.matches(b'a"') and dfa.matches(b'abc"')
+    # The slicer's question: string bodies of up to 10 bytes are all prefixes of it.
+    body = es.parse("[a-z]{1,10}")
+    assert es.prefix_contains(body, e)
+    assert not es.prefix_contains(es.parse('[a-z"]{1,10}'), e)  # `""` starts no match
