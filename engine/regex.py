@@ -612,14 +612,15 @@ class ExprSet:
         ones. Its derivative by a byte is the exclusion of the words that go on with
         that byte from the body's derivative, one new node, where `&` and `~` of an
         alternation built four (and the alternation's own classes) in Python."""
-        words = tuple(sorted(set(words)))
+        return self._exclude_sorted(expr, tuple(sorted(set(words))))
+
+    def _exclude_sorted(self, expr: int, words: tuple[bytes, ...]) -> int:
+        """`_exclude` for words already sorted and distinct (a derivative's are)."""
         if expr == 0:
             return 0
-        kind = self._kind
-        if kind[expr] == _EXCL:
+        if self._kind[expr] == _EXCL:
             inner, more = self._args[expr]
-            expr = inner
-            words = tuple(sorted(set(words).union(more)))
+            return self._exclude(inner, words + more)
         if not words:
             return expr
         own = self._finite_words(expr)
@@ -1113,7 +1114,7 @@ class ExprSet:
             d = self.derivative(a[0], b)
             if d == 0:
                 return 0
-            return self._exclude(d, [w[1:] for w in a[1] if w and w[0] == b])
+            return self._exclude_sorted(d, tuple([w[1:] for w in a[1] if w and w[0] == b]))
         inner, lo, hi = a
         d = self.derivative(inner, b)
         if d == 0:
