@@ -32,6 +32,7 @@ from midword.bench.masks import (
     resolve_tokenizer,
     run_file,
     run_masks,
+    same_files,
 )
 from midword.bench.peers import CompileFailed, EngineAdapter, TokenizerSpec, token_allowed
 
@@ -314,6 +315,34 @@ def test_table_has_engines_side_by_side_and_ratios():
     avg = next(line for line in table.splitlines() if line.startswith("TBM avg"))
     assert avg.split()[-1] == "2.00x"
     assert "unsupported keyword 'x'" in table
+
+
+def test_ratios_again_over_the_files_every_engine_ran():
+    mine, theirs = EngineStats("midword"), EngineStats("llguidance")
+    mine.add(FileResult(file="x.json", tbm_ns=[1000, 3000], ttfm_ns=[5000]))
+    mine.add(FileResult(file="y.json", tbm_ns=[100_000], ttfm_ns=[9000]))
+    mine.add(FileResult(file="z.json", tbm_ns=[7000], ttfm_ns=[7000]))
+    theirs.add(FileResult(file="x.json", tbm_ns=[2000], ttfm_ns=[4000]))
+    theirs.add(FileResult(file="y.json", status="compile_error", reason="oneOf constraints are not supported"))
+    theirs.add(FileResult(file="z.json", status="timeout", reason="after 1 of 3 instances", tbm_ns=[1000]))
+    common = same_files({"midword": mine, "llguidance": theirs})
+    assert common == {"x.json"}
+    assert same_files({"midword": mine}) is None
+    t = mine.timings(common)
+    assert (t["files"], t["masks"], t["tbm_avg_us"], t["tbm_max_us"], t["ttfm_p50_us"]) == (1, 2, 2.0, 3.0, 5.0)
+    summaries = {name: {**s.summary(), "same_files": s.timings(common)}
+                 for name, s in (("midword", mine), ("llguidance", theirs))}
+    table = format_table(summaries)
+    everything, same = table.split("Same instances", 1)
+    def ratio(block, label):
+        return next(line for line in block.splitlines() if line.startswith(label)).split()[-1]
+    # All files: the masks of y.json, which llguidance refused, and of z.json, where it
+    # stopped early, weigh in.
+    assert ratio(everything, "TBM avg") == "18.50x"
+    assert ratio(same, "TBM avg") == "1.00x"
+    assert ratio(same, "TTFM p50") == "1.25x"
+    # Without peers there is nothing to line up.
+    assert "Same instances" not in format_table({"midword": mine.summary()})
 
 
 def test_list_files_sorted_and_limited(tmp_path):

@@ -31,6 +31,10 @@ forced tokens / positions walked in valid instances. Forced lists are asked for 
 the mask: llguidance caches per-state work, and asking first would make its masks look
 cheaper than a caller that never asks would see.
 
+With peers, the timing rows are printed a second time over the files that every engine
+compiled and walked to the end: only there do all engines time the same instances (a
+schema one engine refuses leaves the others masks with no counterpart).
+
 Each engine runs in its own worker process, one file at a time, never two engines at
 once. A file stops at its time limit (checked between tokens); a worker stuck inside
 native code past the limit plus a grace period is killed and restarted, and a worker that
@@ -758,10 +762,28 @@ class EngineStats:
     def add(self, r: FileResult) -> None:
         self.results.append(r)
 
-    def summary(self) -> dict[str, Any]:
-        rs = self.results
+    def timings(self, only: set[str] | None = None) -> dict[str, Any]:
+        """Mask and first-mask times over the files named in `only` (all when None)."""
+        rs = [r for r in self.results if only is None or r.file in only]
         tbm = np.fromiter((t for r in rs for t in r.tbm_ns), dtype=np.float64) / 1000.0
         ttfm = np.fromiter((t for r in rs for t in r.ttfm_ns), dtype=np.float64) / 1000.0
+        return {
+            "files": len(rs),
+            "masks": int(tbm.size),
+            "tbm_avg_us": _stat(tbm, "mean"),
+            "tbm_p50_us": _stat(tbm, 50),
+            "tbm_p90_us": _stat(tbm, 90),
+            "tbm_p99_us": _stat(tbm, 99),
+            "tbm_max_us": _stat(tbm, "max"),
+            "ttfm_avg_us": _stat(ttfm, "mean"),
+            "ttfm_p50_us": _stat(ttfm, 50),
+            "ttfm_p90_us": _stat(ttfm, 90),
+            "ttfm_p99_us": _stat(ttfm, 99),
+            "ttfm_max_us": _stat(ttfm, "max"),
+        }
+
+    def summary(self) -> dict[str, Any]:
+        rs = self.results
         valid_tokens = sum(r.valid_tokens for r in rs)
         ff_supported = all(r.ff_supported for r in rs)
         ff_forced = sum(r.ff_forced for r in rs)
@@ -777,17 +799,7 @@ class EngineStats:
             "compile_errors": sum(r.status == "compile_error" for r in rs),
             "accepted_invalid": sum(r.accepted_invalid for r in rs),
             "rejected_valid": sum(r.rejected_valid for r in rs),
-            "masks": int(tbm.size),
-            "tbm_avg_us": _stat(tbm, "mean"),
-            "tbm_p50_us": _stat(tbm, 50),
-            "tbm_p90_us": _stat(tbm, 90),
-            "tbm_p99_us": _stat(tbm, 99),
-            "tbm_max_us": _stat(tbm, "max"),
-            "ttfm_avg_us": _stat(ttfm, "mean"),
-            "ttfm_p50_us": _stat(ttfm, 50),
-            "ttfm_p90_us": _stat(ttfm, 90),
-            "ttfm_p99_us": _stat(ttfm, 99),
-            "ttfm_max_us": _stat(ttfm, "max"),
+            **{k: v for k, v in self.timings().items() if k != "files"},
             "ff_share": _share(ff_forced, valid_tokens) if ff_supported else None,
             "ff_noncanonical": ff_bad if ff_supported else None,
             "ff_canonical_share": _share(ff_forced - ff_bad, valid_tokens) if ff_supported else None,
@@ -873,13 +885,16 @@ def _fmt(value: Any, key: str | None) -> str:
     return f"{value:,}"
 
 
-def format_table(summaries: dict[str, dict[str, Any]]) -> str:
-    """Engines side by side, with midword/peer ratios for the timing rows."""
+# The timing rows again, over the files every engine compiled and ran to the end.
+_SAME_FILES_ROWS = [("files", "files", False), ("masks", "masks", False)] + [row for row in _ROWS if row[2]]
+
+
+def _side_by_side(summaries: dict[str, dict[str, Any]], row_specs: list) -> str:
     engines = list(summaries)
     ratio_cols = [p for p in engines if p != "midword"] if "midword" in engines else []
     header = ["metric"] + engines + [f"midword/{p}" for p in ratio_cols]
     rows = [header]
-    for label, key, timing in _ROWS:
+    for label, key, timing in row_specs:
         cells = [label]
         for e in engines:
             s = summaries[e]
@@ -896,7 +911,31 @@ def format_table(summaries: dict[str, dict[str, Any]]) -> str:
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
-    out = ["\n".join(lines)]
+    return "\n".join(lines)
+
+
+def same_files(stats: dict[str, "EngineStats"]) -> set[str] | None:
+    """Names of the files every engine compiled and walked to the end (status ok), or
+    None with fewer than two engines. Only there do the engines time the same
+    instances: a file one engine refuses to compile gives the other masks that have no
+    counterpart."""
+    if len(stats) < 2:
+        return None
+    common: set[str] | None = None
+    for s in stats.values():
+        ok = {r.file for r in s.results if r.status == "ok"}
+        common = ok if common is None else common & ok
+    return common
+
+
+def format_table(summaries: dict[str, dict[str, Any]]) -> str:
+    """Engines side by side, with midword/peer ratios for the timing rows; then, when
+    the summaries have them, the timing rows over the files every engine ran."""
+    engines = list(summaries)
+    out = [_side_by_side(summaries, _ROWS)]
+    if all(summaries[e].get("same_files") for e in engines):
+        out.append("\nSame instances: the files every engine compiled and ran to the end")
+        out.append(_side_by_side({e: summaries[e]["same_files"] for e in engines}, _SAME_FILES_ROWS))
     for e in engines:
         s = summaries[e]
         out.append(f"\n{e}: {s.get('engine', '')}")
@@ -1082,9 +1121,12 @@ def run_masks(args: argparse.Namespace) -> int:
             runner.close()
     steal = steal_share(cpu_before, cpu_times())
     summaries = {}
+    common = same_files(stats)
     for e, s in stats.items():
         s.restarts = runners[e].restarts
         summaries[e] = s.summary()
+        if common is not None:
+            summaries[e]["same_files"] = s.timings(common)
         summaries[e]["tokenizer"] = spec.path
         summaries[e]["compile_per"] = args.compile_per
         summaries[e]["files_listed"] = len(files)
