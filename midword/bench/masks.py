@@ -32,8 +32,8 @@ the mask: llguidance caches per-state work, and asking first would make its mask
 cheaper than a caller that never asks would see.
 
 With peers, the timing rows are printed a second time over the files that every engine
-compiled and walked to the end: only there do all engines time the same instances (a
-schema one engine refuses leaves the others masks with no counterpart).
+compiled and walked to the end: only there do all engines time the same instances (the
+masks of a schema one engine refuses have no counterpart in its column).
 
 Each engine runs in its own worker process, one file at a time, never two engines at
 once. A file stops at its time limit (checked between tokens); a worker stuck inside
