@@ -1280,6 +1280,13 @@ class ExprSet:
             head, tail = args[l]
             if not self._surely_nonempty(tail):
                 return False
+            # A pattern string that is partly matched (`(rest of a match)·C* | C*·match`,
+            # then the closing quote) has an alternation or a sequence for H: asked of
+            # H whole, that would need the slice's words to be each one H-word. P(H) is
+            # the union of its branches' (or its own head's), and one of them may hold
+            # them all.
+            if kind[head] in (_OR, _CONCAT) and self._prefix_contains(s, head):
+                return True
         else:
             head = l
         # The longest excluded string, -1 when nothing is excluded.

@@ -654,7 +654,8 @@ def test_prefix_contains_is_sound():
     es = ExprSet()
     slices = [es.parse(JSON_CHAR + r) for r in ("{1,10}", "{1,30}", "{11,30}", "+")]
     lexemes = [es.parse(p, extended=True) for p in
-               [JSON_CHAR + '{0,20}"', JSON_STRING_BODY, '([a-z ]{0,20}&~(if|for))"', "[a-z]*", "abc"]]
+               [JSON_CHAR + '{0,20}"', JSON_STRING_BODY, '([a-z ]{0,20}&~(if|for))"', "[a-z]*", "abc",
+                f'(ab{JSON_CHAR}*|{JSON_CHAR}{{0,4}}x)"', f'((ab|{JSON_CHAR}*)c)"', f'(a{JSON_CHAR}{{0,12}}|b)z"']]
     alphabet = "ab z€中😀"
     for sl in slices:
         for lx in lexemes:
@@ -669,6 +670,20 @@ def test_prefix_contains_is_sound():
                 for b in w.encode():
                     s = dfa.step(s, b)
                 assert s != 0, (es.to_str(sl), es.to_str(lx), w)
+
+
+def test_prefix_contains_looks_into_a_partly_matched_pattern():
+    """A JSON string with an unanchored pattern, partly matched, is `(rest·C* | C*·match)"`:
+    the slice is among the prefixes of the second branch, though not of the first."""
+    es = ExprSet()
+    s10 = es.parse(JSON_CHAR + "{1,10}")
+    cidr = es.parse(f'([0-9]{{1,3}}/[0-9]{{1,2}}{JSON_CHAR}*|{JSON_CHAR}*0\\.0\\.0\\.0/0)"')
+    assert es.prefix_contains(s10, cidr)
+    # a head that is a sequence whose own head holds them
+    assert es.prefix_contains(s10, es.parse(f'(({JSON_CHAR}*|ab)x)"'))
+    # no branch holds them: both are bounded below ten characters, or a literal
+    assert not es.prefix_contains(s10, es.parse(f'(ab{JSON_CHAR}{{0,3}}|cd)"'))
+    assert not es.prefix_contains(s10, es.parse(f'(ab|{JSON_CHAR}{{0,8}})x"'))
 
 
 @pytest.mark.parametrize(
