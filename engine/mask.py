@@ -457,6 +457,11 @@ class _WalkSpace:
         self.book: np.ndarray | None = None
         self.book_groups: tuple = ()
         self.book_sources: tuple | None = None
+        # Lexer state -> the state whose inside walk it shares, and clamped content ->
+        # that state (see MaskWalker._representative): per recognizer and trie, as the
+        # clamping depth is the trie's.
+        self.representative: dict[int, int] = {}
+        self.by_clamped: dict[tuple, int] = {}
 
     @staticmethod
     def of(rec: Recognizer, trie: TokenTrie) -> "_WalkSpace":
@@ -655,13 +660,14 @@ class MaskWalker:
             return self._whole_walk(state, applicable), any(applicable)
         inside = None
         if self.cache is not None:
-            hit = self.cache.get(self._prefix_key + (lexstate, applicable))
+            inside_key = self._prefix_key + (self._representative(lexstate), applicable)
+            hit = self.cache.get(inside_key)
             if hit is not None:
                 inside, frontier = hit
         if inside is None:
             inside, frontier = self._inside_lexeme(lexstate, applicable)
             if self.cache is not None:
-                self.cache.put(self._prefix_key + (lexstate, applicable), inside, frontier, extra_bytes=frontier.nbytes)
+                self.cache.put(inside_key, inside, frontier, extra_bytes=frontier.nbytes)
         if not frontier.shape[0]:
             # Nothing past the lexeme: the mask is the inside one (read-only, shared).
             return inside, any(applicable)
@@ -669,6 +675,30 @@ class MaskWalker:
         trie = self.sliced.forest if any(applicable) else self.trie
         self._run(trie, state, frontier, 0, False, mask)
         return mask, any(applicable)
+
+    def _representative(self, lexstate: int) -> int:
+        """The first lexer state met whose expressions clamp (`ExprSet.clamped`, at the
+        trie's depth) to those of `lexstate`: both allow the same tokens inside the
+        lexeme, with the same frontier nodes, and the frontier's own lexer states accept
+        the same lexemes. Each position of a string with a long `maxLength` is a
+        lexer state of its own (the count left), and all of them but the last
+        `depth` share one inside walk."""
+        space = self.space
+        rep = space.representative.get(lexstate)
+        if rep is None:
+            lexer = self.rec.lexer
+            exprs = lexer.exprs
+            depth = self.trie.max_depth
+            pairs = lexer.states[lexstate]
+            if exprs.has_count_above(pairs, depth):
+                clamped = exprs.clamped
+                content = tuple([(i, clamped(e, depth)) for i, e in pairs])
+                rep = space.by_clamped.setdefault(content, lexstate)
+            else:
+                # Nothing to clamp (nearly every state): the state stands for itself.
+                rep = lexstate
+            space.representative[lexstate] = rep
+        return rep
 
     def _inside_lexeme(self, lexstate: int, applicable: tuple[bool, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(tokens allowed without leaving the lexeme, frontier ranges) from `lexstate`."""

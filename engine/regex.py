@@ -272,6 +272,9 @@ class ExprSet:
         self._height: list[int] = []
         # Contains & or ~ (other than ~∅): only then can a non-∅ node be empty.
         self._has_bool: list[bool] = []
+        # The largest finite repeat count in the node, lower or upper: `clamped` leaves a
+        # node whose count is within its depth alone without looking inside.
+        self._max_count: list[int] = []
         self._ids: dict[tuple, int] = {}
 
         self._deriv: dict[int, int] = {}
@@ -285,6 +288,8 @@ class ExprSet:
         self._empty: dict[int, bool] = {}
         self._next: dict[int, np.ndarray] = {}
         self._maxlen: dict[int, int | None] = {}
+        # depth -> expression -> its clamped form: see `clamped`.
+        self._clamped: dict[int, dict[int, int]] = {}
         self._parsed: dict[tuple, int] = {}
         # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
         self._groups: dict[tuple, int] = {}
@@ -321,6 +326,18 @@ class ExprSet:
         self._nullable.append(nullable)
         self._height.append(height)
         self._has_bool.append(has_bool)
+        counts = self._max_count
+        if kind == _CONCAT:
+            count = max(counts[args[0]], counts[args[1]])
+        elif kind == _OR or kind == _AND:
+            count = max([counts[x] for x in args])
+        elif kind == _REPEAT:
+            count = max(counts[args[0]], args[1], args[2] or 0)
+        elif kind == _NOT or kind == _EXCL:
+            count = counts[args[0]]
+        else:
+            count = 0
+        counts.append(count)
         if key:
             self._ids[key] = i
         return i
@@ -364,6 +381,7 @@ class ExprSet:
         # through here, in its time to first mask: node storage is appended inline.
         ids, kind, args, height, has_bool = self._ids, self._kind, self._args, self._height, self._has_bool
         ids_get = ids.get
+        max_count = self._max_count
         byte_nodes = self._byte_nodes
         max_nodes = self.limits.max_regex_nodes
         concat, repeat = _CONCAT, _REPEAT
@@ -391,6 +409,7 @@ class ExprSet:
                     self._nullable.append(False)
                     height.append(height[r] or 1)
                     has_bool.append(has_bool[r])
+                    max_count.append(max_count[r])
                     ids[key] = i
             r = i
         if len(self._literals) < self.limits.max_regex_nodes:
@@ -822,6 +841,57 @@ class ExprSet:
                 r = None
             else:
                 r = v * hi
+        memo[expr] = r
+        return r
+
+    def has_count_above(self, pairs, depth: int) -> bool:
+        """Whether an expression of the (lexeme, expression) pairs repeats something a
+        fixed number of times above `depth` (what `clamped` would change)."""
+        counts = self._max_count
+        for _, e in pairs:
+            if counts[e] > depth:
+                return True
+        return False
+
+    def clamped(self, expr: int, depth: int) -> int:
+        """`expr` with every repeat count above `depth` clamped: an upper bound made
+        unbounded, a lower bound made depth+1. It matches the same strings of at most
+        `depth` bytes, as each repetition of a repeat takes a byte at least. Without & and
+        ~ it also has the same prefixes of at most `depth` bytes: every node then matches
+        something, so a prefix of j <= depth repetitions goes on to a match under either
+        bound. With & or ~ that fails (`a{0,300} & a{400,}` is empty, its clamped
+        form is not), so such expressions come back as they are.
+
+        A mask walk reads tokens of at most `depth` bytes: two lexer states whose
+        expressions clamp alike allow the same tokens inside the lexeme and end it at the
+        same trie nodes, so the count states of a long `maxLength` string share one walk."""
+        if self._max_count[expr] <= depth or self._has_bool[expr]:
+            return expr
+        memo = self._clamped.get(depth)
+        if memo is None:
+            memo = self._clamped[depth] = {}
+        r = memo.get(expr)
+        if r is not None:
+            return r
+        k, a = self._kind[expr], self._args[expr]
+        if k == _CONCAT:
+            # Iterative along the chain: long literals are long chains.
+            heads = []
+            x = expr
+            while self._kind[x] == _CONCAT:
+                h, x = self._args[x]
+                heads.append(self.clamped(h, depth))
+            r = self.clamped(x, depth)
+            for h in reversed(heads):
+                r = self._concat2(h, r)
+        elif k == _OR:
+            r = self.alt(*[self.clamped(m, depth) for m in a])
+        elif k == _REPEAT:
+            inner, lo, hi = a
+            r = self.repeat(self.clamped(inner, depth), min(lo, depth + 1),
+                            None if hi is None or hi > depth else hi)
+        else:
+            r = expr
         memo[expr] = r
         return r
 

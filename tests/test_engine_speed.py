@@ -160,6 +160,44 @@ def test_masks_split_at_the_lexeme_equal_whole_walks_on_a_real_tokenizer():
     assert np.array_equal(split.compute_mask(), whole.compute_mask())
 
 
+def test_count_states_of_a_long_string_share_one_inside_walk_and_masks_stay_exact():
+    # Each position in a string with maxLength 400 is a lexer state of its own (the
+    # count left). Those whose counts exceed the longest token clamp alike and share
+    # one inside walk; the masks must equal whole walks, and the last positions, where
+    # the bound is in reach of a token, must walk on their own.
+    from midword.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained("llama3")
+    g = Grammar.from_json_schema({"type": "object", "properties": {"s": {"type": "string", "maxLength": 400}},
+                                  "required": ["s"]})
+    split = Matcher(tok, g)
+    whole = Matcher(tok, g)
+    whole.walker.split_at_lexeme = False
+    whole.walker._cache_prefix += ("whole",)
+    inside_walks = []
+    walk_inside = split.walker._inside_lexeme
+    split.walker._inside_lexeme = lambda lexstate, applicable: (inside_walks.append(lexstate),
+                                                                walk_inside(lexstate, applicable))[1]
+    words = "the quick brown fox jumps over the lazy dog and ".split(" ")
+    body = " ".join(words[i % len(words)] for i in range(120))[:400]
+    for t in tok.encode('{"s": "' + body):
+        assert np.array_equal(split.compute_mask(), whole.compute_mask())
+        split.consume_token(t)
+        whole.consume_token(t)
+    got = split.compute_mask()
+    assert np.array_equal(got, whole.compute_mask())
+    # 400 characters typed: nothing but the closing quote is left
+    assert bits_of(got, tok.encode("a")) == [0] and bits_of(got, tok.encode('"')) == [1]
+    space = split.walker.space
+    positions = len(space.representative)
+    shared = positions - len(set(space.representative.values()))
+    assert len(inside_walks) < len(tok.encode(body)) - 20 and shared > 20, (len(inside_walks), shared)
+
+
+def bits_of(mask, ids):
+    return [int(mask[t >> 5] >> np.uint32(t & 31) & 1) for t in ids]
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1))
 def test_masks_split_at_the_lexeme_equal_whole_walks_along_random_walks(seed):

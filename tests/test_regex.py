@@ -1034,3 +1034,52 @@ def test_an_exclusion_with_the_empty_word_has_no_shadow():
     body = es.parse("[a-z]{1,10}")
     assert es.prefix_contains(body, e)
     assert not es.prefix_contains(es.parse('[a-z"]{1,10}'), e)  # `""` starts no match
+
+
+# --------------------------------------------------------------------------------------
+# Clamped repeat counts
+# --------------------------------------------------------------------------------------
+
+def test_clamped_counts():
+    es = ExprSet()
+    assert es.clamped(es.parse('a{0,300}"'), 128) == es.parse('a*"')
+    assert es.clamped(es.parse("a{200,300}"), 128) == es.parse("a{129,}")
+    assert es.clamped(es.parse("(ab){0,100}"), 128) == es.parse("(ab){0,100}")  # 200 bytes, but 100 counts
+    assert es.clamped(es.parse("[a-z]{1,100}x"), 128) == es.parse("[a-z]{1,100}x")
+    # with & or ~ the expression comes back as it is: clamping could make an empty one non-empty
+    empty = es.parse("a{0,300}&a{400,500}", extended=True)
+    assert es.clamped(empty, 128) == empty
+    # literals append their links inline: every node has its count
+    es.literal(b"abcabc" * 40)
+    assert len(es._max_count) == len(es)
+    assert not es.has_count_above([(0, es.parse("(ab){0,100}")), (1, es.literal(b"xy" * 150))], 128)
+    assert es.clamped(es.literal(b"x" * 300), 128) == es.parse("x{129,}")  # a run is a repeat
+    assert es.has_count_above([(0, es.parse("(ab){0,100}")), (1, es.parse("[0-9]{129}"))], 128)
+
+
+def _same_up_to(es, a, b, depth, alphabet):
+    """Both expressions agree on every string of at most `depth` bytes over `alphabet`,
+    as matches and as prefixes of matches (a non-∅ derivative, without & and ~)."""
+    seen = set()
+    todo = [(a, b, 0)]
+    while todo:
+        x, y, n = todo.pop()
+        if (x, y, n) in seen:
+            continue
+        seen.add((x, y, n))
+        assert es.nullable(x) == es.nullable(y)
+        assert (x == 0) == (y == 0)
+        if n < depth and x:
+            for byte in alphabet:
+                todo.append((es.derivative(x, byte), es.derivative(y, byte), n + 1))
+
+
+@settings(max_examples=150, deadline=None)
+@given(regex_ast, st.integers(1, 3))
+def test_clamped_expression_agrees_on_short_strings(ast, depth):
+    es = ExprSet()
+    e = es.parse(render(ast))
+    c = es.clamped(e, depth)
+    alphabet = sorted({b for ch in ALPHABET for b in ch.encode()} | {0x80, 0xFF})[:14]
+    _same_up_to(es, e, c, depth, alphabet)
+    assert es.clamped(c, depth) == c
