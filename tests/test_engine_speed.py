@@ -150,6 +150,7 @@ def test_masks_split_at_the_lexeme_equal_whole_walks_on_a_real_tokenizer():
     text = '{"tags": ["a", "bb", "a\\n", "dd"], "n": [1, 22, 333], "name": "x\\"y"}'
     g = Grammar.from_json_schema(schema)
     split = Matcher(tok, g)
+    split.walker.whole_walk_first_visit = False  # every mask through the split
     whole = Matcher(tok, g)
     whole.walker.split_at_lexeme = False
     whole.walker._cache_prefix += ("whole",)
@@ -158,6 +159,47 @@ def test_masks_split_at_the_lexeme_equal_whole_walks_on_a_real_tokenizer():
         split.consume_token(t)
         whole.consume_token(t)
     assert np.array_equal(split.compute_mask(), whole.compute_mask())
+
+
+def test_a_lexer_state_walks_whole_at_its_first_visit_and_is_split_from_its_second():
+    # A state met with one row only gets one walk; a state met again (the next string
+    # of the array) walks its inside part once, and later visits only their frontier.
+    from midword.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained("llama3")
+    schema = {"type": "object", "properties": {
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}},
+        "n": {"type": "array", "items": {"type": "integer"}}}}
+    text = '{"tags": ["ab", "ab", "ab", "ab"], "n": [11, 11, 11]}'
+    g = Grammar.from_json_schema(schema)
+    deferred = Matcher(tok, g)
+    whole = Matcher(tok, g)
+    whole.walker.split_at_lexeme = False
+    whole.walker._cache_prefix += ("whole",)
+    walker = deferred.walker
+    assert walker.whole_walk_first_visit
+    events = []
+    whole_walk, inside_walk = walker._whole_walk, walker._inside_lexeme
+    walker._whole_walk = lambda state, applicable: (
+        events.append(("whole", walker._representative(int(state[0])), applicable)),
+        whole_walk(state, applicable))[1]
+    walker._inside_lexeme = lambda lexstate, applicable: (
+        events.append(("inside", walker._representative(lexstate), applicable)),
+        inside_walk(lexstate, applicable))[1]
+    for t in tok.encode(text):
+        assert np.array_equal(deferred.compute_mask(), whole.compute_mask())
+        deferred.consume_token(t)
+        whole.consume_token(t)
+    assert np.array_equal(deferred.compute_mask(), whole.compute_mask())
+    walked_whole = [e[1:] for e in events if e[0] == "whole"]
+    walked_inside = [e[1:] for e in events if e[0] == "inside"]
+    assert len(set(walked_whole)) == len(walked_whole) and len(set(walked_inside)) == len(walked_inside)
+    for i, (kind, *key) in enumerate(events):
+        if kind == "inside":
+            assert ("whole", *key) in events[:i]
+    # the strings and numbers after the first are revisits: split, with their insides kept
+    assert len(walked_inside) >= 3
+    assert len(events) < len(tok.encode(text))
 
 
 def test_count_states_of_a_long_string_share_one_inside_walk_and_masks_stay_exact():
@@ -171,6 +213,7 @@ def test_count_states_of_a_long_string_share_one_inside_walk_and_masks_stay_exac
     g = Grammar.from_json_schema({"type": "object", "properties": {"s": {"type": "string", "maxLength": 400}},
                                   "required": ["s"]})
     split = Matcher(tok, g)
+    split.walker.whole_walk_first_visit = False
     whole = Matcher(tok, g)
     whole.walker.split_at_lexeme = False
     whole.walker._cache_prefix += ("whole",)
@@ -195,12 +238,14 @@ def test_count_states_of_a_long_string_share_one_inside_walk_and_masks_stay_exac
     assert len(inside_walks) < len(tok.encode(body)) - 20 and shared > 20, (len(inside_walks), shared)
 
 
+@pytest.mark.parametrize("whole_walk_first_visit", [False, True])
 @settings(max_examples=40, deadline=None)
 @given(st.integers(0, 2**32 - 1))
-def test_masks_split_at_the_lexeme_equal_whole_walks_along_random_walks(seed):
+def test_masks_split_at_the_lexeme_equal_whole_walks_along_random_walks(whole_walk_first_visit, seed):
     g = grammar()
     rng = random.Random(seed)
     split, whole = Matcher(TOY, g), Matcher(TOY, g)
+    split.walker.whole_walk_first_visit = whole_walk_first_visit
     whole.walker.split_at_lexeme = False
     whole.walker.cache = None
     for _ in range(16):
