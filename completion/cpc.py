@@ -32,6 +32,12 @@ MAX_CANONICAL_CHECKS = 64  # candidates re-encoded per split before giving up on
 _WORD_TAIL = re.compile(rb"[A-Za-z0-9_]*\Z")
 
 
+def _word_tail(text: bytes) -> bytes:
+    """The identifier characters at the end of `text` (possibly none)."""
+    match = _WORD_TAIL.search(text)
+    return match.group(0) if match is not None else b""
+
+
 @dataclass
 class Backoff:
     """The prompt split at the cursor: `stable` tokens go to the model, `typed` bytes
@@ -51,7 +57,7 @@ def backoff(tokenizer, prefix: bytes, mode: str) -> Backoff:
         return Backoff(tokens[:-1], tokenizer.token_bytes(tokens[-1]))
     if mode == "align":
         tokens = tokenizer.encode(prefix)
-        word_start = len(prefix) - len(_WORD_TAIL.search(prefix).group(0))
+        word_start = len(prefix) - len(_word_tail(prefix))
         end = len(tokenizer.decode(tokens))
         # pop every token that touches the partial word (at least one)
         while tokens:
@@ -173,7 +179,7 @@ def search_covers(model, tokenizer, prompt: list[int], stable: list[int], typed:
     scores every split (for sampling, which needs them all)."""
     context = stable[-CONTEXT_TOKENS:]
     result = CoverSearch(context=context, typed=typed)
-    pending = []
+    pending: list[tuple[int, list[int], np.ndarray]] = []
     for i in range(len(typed) + 1):
         left = _left_tokens(tokenizer, context, typed[:i])
         if left is None:
@@ -198,7 +204,7 @@ def search_covers(model, tokenizer, prompt: list[int], stable: list[int], typed:
             break  # the caller answers with what it has (the best cover so far, or none)
         if not exhaustive and bound(order[k]) <= best:
             break  # every remaining split is bounded by a cover we already have
-        group = []
+        group: list[tuple[int, list[int], np.ndarray]] = []
         while k < len(order) and len(group) < batch and (exhaustive or bound(order[k]) > best):
             group.append(order[k])
             k += 1

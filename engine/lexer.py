@@ -189,7 +189,7 @@ class DerivativeRows:
             if cm is None:
                 classes = np.unpackbits(np.frombuffer(key.to_bytes(32, "little"), dtype=np.uint8),
                                         bitorder="little").tobytes()
-                reps = ()
+                reps: tuple[int, ...] = ()
             else:
                 reps = tuple(sorted(set(cm)))
                 index = bytearray(256)
@@ -522,7 +522,7 @@ class Lexer:
         rows = self.rows
         steady = self._steady
         if (steady is not None and steady[0] == len(self._states) and steady[1] == self.core[CORE_COMPS]
-                and steady[2] == rows.generation):
+                and steady[2] == rows.generation and self._step_arrays is not None):
             return self._step_arrays
         if self.core[CORE_STATES] < len(self._states):
             self._flush()
@@ -684,9 +684,9 @@ class Lexer:
         another reason; `step` then does it all in Python)."""
         if self.core[CORE_STATES] > len(self._states):
             self._sync()
-        live = self._live.get(state)
+        known = self._live.get(state)
         progress = False
-        if live is None:
+        if known is None:
             # The first look at a state makes the rows of its regexes: progress too, if
             # one was missing (else the step failed for another reason, and a return
             # to the walk would only fail again).
@@ -694,7 +694,7 @@ class Lexer:
             live = self._live_of(state)[0]
             progress = len(self.rows) != rows_before
         else:
-            live = live[0]
+            live = known[0]
         live_derivative = self.exprs.live_derivative
         nullable = self.exprs.nullable
         pool = self.rows.pool
@@ -729,10 +729,10 @@ class Lexer:
                         pairs.append((i, code >> 1))
                         accepts = accepts or (bool(code & 1) and i < self.num_lexemes)
             if accepts:
-                pairs = tuple(pairs)
-                if pairs not in self._state_index:
+                key = tuple(pairs)
+                if key not in self._state_index:
                     self._use_fuel()
-                    self._intern(pairs)
+                    self._intern(key)
                     progress = True
         return progress
 
@@ -752,6 +752,7 @@ class Lexer:
                     return False
                 heads.append((i, head[0], head[1]))
         is_empty = self.exprs.is_empty
+        parts: list[tuple[int, tuple[tuple[int, int], ...]]]
         if len(heads) == 1:
             i, byte_set, tail = heads[0]
             parts = [(byte_set, ((i, tail),))]
@@ -760,9 +761,9 @@ class Lexer:
             blocks = refine_byte_sets(byte_set for _, byte_set, _ in heads)
             parts = [(block, tuple((i, tail) for i, byte_set, tail in heads if byte_set & block)) for block in blocks]
         targets = []
-        for block, pairs in parts:
+        for block, candidates in parts:
             # Same pairs, in the same order, as `_transition` would build.
-            pairs = tuple(p for p in pairs if not is_empty(p[1]))
+            pairs = tuple(p for p in candidates if not is_empty(p[1]))
             if pairs:
                 self._use_fuel()
                 sid = self._state_index.get(pairs)
@@ -807,8 +808,8 @@ class Lexer:
 
     def _transition(self, state: int, byte: int) -> int:
         self._use_fuel()
-        live = self._live.get(state)
-        live = live[0] if live is not None else self._live_of(state)[0]
+        known = self._live.get(state)
+        live = known[0] if known is not None else self._live_of(state)[0]
         live_derivative = self.exprs.live_derivative
         nullable = self.exprs.nullable
         pool = self.rows.pool

@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -170,7 +171,10 @@ class TokenTrie:
 
     @classmethod
     def from_arrays(cls, z, fingerprint: str, prefix: str = "") -> "TokenTrie":
-        return cls(*(z[prefix + name] for name in cls._ARRAYS), int(z[prefix + "vocab_size"]), fingerprint)
+        arrays = {name: z[prefix + name] for name in cls._ARRAYS}
+        return cls(node_byte=arrays["node_byte"], node_depth=arrays["node_depth"], subtree_size=arrays["subtree_size"],
+                   tok_start=arrays["tok_start"], tok_end=arrays["tok_end"], node_tokens=arrays["node_tokens"],
+                   token_node=arrays["token_node"], vocab_size=int(z[prefix + "vocab_size"]), fingerprint=fingerprint)
 
     def save(self, path: str | os.PathLike) -> None:
         save_arrays(path, self.arrays())
@@ -221,7 +225,7 @@ class TokenTrie:
 
     def tokens_prefix_of(self, data: bytes) -> list[tuple[int, int]]:
         """(length, token) for every token whose bytes are a non-empty prefix of `data`, shortest first."""
-        out = []
+        out: list[tuple[int, int]] = []
         node = 0
         for i, b in enumerate(data):
             node = self.child(node, b)
@@ -252,7 +256,8 @@ def save_arrays(path: str | os.PathLike, arrays: dict[str, np.ndarray]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
     with open(tmp, "wb") as f:
-        np.savez(f, version=np.int64(TRIE_FORMAT_VERSION), **arrays)
+        payload: dict[str, Any] = {"version": np.int64(TRIE_FORMAT_VERSION), **arrays}
+        np.savez(f, **payload)
     os.replace(tmp, path)
 
 
