@@ -424,3 +424,14 @@ class Recognizer:
             return "continuation of " + self.lexer.describe_state(lexstate)
         names = self.parser.expected_names(row)
         return "one of " + ", ".join(names[:12]) + (" ..." if len(names) > 12 else "") if names else "end of input"
+
+
+def grammar_accepts(grammar: Grammar, data: bytes) -> bool:
+    """Whether `data` is a complete sentence of `grammar` (lexer + parser, no tokenizer)."""
+    rec = Recognizer.for_grammar(grammar)
+    state = rec.initial()
+    for b in data:
+        state = rec.step(state, b)
+        if state is None:
+            return False
+    return rec.is_accepting(state)

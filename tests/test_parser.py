@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from midword.engine.grammar import GrammarBuilder
 from midword.engine.limits import LimitExceeded, Limits
-from midword.engine.parser import END, EarleyParser
+from midword.engine.analysis import END
+from midword.engine.parser import EarleyParser
 
 import pytest
 
@@ -137,21 +138,18 @@ def test_row_item_limit_is_a_limit_error():
         EarleyParser(b.build(s), Limits(max_items_per_row=100))
 
 
-def test_json_schema_grammars_flagged_all_productive_are():
+def test_json_schema_grammars_flagged_all_productive_are(maskbench_dev):
     # The parser trusts the flag and skips its own analysis: check the flag on the
     # MaskBench development schemas (recursive $refs, contradictions pruned away).
     import json
-    from pathlib import Path
 
-    from midword.engine.grammar import Grammar
+    from midword.engine import Grammar
     from midword.engine.limits import GrammarError
     import numpy as np
 
-    from midword.engine.parser import flatten_rules, mark_derivers_py
+    from midword.engine.analysis import flatten_rules, mark_derivers_py
 
-    dev = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench-dev"
-    files = sorted(dev.glob("*.json"))[:120]
-    assert files, f"MaskBench development set missing at {dev}"
+    files = sorted(maskbench_dev.glob("*.json"))[:120]
     checked = 0
     for path in files:
         try:
@@ -276,7 +274,7 @@ def rule_lists(draw):
 def test_rule_tables_compiled_and_plain_match_the_definitions(case):
     import numpy as np
 
-    from midword.engine.parser import rule_tables_jit, rule_tables_py
+    from midword.engine.analysis import rule_tables_jit, rule_tables_py
 
     n_nt, rules = case
     # Nullable by its definition: iterate "some rule's right side is all nullable
@@ -314,7 +312,7 @@ def test_rule_tables_compiled_and_plain_match_the_definitions(case):
 def test_grammar_marks_compiled_and_plain_match_the_definitions(case, start, n_lexemes):
     import numpy as np
 
-    from midword.engine.parser import flatten_rules, grammar_marks_jit, grammar_marks_py
+    from midword.engine.analysis import flatten_rules, grammar_marks_jit, grammar_marks_py
 
     n_nt, rules = case
     start %= n_nt
