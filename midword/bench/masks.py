@@ -103,7 +103,7 @@ class MidwordAdapter(EngineAdapter):
     def __init__(self, spec: TokenizerSpec, package: str = "midword"):
         # `package`: another copy of the engine under its own name (`midword bench ab`).
         try:
-            Grammar = import_module(f"{package}.engine.grammar").Grammar
+            Grammar = import_module(f"{package}.engine").Grammar
             limits = import_module(f"{package}.engine.limits")
             GrammarError, LimitExceeded = limits.GrammarError, limits.LimitExceeded
             matcher = import_module(f"{package}.engine.matcher")
