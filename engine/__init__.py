@@ -19,6 +19,10 @@ _EXPORTS = {
     "Limits": ".limits",
     "Matcher": ".matcher",
     "MatcherError": ".matcher",
+    "TokenAutomaton": ".matcher",
+    "trie_for": ".matcher",
+    "mask_to_ids": ".matcher",
+    "mask_words": ".trie",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -54,7 +54,16 @@ def sliced_trie_for(tokenizer) -> SlicedTrie:
     return sliced
 
 
-class Matcher:
+class TokenAutomaton:
+    """A grammar over a tokenizer's vocabulary as a pure transition system: states are
+    hashable recognizer states, handed in and out, and nothing of a history is kept.
+    What a caller with its own notion of state builds on (the decoding constraint of
+    midword.completion); `Matcher` is this plus one current state and its history.
+
+    Each call holds the recognizer's lock: a recognizer is shared by every user of its
+    grammar's content (matchers, constraints, threads), and its tables grow as it is
+    used. Masks cover the grammar's tokens only; whether EOS may come is `is_accepting`."""
+
     def __init__(self, tokenizer, grammar: Grammar, *, limits: Limits = DEFAULT_LIMITS,
                  trie: TokenTrie | None = None, use_jit: bool = True, slicer: bool | None = None):
         self.tokenizer = tokenizer
@@ -67,6 +76,57 @@ class Matcher:
         if slicer:
             sliced = sliced_trie_for(tokenizer) if trie is None else SlicedTrie.build(trie, tokenizer.all_token_bytes())
         self.walker = MaskWalker(self.trie, self.rec, use_jit=use_jit, sliced=sliced)
+        self.lock = self.rec.lock
+
+    def initial(self) -> tuple[int, int]:
+        return self.rec.initial()
+
+    def step_bytes(self, state: tuple[int, int] | None, data: bytes) -> tuple[int, int] | None:
+        """The state after `data`, or None where the grammar rejects a byte of it."""
+        with self.lock:
+            return self.rec.step_bytes(state, data)
+
+    def is_accepting(self, state: tuple[int, int]) -> bool:
+        with self.lock:
+            return self.rec.is_accepting(state)
+
+    def mask(self, state: tuple[int, int]) -> np.ndarray:
+        """uint32 bitmask of the tokens the grammar allows next; read-only (shared with
+        the mask cache): copy it to change it."""
+        with self.lock:
+            return self.walker.mask(state)
+
+    def subtree_mask(self, state: tuple[int, int], node: int) -> np.ndarray:
+        """The tokens below trie node `node` whose bytes past the node the grammar allows
+        from `state` (a fresh array)."""
+        with self.lock:
+            return self.walker.subtree_mask(state, node)
+
+    def forced_bytes(self, state: tuple[int, int]) -> bytes:
+        """Bytes every continuation from `state` starts with."""
+        with self.lock:
+            return fastforward.forced_bytes(self.rec, state)[0]
+
+    def forced_tokens(self, state: tuple[int, int], recent_tokens: list[int]) -> list[int]:
+        """The forced bytes as canonical tokens after `recent_tokens` (token healing at the end)."""
+        with self.lock:
+            return fastforward.forced_tokens(self.tokenizer, self.trie, self.walker, self.rec, state, recent_tokens)
+
+    def expected(self, state: tuple[int, int]) -> str:
+        """What may come next, for error messages."""
+        with self.lock:
+            return self.rec.expected(state)
+
+
+class Matcher:
+    def __init__(self, tokenizer, grammar: Grammar, *, limits: Limits = DEFAULT_LIMITS,
+                 trie: TokenTrie | None = None, use_jit: bool = True, slicer: bool | None = None):
+        self.tokenizer = tokenizer
+        self.grammar = grammar
+        self.automaton = TokenAutomaton(tokenizer, grammar, limits=limits, trie=trie, use_jit=use_jit, slicer=slicer)
+        self.trie = self.automaton.trie
+        self.rec = self.automaton.rec
+        self.walker = self.automaton.walker
         self.eos_token_ids = sorted(tokenizer.eos_token_ids)
         self._excluded = frozenset(tokenizer.special_token_ids)
         self.reset()

@@ -88,7 +88,7 @@ def test_the_constraint_walks_and_steps_under_the_shared_recognizer_lock(llama3,
         original = getattr(cls, name)
 
         def call(self, *args):
-            held.append(c.rec.lock._is_owned())
+            held.append(c.automaton.lock._is_owned())
             return original(self, *args)
         monkeypatch.setattr(cls, name, call)
 
