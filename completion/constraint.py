@@ -76,7 +76,8 @@ class Constraint:
         elif state.grammar is None:
             mask = self._unconstrained().copy()
         else:
-            mask = self.automaton.mask(state.grammar)
+            # Where the grammar forces text, its first canonical token alone (as llguidance).
+            mask = self.automaton.mask(state.grammar, state.recent)
         if self.eos and self.is_accepting(state):
             if not mask.flags.writeable:
                 mask = mask.copy()  # the walker's mask is shared with its cache
