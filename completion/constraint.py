@@ -76,7 +76,9 @@ class Constraint:
         elif state.grammar is None:
             mask = self._unconstrained().copy()
         else:
-            # Where the grammar forces text, its first canonical token alone (as llguidance).
+            # Where the grammar forces text, its first canonical token alone, as in
+            # llguidance: a serving engine's sampler (LogitsProcessor, the vLLM plugin)
+            # never fast-forwards, and must not split forced text (`S` `ELECT`).
             mask = self.automaton.mask(state.grammar, state.recent)
         if self.eos and self.is_accepting(state):
             if not mask.flags.writeable:

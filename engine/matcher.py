@@ -155,11 +155,13 @@ class TokenAutomaton:
 class Matcher:
     def __init__(self, tokenizer, grammar: Grammar, *, limits: Limits = DEFAULT_LIMITS,
                  trie: TokenTrie | None = None, use_jit: bool = True, slicer: bool | None = None,
-                 canonical_forced: bool = True):
+                 canonical_forced: bool = False):
         self.tokenizer = tokenizer
         self.grammar = grammar
-        # Where the grammar forces text, masks allow only its first canonical token
-        # (TokenAutomaton.mask); False: every token the grammar allows.
+        # True: where the grammar forces text, masks allow only its first canonical token
+        # (TokenAutomaton.mask), as llguidance's do; for callers that sample from the mask
+        # without asking for forced tokens. Off by default: a caller that fast-forwards
+        # never samples there, and the check costs every mask a forced-byte lookup.
         self.canonical_forced = canonical_forced
         self.automaton = TokenAutomaton(tokenizer, grammar, limits=limits, trie=trie, use_jit=use_jit, slicer=slicer)
         self.trie = self.automaton.trie

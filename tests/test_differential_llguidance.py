@@ -98,7 +98,8 @@ def ll_mask(matcher, vocab_size: int) -> set[int]:
 def test_masks_equal_llguidance_along_random_paths(name, llama3, ll_tokenizer):
     text = GRAMMARS[name]
     specials = set(llama3.special_token_ids)
-    ours = Matcher(llama3, Grammar.from_lark(text))
+    # canonical_forced: llguidance's masks at forced text hold its first canonical token alone.
+    ours = Matcher(llama3, Grammar.from_lark(text), canonical_forced=True)
     rng = random.Random(name)
     for path in range(3):
         ours.reset()
@@ -131,10 +132,10 @@ def test_masks_equal_llguidance_along_random_paths(name, llama3, ll_tokenizer):
 def test_forced_text_allows_only_its_canonical_first_token(llama3, ll_tokenizer):
     # Where the grammar forces bytes, a sampler that does not fast-forward (vLLM's) must
     # still write them as the tokenizer would: the mask holds the first canonical token
-    # alone, in midword as in llguidance; with canonical_forced=False, every split.
+    # alone, in midword as in llguidance; without canonical_forced, every split.
     specials = set(llama3.special_token_ids)
-    ours = Matcher(llama3, Grammar.from_lark(SQL_SELECT))
-    every = Matcher(llama3, Grammar.from_lark(SQL_SELECT), canonical_forced=False)
+    ours = Matcher(llama3, Grammar.from_lark(SQL_SELECT), canonical_forced=True)
+    every = Matcher(llama3, Grammar.from_lark(SQL_SELECT))
     theirs = llguidance.LLMatcher(ll_tokenizer, llguidance.LLMatcher.grammar_from_lark(SQL_SELECT))
     for typed, first, splits in (("", b"SELECT", [b"S", b"SE", b"SEL"]), ("SELECT *", b" FROM", [b" ", b" F", b" FR"])):
         for t in llama3.encode(typed.encode())[len(ours.tokens):]:
