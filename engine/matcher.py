@@ -219,7 +219,10 @@ class Matcher:
     def _compute_mask(self) -> np.ndarray:
         if self._stopped:
             return np.zeros(mask_words(self.tokenizer.vocab_size), dtype=np.uint32)
-        mask = self.automaton.mask(self._state, self._recent_tokens() if self.canonical_forced else None)
+        if self.canonical_forced:
+            mask = self.automaton.mask(self._state, self._recent_tokens())
+        else:
+            mask = self.walker.mask(self._state)  # what automaton.mask does, less a call and a lock
         if self.eos_token_ids and self.rec.is_accepting(self._state):
             mask = mask.copy()  # the walker's mask is shared (read-only)
             for t in self.eos_token_ids:
