@@ -15,18 +15,11 @@ engine (`LogitsProcessor` below) where the model loop belongs to someone else.
 
 from __future__ import annotations
 
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-from midword.engine.fastforward import forced_tokens
-from midword.engine.grammar import Grammar
-from midword.engine.mask import MaskWalker
-from midword.engine.matcher import mask_to_ids, sliced_trie_for, trie_for
-from midword.engine.recognizer import Recognizer
-from midword.engine.slicer import default_slices_enabled
-from midword.engine.trie import mask_words
+from midword.engine import Grammar, TokenAutomaton, mask_to_ids, mask_words, trie_for
 
 RECENT = 8  # tokens kept as context for canonical fast-forward
 
@@ -46,17 +39,10 @@ class DecodeState:
 class Constraint:
     def __init__(self, tokenizer, grammar: Grammar | None = None):
         self.tokenizer = tokenizer
-        self.trie = trie_for(tokenizer)
-        self.rec = Recognizer.for_grammar(grammar) if grammar is not None else None
-        self.walker = None
-        # A recognizer is shared by every user of its grammar (matchers, other
-        # constraints, other threads): its tables, and the walk space its walkers share,
-        # change under one lock at a time.
-        self._lock = nullcontext()
-        if self.rec is not None:
-            sliced = sliced_trie_for(tokenizer) if default_slices_enabled() else None
-            self.walker = MaskWalker(self.trie, self.rec, sliced=sliced)
-            self._lock = self.rec.lock
+        # The grammar's transitions, masks and forced tokens; each call holds the lock of
+        # the recognizer it shares with every other user of the grammar.
+        self.automaton = TokenAutomaton(tokenizer, grammar) if grammar is not None else None
+        self.trie = self.automaton.trie if self.automaton is not None else trie_for(tokenizer)
         self.eos = frozenset(tokenizer.eos_token_ids)
         self.excluded = frozenset(tokenizer.special_token_ids)
         self._words = mask_words(tokenizer.vocab_size)
@@ -66,9 +52,8 @@ class Constraint:
     def initial(self, typed: bytes = b"", grammar_prefix: bytes = b"") -> DecodeState:
         """The state at the cursor: `typed` still to re-spell; the grammar has read `grammar_prefix`."""
         g = None
-        if self.rec is not None:
-            with self._lock:
-                g = self.rec.step_bytes(self.rec.initial(), grammar_prefix)
+        if self.automaton is not None:
+            g = self.automaton.step_bytes(self.automaton.initial(), grammar_prefix)
             if g is None:
                 raise ConstraintError("the grammar rejects the text before the cursor")
         return DecodeState(typed=typed, grammar=g)
@@ -78,8 +63,7 @@ class Constraint:
             return False
         if state.grammar is None:
             return True
-        with self._lock:
-            return self.rec.is_accepting(state.grammar)
+        return self.automaton.is_accepting(state.grammar)
 
     # The three calls ---------------------------------------------------------------------
     def allowed(self, state: DecodeState) -> np.ndarray:
@@ -92,8 +76,10 @@ class Constraint:
         elif state.grammar is None:
             mask = self._unconstrained().copy()
         else:
-            with self._lock:
-                mask = self.walker.mask(state.grammar)
+            # Where the grammar forces text, its first canonical token alone, as in
+            # llguidance: a serving engine's sampler (LogitsProcessor, the vLLM plugin)
+            # never fast-forwards, and must not split forced text (`S` `ELECT`).
+            mask = self.automaton.mask(state.grammar, state.recent)
         if self.eos and self.is_accepting(state):
             if not mask.flags.writeable:
                 mask = mask.copy()  # the walker's mask is shared with its cache
@@ -129,15 +115,13 @@ class Constraint:
         """Tokens the grammar forces here, canonically tokenized (empty while re-spelling)."""
         if state.done or state.typed or state.grammar is None:
             return []
-        with self._lock:
-            return forced_tokens(self.tokenizer, self.trie, self.walker, self.rec, state.grammar, list(state.recent))
+        return self.automaton.forced_tokens(state.grammar, list(state.recent))
 
     # Helpers --------------------------------------------------------------------------------
     def _step(self, grammar, data: bytes, token_bytes: bytes):
         if grammar is None:
             return None
-        with self._lock:
-            nxt = self.rec.step_bytes(grammar, data)
+        nxt = self.automaton.step_bytes(grammar, data)
         if nxt is None:
             raise ConstraintError(f"token {token_bytes!r} is not allowed by the grammar")
         return nxt
@@ -164,8 +148,7 @@ class Constraint:
                 for t in below:
                     mask[t >> 5] |= np.uint32(1 << (t & 31))
             else:
-                with self._lock:
-                    mask |= self.walker.subtree_mask(state.grammar, node)
+                mask |= self.automaton.subtree_mask(state.grammar, node)
         return mask
 
     def candidates_after(self, grammar_state, rest: bytes) -> np.ndarray:
@@ -181,8 +164,7 @@ class Constraint:
             return mask_to_ids(mask, self.tokenizer.vocab_size)
         if grammar_state is None:
             return np.asarray(sorted(self.trie.tokens_with_prefix(rest)), dtype=np.int64)
-        with self._lock:
-            mask = self.walker.subtree_mask(grammar_state, node)
+        mask = self.automaton.subtree_mask(grammar_state, node)
         for t in self.trie.tokens_at(node):
             mask[t >> 5] |= np.uint32(1 << (t & 31))
         return mask_to_ids(mask, self.tokenizer.vocab_size)

@@ -166,7 +166,7 @@ class CompletionEngine:
     def _grammar_state(self, constraint: Constraint, grammar: Grammar, prefix: bytes):
         """Recognizer state after the document prefix, extended from the last keystroke's."""
         fp = grammar.fingerprint()
-        rec = constraint.rec
+        rec = constraint.automaton
         start, done = rec.initial(), b""
         if self._doc_state is not None:
             gfp, old_prefix, old_state = self._doc_state

@@ -27,7 +27,7 @@ CONTEXT_TOKENS = 4  # recent tokens re-tokenized with the forced bytes
 
 def forced_bytes(rec: Recognizer, state, limit: int = MAX_FORCED_BYTES) -> tuple[bytes, object]:
     """(forced bytes, state after them) from `state`; cached per recognizer state."""
-    cache = rec.__dict__.setdefault("_forced_cache", {})
+    cache = rec.caches.forced_bytes
     key = (state, limit)
     hit = cache.get(key)
     if hit is None:
@@ -57,7 +57,7 @@ def _surely_unforced(rec: Recognizer, state) -> bool:
     no derivative needs computing. After a mask at `state` the lexer rows involved are
     filled, so this settles almost every state."""
     lexstate, row = state
-    branching = rec.__dict__.setdefault("_branching_lexstates", set())
+    branching = rec.caches.branching_lexstates
     live = _live_unless_branching(rec, branching, lexstate)
     if live is None:
         return True
@@ -95,7 +95,7 @@ def forced_tokens(tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognize
     if not forced:
         return []
     recent = tuple(recent_tokens[-CONTEXT_TOKENS:])
-    cache = rec.__dict__.setdefault("_forced_tokens_cache", {})
+    cache = rec.caches.forced_tokens
     # The tokenizer object itself (not its id) keys the entry, so it cannot be confused
     # with a later tokenizer at the same address.
     key = (tokenizer, trie.fingerprint, state, forced, recent)

@@ -8,6 +8,10 @@ text, a single regex, JSON Schema) desugar their own operators (`*`, `+`, `?`,
 
 Symbols are plain ints so the parser can keep them in numpy arrays: a nonterminal
 is its index (>= 0); lexeme `i` is the symbol `~i` (-1 - i, always negative).
+
+This module is the IR only: every front end imports it to build its grammars, so it
+imports none of them. Its constructors (`Grammar.from_lark`, `from_json_schema`) call
+the front end the package's `__init__` bound in frontends.py.
 """
 
 from __future__ import annotations
@@ -15,8 +19,10 @@ from __future__ import annotations
 import hashlib
 import marshal
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Iterable, NamedTuple, Sequence
 
+from .frontends import front_end
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 from .regex import regex_escape_bytes
 
@@ -82,22 +88,21 @@ class Grammar:
     # Front ends ---------------------------------------------------------------
     @classmethod
     def from_lark(cls, text: str, *, start: str = "start") -> "Grammar":
-        from .lark import compile_lark
+        """A Lark grammar (lark.py)."""
+        return front_end("lark")(text, start=start)
 
-        return compile_lark(text, start=start)
+    @classmethod
+    def from_json_schema(cls, schema, **options) -> "Grammar":
+        """A JSON Schema, as a dict or JSON text (jsonschema.py)."""
+        return front_end("json_schema")(schema, **options)
 
     @classmethod
     def from_regex(cls, regex: str, *, flags: str = "") -> "Grammar":
+        """One regex in midword's syntax, matched whole."""
         b = GrammarBuilder()
         start = b.nonterminal("start")
         b.rule(start, [b.lexeme("REGEX", regex, flags=flags)])
         return b.build(start)
-
-    @classmethod
-    def from_json_schema(cls, schema, **options) -> "Grammar":
-        from .jsonschema import compile_json_schema
-
-        return compile_json_schema(schema, **options)
 
     # Introspection ------------------------------------------------------------
     def symbol_name(self, symbol: int) -> str:
@@ -111,34 +116,33 @@ class Grammar:
     def fingerprint(self) -> str:
         """A stable hash of the grammar's content, for keys that must be short or
         outlive the process (in-process caches use content_key(), which is cheaper).
-
         Computed once per object; a grammar is not changed after it is built."""
-        fp = self.__dict__.get("_fingerprint")
-        if fp is None:
-            # One serialisation of everything, hashed once; marshal is five times faster
-            # than repr. Format 2 has no back-references, so equal content gives equal
-            # bytes whatever objects it shares. The format may change between Python
-            # versions, which would only matter to caches on disk (grammars have none).
-            content = (
-                [(lx.regex, lx.literal, lx.flags) for lx in self.lexemes],
-                [(r.lhs, r.rhs) for r in self.rules],
-                self.start, list(self.ignore), self.allow_initial_skip,
-            )
-            fp = hashlib.sha256(marshal.dumps(content, 2)).hexdigest()
-            self.__dict__["_fingerprint"] = fp
-        return fp
+        return self._fingerprint
 
     def content_key(self) -> tuple:
         """The grammar's content as one hashable tuple, equal exactly when fingerprint()
         is: the key of in-process caches of compiled grammars. Building and hashing it
         costs a third of fingerprint()'s serialisation and SHA-256, which every new
         grammar would pay in its time to first mask. Computed once per object."""
-        key = self.__dict__.get("_content_key")
-        if key is None:
-            key = (tuple([(lx.regex, lx.literal, lx.flags) for lx in self.lexemes]), tuple(self.rules), self.start,
-                   tuple(self.ignore), self.allow_initial_skip)
-            self.__dict__["_content_key"] = key
-        return key
+        return self._content_key
+
+    @cached_property
+    def _fingerprint(self) -> str:
+        # One serialisation of everything, hashed once; marshal is five times faster
+        # than repr. Format 2 has no back-references, so equal content gives equal
+        # bytes whatever objects it shares. The format may change between Python
+        # versions, which would only matter to caches on disk (grammars have none).
+        content = (
+            [(lx.regex, lx.literal, lx.flags) for lx in self.lexemes],
+            [(r.lhs, r.rhs) for r in self.rules],
+            self.start, list(self.ignore), self.allow_initial_skip,
+        )
+        return hashlib.sha256(marshal.dumps(content, 2)).hexdigest()
+
+    @cached_property
+    def _content_key(self) -> tuple:
+        return (tuple([(lx.regex, lx.literal, lx.flags) for lx in self.lexemes]), tuple(self.rules), self.start,
+                tuple(self.ignore), self.allow_initial_skip)
 
     def __str__(self) -> str:
         lines = []

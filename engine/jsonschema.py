@@ -60,7 +60,7 @@ import numpy as np
 from ._jit import compiled_once
 from .grammar import Grammar, GrammarBuilder, Rule, _new_rule, regex_escape_bytes
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
-from .parser import flatten_rules, grammar_marks_jit
+from .analysis import flatten_rules, grammar_marks_jit
 
 __all__ = [
     "compile_json_schema",

@@ -472,9 +472,7 @@ class _WalkSpace:
 
     @staticmethod
     def of(rec: Recognizer, trie: TokenTrie) -> "_WalkSpace":
-        spaces = rec.__dict__.get("_walk_spaces")
-        if spaces is None:
-            spaces = rec.__dict__["_walk_spaces"] = {}
+        spaces = rec.caches.walk_spaces
         got = spaces.get(id(trie))
         if got is None or got[0] is not trie:
             got = spaces[id(trie)] = (trie, _WalkSpace(trie))

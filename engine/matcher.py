@@ -14,6 +14,7 @@ every later call repeats, so a server never crashes on one bad grammar.
 from __future__ import annotations
 
 import weakref
+from typing import Sequence
 
 import numpy as np
 
@@ -54,7 +55,16 @@ def sliced_trie_for(tokenizer) -> SlicedTrie:
     return sliced
 
 
-class Matcher:
+class TokenAutomaton:
+    """A grammar over a tokenizer's vocabulary as a pure transition system: states are
+    hashable recognizer states, handed in and out, and nothing of a history is kept.
+    What a caller with its own notion of state builds on (the decoding constraint of
+    midword.completion); `Matcher` is this plus one current state and its history.
+
+    Each call holds the recognizer's lock: a recognizer is shared by every user of its
+    grammar's content (matchers, constraints, threads), and its tables grow as it is
+    used. Masks cover the grammar's tokens only; whether EOS may come is `is_accepting`."""
+
     def __init__(self, tokenizer, grammar: Grammar, *, limits: Limits = DEFAULT_LIMITS,
                  trie: TokenTrie | None = None, use_jit: bool = True, slicer: bool | None = None):
         self.tokenizer = tokenizer
@@ -67,6 +77,96 @@ class Matcher:
         if slicer:
             sliced = sliced_trie_for(tokenizer) if trie is None else SlicedTrie.build(trie, tokenizer.all_token_bytes())
         self.walker = MaskWalker(self.trie, self.rec, use_jit=use_jit, sliced=sliced)
+        self.lock = self.rec.lock
+        self._singletons: dict[int, np.ndarray] = {}  # token -> the read-only mask allowing it alone
+
+    def initial(self) -> tuple[int, int]:
+        return self.rec.initial()
+
+    def step_bytes(self, state: tuple[int, int] | None, data: bytes) -> tuple[int, int] | None:
+        """The state after `data`, or None where the grammar rejects a byte of it."""
+        with self.lock:
+            return self.rec.step_bytes(state, data)
+
+    def is_accepting(self, state: tuple[int, int]) -> bool:
+        with self.lock:
+            return self.rec.is_accepting(state)
+
+    def mask(self, state: tuple[int, int], recent_tokens: Sequence[int] | None = None) -> np.ndarray:
+        """uint32 bitmask of the tokens the grammar allows next; read-only (shared with
+        the mask cache): copy it to change it.
+
+        With `recent_tokens` (the tokens generated before `state`), where the grammar
+        forces text that starts with a whole canonical token, that token alone is
+        allowed, as llguidance does: a sampler that does not fast-forward (a serving
+        engine's) then writes forced text as the tokenizer would, never as a split of it
+        (`S` `ELECT`). Without, every token the grammar allows."""
+        with self.lock:
+            mask = self.walker.mask(state)
+            if recent_tokens is not None:
+                # After the walk: the lexer rows the forced-byte check reads are filled.
+                token = self.first_forced_token(state, recent_tokens)
+                if token is not None:
+                    mask = self._only(token)
+            return mask
+
+    def first_forced_token(self, state: tuple[int, int], recent_tokens: Sequence[int]) -> int | None:
+        """The first canonical token of the text forced at `state`, or None (nothing is
+        forced, or token healing leaves no whole token of it)."""
+        with self.lock:
+            forced = fastforward.forced_bytes(self.rec, state)[0]
+            if not forced:
+                return None
+            tokens = fastforward.forced_tokens(self.tokenizer, self.trie, self.walker, self.rec, state,
+                                               list(recent_tokens), forced)
+            return tokens[0] if tokens else None
+
+    def _only(self, token: int) -> np.ndarray:
+        mask = self._singletons.get(token)
+        if mask is None:
+            mask = np.zeros(mask_words(self.tokenizer.vocab_size), dtype=np.uint32)
+            mask[token >> 5] = np.uint32(1 << (token & 31))
+            mask.flags.writeable = False
+            self._singletons[token] = mask
+        return mask
+
+    def subtree_mask(self, state: tuple[int, int], node: int) -> np.ndarray:
+        """The tokens below trie node `node` whose bytes past the node the grammar allows
+        from `state` (a fresh array)."""
+        with self.lock:
+            return self.walker.subtree_mask(state, node)
+
+    def forced_bytes(self, state: tuple[int, int]) -> bytes:
+        """Bytes every continuation from `state` starts with."""
+        with self.lock:
+            return fastforward.forced_bytes(self.rec, state)[0]
+
+    def forced_tokens(self, state: tuple[int, int], recent_tokens: list[int]) -> list[int]:
+        """The forced bytes as canonical tokens after `recent_tokens` (token healing at the end)."""
+        with self.lock:
+            return fastforward.forced_tokens(self.tokenizer, self.trie, self.walker, self.rec, state, recent_tokens)
+
+    def expected(self, state: tuple[int, int]) -> str:
+        """What may come next, for error messages."""
+        with self.lock:
+            return self.rec.expected(state)
+
+
+class Matcher:
+    def __init__(self, tokenizer, grammar: Grammar, *, limits: Limits = DEFAULT_LIMITS,
+                 trie: TokenTrie | None = None, use_jit: bool = True, slicer: bool | None = None,
+                 canonical_forced: bool = False):
+        self.tokenizer = tokenizer
+        self.grammar = grammar
+        # True: where the grammar forces text, masks allow only its first canonical token
+        # (TokenAutomaton.mask), as llguidance's do; for callers that sample from the mask
+        # without asking for forced tokens. Off by default: a caller that fast-forwards
+        # never samples there, and the check costs every mask a forced-byte lookup.
+        self.canonical_forced = canonical_forced
+        self.automaton = TokenAutomaton(tokenizer, grammar, limits=limits, trie=trie, use_jit=use_jit, slicer=slicer)
+        self.trie = self.automaton.trie
+        self.rec = self.automaton.rec
+        self.walker = self.automaton.walker
         self.eos_token_ids = sorted(tokenizer.eos_token_ids)
         self._excluded = frozenset(tokenizer.special_token_ids)
         self.reset()
@@ -119,7 +219,10 @@ class Matcher:
     def _compute_mask(self) -> np.ndarray:
         if self._stopped:
             return np.zeros(mask_words(self.tokenizer.vocab_size), dtype=np.uint32)
-        mask = self.walker.mask(self._state)
+        if self.canonical_forced:
+            mask = self.automaton.mask(self._state, self._recent_tokens())
+        else:
+            mask = self.walker.mask(self._state)  # what automaton.mask does, less a call and a lock
         if self.eos_token_ids and self.rec.is_accepting(self._state):
             mask = mask.copy()  # the walker's mask is shared (read-only)
             for t in self.eos_token_ids:
@@ -133,6 +236,12 @@ class Matcher:
         """The mask by definition (every token's bytes through the recognizer); for tests."""
         self._check()
         mask = reference_mask(self.rec, self._state, self.tokenizer.all_token_bytes(), self._excluded, tokens)
+        if self.canonical_forced:
+            forced = self.automaton.first_forced_token(self._state, self._recent_tokens())
+            if forced is not None:
+                only = np.zeros_like(mask)
+                only[forced >> 5] = mask[forced >> 5] & np.uint32(1 << (forced & 31))
+                mask = only
         if self.rec.is_accepting(self._state):
             for t in self.eos_token_ids:
                 if tokens is None or t in tokens:

@@ -19,6 +19,8 @@ from __future__ import annotations
 import itertools
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -28,6 +30,10 @@ from .grammar import Grammar
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, Lexer
 from .limits import DEFAULT_LIMITS, Limits
 from .parser import EarleyParser
+
+if TYPE_CHECKING:
+    from .mask import _WalkSpace
+    from .trie import TokenTrie
 
 LEXSET_BITS = 24  # a step key is (row << LEXSET_BITS) | lexeme set id
 NO_ROW = -1  # a parser step that scans nothing
@@ -75,6 +81,25 @@ def rehash_steps_py(old_keys, old_vals, keys, vals, bits):
 rehash_steps_jit = njit(rehash_steps_py)
 
 
+@dataclass
+class RecognizerCaches:
+    """What the modules above the recognizer remember per recognizer (fast-forward, the
+    mask walk, the slicer), in one typed place it owns: the entries go with the
+    recognizer, and each is declared here instead of set on it from outside. Every
+    entry depends only on the recognizer's tables, which only grow, so none goes stale."""
+
+    # fastforward.forced_bytes: (state, limit) -> (forced bytes, state after them).
+    forced_bytes: dict[tuple, tuple[bytes, tuple[int, int]]] = field(default_factory=dict)
+    # fastforward: lexer states seen with two live bytes (they keep them).
+    branching_lexstates: set[int] = field(default_factory=set)
+    # fastforward.forced_tokens: (tokenizer, trie fingerprint, state, forced, recent) -> tokens.
+    forced_tokens: dict[tuple, tuple[int, ...]] = field(default_factory=dict)
+    # mask._WalkSpace.of: id(trie) -> (that trie, the walk space of this recognizer and it).
+    walk_spaces: dict[int, tuple[TokenTrie, _WalkSpace]] = field(default_factory=dict)
+    # slicer.applicable_slices: (slice regexes, lexer state) -> the slices it allows wholesale.
+    slices: dict[tuple, tuple[bool, ...]] = field(default_factory=dict)
+
+
 class Recognizer:
     _cache: "OrderedDict[tuple[tuple, Limits], Recognizer]" = OrderedDict()
     _cache_lock = threading.Lock()
@@ -91,6 +116,7 @@ class Recognizer:
         # Live bytes of a lexer state's full table row, as an int (bit b for byte b): a
         # full row never changes, and fast-forward asks each state of a forced run.
         self._live_byte_masks: dict[int, int] = {}
+        self.caches = RecognizerCaches()
         self.lexer = Lexer(grammar, limits=limits)
         self.parser = EarleyParser(grammar, limits)
         self.row_lexstate = filled(64, UNKNOWN, dtype=np.int32)
@@ -424,3 +450,14 @@ class Recognizer:
             return "continuation of " + self.lexer.describe_state(lexstate)
         names = self.parser.expected_names(row)
         return "one of " + ", ".join(names[:12]) + (" ..." if len(names) > 12 else "") if names else "end of input"
+
+
+def grammar_accepts(grammar: Grammar, data: bytes) -> bool:
+    """Whether `data` is a complete sentence of `grammar` (lexer + parser, no tokenizer)."""
+    rec = Recognizer.for_grammar(grammar)
+    state = rec.initial()
+    for b in data:
+        state = rec.step(state, b)
+        if state is None:
+            return False
+    return rec.is_accepting(state)

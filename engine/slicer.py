@@ -171,9 +171,7 @@ _MAX_ANSWERS = 100_000
 def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tuple[bool, ...]:
     """Which slices the lexer state allows wholesale; cached on the recognizer, and per
     expression across grammars."""
-    cache = rec.__dict__.get("_slice_cache")
-    if cache is None:
-        cache = rec.__dict__["_slice_cache"] = {}
+    cache = rec.caches.slices
     key = (sliced.regexes, lexstate)
     hit = cache.get(key)
     if hit is not None:

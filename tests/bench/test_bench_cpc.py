@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from midword.bench import cpc as B
+from midword.completion.exact import _utf8_text, count_tree_nodes
 from midword.completion.model import BranchScore, ModelStats
 
 # ---------------------------------------------------------------------------------------------
@@ -192,7 +193,7 @@ def test_exact_tree_matches_brute_force(model, prompt, typed):
 def test_spellings_count(model, prompt):
     # a|b|c|a|b ... : every spelling of every prefix, with the empty one
     trie = B._Vocab.of(model.tokenizer).trie
-    n = B.count_tree_nodes(trie, b"abcab", 10**6)
+    n = count_tree_nodes(trie, b"abcab", 10**6)
     tree = B.expand_covers(model, prompt, b"abcab")
     assert n == tree.nodes
     brute_nodes = {t[:k] for t in brute_events(model, prompt, b"abcab") for k in range(len(t))}
@@ -286,7 +287,7 @@ def test_capped_expansion_that_certifies_picks_the_exact_best(model, prompt, typ
 
 def test_count_is_bounded(tok):
     trie = B._Vocab.of(tok).trie
-    assert B.count_tree_nodes(trie, b"a" * 200, 50) == 51
+    assert count_tree_nodes(trie, b"a" * 200, 50) == 51
 
 
 def test_exact_complete_continues_after_the_heaviest_event(model, tok):
@@ -312,7 +313,7 @@ def test_exact_complete_continues_after_the_heaviest_event(model, tok):
             break
         tokens.append(pick)
     want = tok.decode(tokens)[len(res.typed):].split(b"\n")[0]
-    assert res.inserted == B._utf8_text(want)  # less a character cut in half at the end
+    assert res.inserted == _utf8_text(want)  # less a character cut in half at the end
     assert want.startswith(best_text.split(b"\n")[0])
 
 

@@ -7,7 +7,7 @@ import pytest
 from midword.completion.engine import CompletionEngine
 from midword.completion.types import CompletionRequest, GrammarSpec
 from midword.engine import Grammar
-from midword.engine.parser import grammar_accepts
+from midword.engine.recognizer import grammar_accepts
 
 pytestmark = pytest.mark.slow
 

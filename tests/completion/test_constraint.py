@@ -83,7 +83,7 @@ def test_the_constraint_walks_and_steps_under_the_shared_recognizer_lock(llama3,
         original = getattr(cls, name)
 
         def call(self, *args):
-            held.append(c.rec.lock._is_owned())
+            held.append(c.automaton.lock._is_owned())
             return original(self, *args)
         monkeypatch.setattr(cls, name, call)
 
@@ -221,3 +221,18 @@ def test_grammars_dropped_from_the_engines_cache_release_their_recognizers():
     assert Recognizer.for_grammar(g) is rec  # the first entry went, its twin stays
     grammar(json.dumps({"type": "array"}))
     assert Recognizer.for_grammar(g) is not rec  # the twin went too: released
+
+
+def test_forced_text_allows_only_its_first_canonical_token(llama3):
+    # A sampler that never fast-forwards (vLLM's) samples from `allowed` where the
+    # grammar forces text: only the forced text's first canonical token is there.
+    g = Grammar.from_lark(r'start: "SELECT " cols " FROM " NAME' '\ncols: "*" | NAME ("," NAME)*\nNAME: /[a-z_]+/')
+    c = Constraint(llama3, g)
+    s = c.initial()
+    spelled = [llama3.token_bytes(int(t)) for t in np.flatnonzero(np.unpackbits(
+        c.allowed(s).view(np.uint8), bitorder="little")[: llama3.vocab_size])]
+    assert spelled == [b"SELECT"] == [llama3.token_bytes(t) for t in c.forced(s)[:1]]
+    for t in llama3.encode(b"SELECT *"):
+        s = c.advance(s, t)
+    ids = np.flatnonzero(np.unpackbits(c.allowed(s).view(np.uint8), bitorder="little")[: llama3.vocab_size])
+    assert [llama3.token_bytes(int(t)) for t in ids] == [b" FROM"]

@@ -23,7 +23,7 @@ from midword.engine.brackets import (
     open_context_at,
 )
 from midword.engine.limits import GrammarError, LimitExceeded
-from midword.engine.parser import grammar_accepts
+from midword.engine.recognizer import grammar_accepts
 
 
 def accepts(text: str, context: str = "", language: str | None = None) -> bool:

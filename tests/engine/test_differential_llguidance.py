@@ -60,6 +60,16 @@ array: "[" [value ("," value)*] "]"
 """,
 }
 
+# Keywords the grammar forces: llguidance's mask there allows only the first token of
+# the forced text's canonical tokenization (`SELECT`, never `S` or `SEL`).
+SQL_SELECT = r"""
+start: "SELECT " cols " FROM " NAME (" WHERE " NAME "=" INT)?
+cols: "*" | NAME ("," NAME)*
+NAME: /[a-z_]+/
+%import common.INT
+"""
+GRAMMARS["sql_select"] = SQL_SELECT
+
 KNOWN_DIFFERENCES: dict[str, str] = {}
 
 
@@ -88,7 +98,8 @@ def ll_mask(matcher, vocab_size: int) -> set[int]:
 def test_masks_equal_llguidance_along_random_paths(name, llama3, ll_tokenizer):
     text = GRAMMARS[name]
     specials = set(llama3.special_token_ids)
-    ours = Matcher(llama3, Grammar.from_lark(text))
+    # canonical_forced: llguidance's masks at forced text hold its first canonical token alone.
+    ours = Matcher(llama3, Grammar.from_lark(text), canonical_forced=True)
     rng = random.Random(name)
     for path in range(3):
         ours.reset()
@@ -116,3 +127,24 @@ def test_masks_equal_llguidance_along_random_paths(name, llama3, ll_tokenizer):
             t = rng.choice(choices)
             ours.consume_token(t)
             assert theirs.consume_token(t), theirs.get_error()
+
+
+def test_forced_text_allows_only_its_canonical_first_token(llama3, ll_tokenizer):
+    # Where the grammar forces bytes, a sampler that does not fast-forward (vLLM's) must
+    # still write them as the tokenizer would: the mask holds the first canonical token
+    # alone, in midword as in llguidance; without canonical_forced, every split.
+    specials = set(llama3.special_token_ids)
+    ours = Matcher(llama3, Grammar.from_lark(SQL_SELECT), canonical_forced=True)
+    every = Matcher(llama3, Grammar.from_lark(SQL_SELECT))
+    theirs = llguidance.LLMatcher(ll_tokenizer, llguidance.LLMatcher.grammar_from_lark(SQL_SELECT))
+    for typed, first, splits in (("", b"SELECT", [b"S", b"SE", b"SEL"]), ("SELECT *", b" FROM", [b" ", b" F", b" FR"])):
+        for t in llama3.encode(typed.encode())[len(ours.tokens):]:
+            for m in (ours, every):
+                m.consume_token(t)
+            assert theirs.consume_token(t)
+        mine = set(mask_to_ids(ours.compute_mask(), llama3.vocab_size).tolist()) - specials
+        assert [llama3.token_bytes(t) for t in mine] == [first]
+        assert mine == ll_mask(theirs, llama3.vocab_size) - specials
+        assert (mine == set(ours.compute_ff_tokens()[:1]))
+        loose = {llama3.token_bytes(t) for t in mask_to_ids(every.compute_mask(), llama3.vocab_size).tolist()}
+        assert {first, *splits} <= loose

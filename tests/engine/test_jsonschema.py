@@ -28,7 +28,7 @@ from midword.engine.jsonschema import (
     schema_ordered,
 )
 from midword.engine.limits import GrammarError
-from midword.engine.parser import grammar_accepts
+from midword.engine.recognizer import grammar_accepts
 from midword.engine.regex import ExprSet, LazyDFA
 
 MASKBENCH = "/work/shared/data/maskbench-dev"

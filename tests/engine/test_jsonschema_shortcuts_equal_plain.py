@@ -24,7 +24,7 @@ from midword.engine.jsonschema import (
     compile_json_schema,
 )
 from midword.engine.limits import GrammarError
-from midword.engine.parser import grammar_accepts
+from midword.engine.recognizer import grammar_accepts
 
 _SURROGATES = set(range(0xD800, 0xE000))
 

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from midword.engine.grammar import Grammar
 from midword.engine.lark import MAX_NESTING, common_terminals, compile_lark
 from midword.engine.limits import GrammarError, LimitExceeded, Limits
-from midword.engine.parser import grammar_accepts
+from midword.engine.recognizer import grammar_accepts
 from midword.grammars import read_grammar
 
 

@@ -11,7 +11,7 @@ from toy import toy
 from midword.engine.grammar import Grammar, GrammarBuilder
 from midword.engine.limits import GrammarError, LimitExceeded, Limits
 from midword.engine.matcher import Matcher, MatcherError, mask_to_ids
-from midword.engine.parser import grammar_accepts
+from midword.engine.recognizer import grammar_accepts
 
 TOY = toy()
 

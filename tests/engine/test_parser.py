@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from midword.engine.grammar import GrammarBuilder
 from midword.engine.limits import LimitExceeded, Limits
-from midword.engine.parser import END, EarleyParser
+from midword.engine.analysis import END
+from midword.engine.parser import EarleyParser
 
 import pytest
 
@@ -142,11 +143,11 @@ def test_json_schema_grammars_flagged_all_productive_are(maskbench_dev):
     # MaskBench development schemas (recursive $refs, contradictions pruned away).
     import json
 
-    from midword.engine.grammar import Grammar
+    from midword.engine import Grammar
     from midword.engine.limits import GrammarError
     import numpy as np
 
-    from midword.engine.parser import flatten_rules, mark_derivers_py
+    from midword.engine.analysis import flatten_rules, mark_derivers_py
 
     files = sorted(maskbench_dev.glob("*.json"))[:120]
     assert files, f"MaskBench development set empty at {maskbench_dev}"
@@ -274,7 +275,7 @@ def rule_lists(draw):
 def test_rule_tables_compiled_and_plain_match_the_definitions(case):
     import numpy as np
 
-    from midword.engine.parser import rule_tables_jit, rule_tables_py
+    from midword.engine.analysis import rule_tables_jit, rule_tables_py
 
     n_nt, rules = case
     # Nullable by its definition: iterate "some rule's right side is all nullable
@@ -312,7 +313,7 @@ def test_rule_tables_compiled_and_plain_match_the_definitions(case):
 def test_grammar_marks_compiled_and_plain_match_the_definitions(case, start, n_lexemes):
     import numpy as np
 
-    from midword.engine.parser import flatten_rules, grammar_marks_jit, grammar_marks_py
+    from midword.engine.analysis import flatten_rules, grammar_marks_jit, grammar_marks_py
 
     n_nt, rules = case
     start %= n_nt

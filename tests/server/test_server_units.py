@@ -13,7 +13,7 @@ import pytest
 
 from midword.completion.types import Completion, CompletionRequest, GrammarSpec
 from midword.engine.jsonschema import compile_json_schema, schema_ordered
-from midword.engine.parser import grammar_accepts
+from midword.engine.recognizer import grammar_accepts
 from midword.grammars import read_grammar
 from midword.server.cache import CompletionCache
 from midword.server.editing import fit_to_line, rebase, wants_multiline, word_start
