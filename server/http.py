@@ -1019,14 +1019,22 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def exposure_warning(host: str, api_key: str | None) -> str | None:
+    """The warning a bind reachable from other machines without an API key deserves."""
+    if api_key or is_loopback(host):
+        return None
+    return (f"midword serve: WARNING: listening on {host or 'all interfaces'}, reachable from other machines, "
+            "without an API key: anyone who can reach it can use the model. Set --api-key or MIDWORD_API_KEY.")
+
+
 def serve_http(engine_factory: EngineFactory, host: str, port: int, config: HttpConfig) -> int:
     """Runs the HTTP API until interrupted. Prints the address it listens on (the real
     port when `port` is 0) to stderr once it accepts connections."""
     import uvicorn
 
-    if not config.api_key and not is_loopback(host):
-        print(f"midword serve: WARNING: listening on {host}, reachable from other machines, without an API key; "
-              "anyone who can reach it can use the model. Set --api-key or MIDWORD_API_KEY.", file=sys.stderr)
+    warning = exposure_warning(host, config.api_key)
+    if warning:
+        print(warning, file=sys.stderr)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -218,11 +218,12 @@ _PSM_FAMILIES = (
     # DeepSeek-Coder: <｜fim▁begin｜>P<｜fim▁hole｜>S<｜fim▁end｜>
     ("deepseek", "<\uff5cfim\u2581begin\uff5c>", "<\uff5cfim\u2581hole\uff5c>", "<\uff5cfim\u2581end\uff5c>", None, None),
 )
+TABBY_FIM = "<|FIM|>"
 # Every marker any family uses: none may reach an answer.
 FIM_MARKERS = tuple(sorted({m for fam in _PSM_FAMILIES for m in fam[1:] if m}
                            | {"<PRE>", "<SUF>", "<MID>", "<EOT>", "[PREFIX]", "[SUFFIX]", "[MIDDLE]",
                               "<|endoftext|>", "<|fim_pad|>", "<fim_pad>", "<filename>", "<gh_stars>",
-                              "<\uff5cend\u2581of\u2581sentence\uff5c>", "<|file_separator|>"}, key=len, reverse=True))
+                              "<\uff5cend\u2581of\u2581sentence\uff5c>", "<|file_separator|>", TABBY_FIM}, key=len, reverse=True))
 
 
 def parse_fim_prompt(prompt: str, suffix: str | None = None) -> FimPrompt:
@@ -260,6 +261,10 @@ def parse_fim_prompt(prompt: str, suffix: str | None = None) -> FimPrompt:
             head = prompt[:p]
             context = [Chunk(head)] if head.strip() else []
             return FimPrompt(prefix, fim_suffix + given_suffix, context, None, "codellama")
+    # Tabby's FIM_TEMPLATE for its openai/completion backend: "{prefix}<|FIM|>{suffix}"
+    if TABBY_FIM in prompt:
+        prefix, _, fim_suffix = prompt.partition(TABBY_FIM)
+        return FimPrompt(prefix, fim_suffix + given_suffix, [], None, "tabby")
     # Codestral: "[SUFFIX]{suffix}[PREFIX]{prefix}"
     s = prompt.find("[SUFFIX]")
     if s >= 0:

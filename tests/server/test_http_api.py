@@ -480,3 +480,18 @@ async def test_openapi_describes_every_route(make_api):
     for path in ("/infill", "/completion", "/v1/completions", "/completions", "/beta/completions",
                  "/v1/midword/complete", "/health", "/v1/health", "/v1/events", "/v1/models", "/props", "/metrics"):
         assert path in doc["paths"], path
+
+
+async def test_exposed_bind_without_a_key_warns():
+    from midword.server.http import exposure_warning, parse_hostport
+
+    assert parse_hostport(None) == ("127.0.0.1", 8012)
+    assert parse_hostport("9000") == ("127.0.0.1", 9000)
+    assert parse_hostport("0.0.0.0:8012") == ("0.0.0.0", 8012)
+    assert parse_hostport("[::1]:8012") == ("::1", 8012)
+    with pytest.raises(ValueError, match=r"\[HOST:\]PORT"):
+        parse_hostport("localhost:http")
+    assert exposure_warning("127.0.0.1", None) is None
+    assert exposure_warning("::1", None) is None
+    assert exposure_warning("0.0.0.0", "key") is None
+    assert "WARNING" in exposure_warning("0.0.0.0", None)

@@ -39,6 +39,8 @@ TEMPLATES = {
     "codellama": f"<PRE> {P} <SUF>{S} <MID>",
     "deepseek": f"<\uff5cfim\u2581begin\uff5c>{P}<\uff5cfim\u2581hole\uff5c>{S}<\uff5cfim\u2581end\uff5c>",
     "codestral": f"[SUFFIX]{S}[PREFIX]{P}",
+    # TabbyML/tabby crates/http-api-bindings/src/completion/mod.rs FIM_TEMPLATE
+    "tabby": f"{P}<|FIM|>{S}",
 }
 
 
