@@ -830,7 +830,12 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
         })
 
     async def events(request: Request) -> Response:
-        await read_body(request)  # tabby-agent's view/select/dismiss events: accepted, not kept
+        # tabby-agent's view/select/dismiss events: accepted whatever they hold, not kept
+        try:
+            await read_body(request)
+        except BadRequest as e:
+            if e.status == 413:
+                raise
         return Response(status_code=200)
 
     async def server_setting(request: Request) -> Response:
