@@ -63,6 +63,7 @@ from .http_formats import (
     get_str,
     infill_extra,
     llama_timings,
+    normalize_newlines,
     parse_fim_prompt,
     parse_json_body,
     select_fields,
@@ -377,7 +378,7 @@ class HttpService:
         typed = prefix[rs:]
         # A completion that does not re-spell the typed part cannot be said as an insertion.
         text = completion.text[len(typed):] if completion.text.startswith(typed) else ""
-        text = strip_markers(text)
+        text = strip_markers(normalize_newlines(text))
         stop_type = "limit" if completion.stop_reason in ("max_tokens", "time") else "eos"
         text, word = cut_at_stop(text, ask.stops)
         if word is not None:
@@ -665,8 +666,8 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 def _sse(events: list[bytes]) -> Response:
     # The whole answer exists before the first byte goes out, so one body: every event
     # parses on its own and no `: ping` comment precedes them (Continue's parser stops there).
-    return Response(b"".join(events), media_type="text/event-stream",
-                    headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    return Response(b"".join(events), headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
+                                               "X-Accel-Buffering": "no"})
 
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/v1/models", "/models"})
@@ -925,11 +926,23 @@ def _prometheus(service: HttpService) -> str:
               "# HELP midword_http_queue_waiting Requests waiting for the model thread.",
               "# TYPE midword_http_queue_waiting gauge",
               f"midword_http_queue_waiting {service.waiting}",
+              "# HELP process_resident_memory_bytes Resident memory of the server process.",
+              "# TYPE process_resident_memory_bytes gauge",
+              f"process_resident_memory_bytes {_rss_bytes()}",
               "# HELP midword_model_state 1 for the model's current state.",
               "# TYPE midword_model_state gauge"]
     for state in ("loading", "ready", "error"):
         lines.append(f'midword_model_state{{state="{state}"}} {1 if service.state == state else 0}')
     return "\n".join(lines) + "\n"
+
+
+def _rss_bytes() -> int:
+    """This process's resident memory (0 where /proc is missing)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 def openapi_document() -> dict[str, Any]:
@@ -1057,7 +1070,9 @@ def serve_http(engine_factory: EngineFactory, host: str, port: int, config: Http
             await super().startup(sockets)
             print(f"midword: HTTP API on http://{host}:{bound} (model {config.model})", file=sys.stderr, flush=True)
 
+    # Keep-alive outlives the clients' own (Node's agents keep idle sockets 5 s): a server that
+    # closes first races a client reusing the socket, which then sees a reset.
     server = _Server(uvicorn.Config(app, http="h11", lifespan="on", log_level="warning", access_log=False,
-                                    timeout_graceful_shutdown=2))
+                                    timeout_keep_alive=30, timeout_graceful_shutdown=2))
     server.run(sockets=[sock])
     return 0

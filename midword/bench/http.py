@@ -220,12 +220,19 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
             url = m.group(1) if m else None
         # keep reading stderr so the server never blocks on a full pipe
         asyncio.get_running_loop().run_in_executor(None, proc.stderr.read)
-        async with httpx.AsyncClient() as http:
+        async with httpx.AsyncClient(timeout=60) as http:
             while True:
-                r = await http.get(url + "/health")
+                if time.perf_counter() - started > args.ready_timeout_s:
+                    raise RuntimeError(f"the server was not ready after {args.ready_timeout_s:.0f} s")
+                try:
+                    r = await http.get(url + "/health")
+                except (httpx.TimeoutException, httpx.NetworkError, httpx.RemoteProtocolError):
+                    # loading a model can keep the server from answering for a while
+                    await asyncio.sleep(0.5)
+                    continue
                 if r.status_code == 200:
                     break
-                if r.status_code != 503 or time.perf_counter() - started > args.ready_timeout_s:
+                if r.status_code != 503:
                     raise RuntimeError(f"the server is not ready: {r.status_code} {r.text[:200]}")
                 await asyncio.sleep(0.1)
         load_s = time.perf_counter() - started

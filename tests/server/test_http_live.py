@@ -111,11 +111,16 @@ def _raw_post(port: int, path: str, body: dict) -> socket.socket:
     ("/v1/completions", {"prompt": "<fim_prefix>" + CLASS + LINE + "<fim_suffix>\n<fim_middle>", "max_tokens": 64,
                          "stream": True}),
 ])
-def test_aborted_socket_stops_the_job_within_one_step(start, path, body):
-    server = start("fake?step_ms=400")
+def test_aborted_socket_stops_the_job_within_one_step(start, path, body, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    server = start(f"fake?step_ms=400&log={log}")
     server.wait_ready()
     sock = _raw_post(server.port, path, body)
     time.sleep(0.1)
+    deadline = time.monotonic() + 30
+    while not (log.exists() and log.read_text().strip()):  # the engine has started the job
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.01)
     # abort: RST, as a client process that is killed or cancels its request
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
     sock.close()
@@ -126,7 +131,7 @@ def test_aborted_socket_stops_the_job_within_one_step(start, path, body):
     m = server.metrics()
     assert m["midword_engine_stopped_runs_total"] == 1
     assert m["midword_http_cancellations_total"] == 1
-    # the abort came 100 ms into the first 400 ms step: that step completes, no other starts
+    # the abort came during the first 400 ms step: that step completes, no other starts
     # (the whole answer is 21 steps)
     assert m["midword_tokens_generated_total"] <= 2
     # and the server keeps answering
