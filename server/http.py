@@ -15,9 +15,11 @@ and a JSON document naming a `$schema` is constrained as in LSP.
 
 Requests queue in front of the one model thread, first come first served, at most
 `max_queue` waiting (past that: 503 with Retry-After). A client that disconnects
-stops its job at the engine's next decoding step. A request whose answer the running
-job will give (the user typed on, and typed what the model predicts) waits for that
-job instead of queueing, and one the cache can answer never reaches the model.
+leaves the queue at once, and its job stops at the engine's next decoding step after
+a short grace (the worker's, as for LSP cancellations). A request whose answer the
+running job will give (the user typed on, and typed what the model predicts) joins
+that job instead of queueing, even one whose client just aborted it, and one the
+cache can answer never reaches the model.
 """
 
 from __future__ import annotations
@@ -421,9 +423,11 @@ async def _wait_job(worker: ModelWorker, job: Job, watch: asyncio.Future):
     done, _ = await asyncio.wait({fut, watch}, return_when=asyncio.FIRST_COMPLETED)
     if fut in done:
         return fut.result()
+    # As in the language server, a running job whose last client left goes on for the
+    # worker's grace (CANCEL_GRACE_S) and then stops at the next decoding step, unless a
+    # request its answer serves joins it meanwhile: llama.vim aborts the request in flight
+    # on every keystroke and sends the next one at once, often for text the job predicts.
     worker.release(job)
-    if job.waiters <= 0:
-        job.stop("cancelled")  # at once: no edit is coming to explain an HTTP client's leaving
     raise Disconnected()
 
 

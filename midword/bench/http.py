@@ -6,17 +6,18 @@ keystroke every `--interval-ms`, a longer pause at each line end, a request
 `--debounce-ms` after a keystroke when no other key came) as llama.vscode-shaped
 `/infill` requests, from 1, 4 and 16 concurrent clients. Each client types its own
 copy of the file (a header line tells them apart, so no client is answered from
-another's cache); a keystroke that arrives before the answer aborts the request, as
-llama.vim does.
+another's cache). A client behaves like llama.vscode (one request in flight; when it
+is answered, the next goes out only for the newest keystroke, older ones are
+skipped) or, with `--client vim`, like llama.vim (a keystroke aborts the request in
+flight, which the server then stops).
 
 Latency is measured from the keystroke to the answer. The report gives, per number
-of clients: latency p50/p95 of answered requests, the answered share, how many
-requests were aborted (and how many the server turned away as busy), the server's
-memory (RSS now and at its peak), and the server's own overhead: the client's time
-(from sending the request to reading the answer) minus the time the request waited
-for the model thread and the engine's time, both from the answer's `Server-Timing`
-header. Nothing asserts on time; `--json` for
-machines.
+of clients: latency p50/p95 of answered requests, the answered share of the requests
+sent, how many were aborted or skipped (and how many the server turned away as
+busy), the server's memory (RSS now and at its peak), and the server's own overhead:
+the client's time (from sending the request to reading the answer) minus the time
+the request waited for the model thread and the engine's time, both from the
+answer's `Server-Timing` header. Nothing asserts on time; `--json` for machines.
 """
 
 from __future__ import annotations
@@ -47,6 +48,9 @@ def add_http_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--line-pause-ms", type=float, default=600.0, help="extra pause after typing a newline")
     parser.add_argument("--debounce-ms", type=float, default=50.0, help="quiet time after a keystroke before asking")
     parser.add_argument("--n-predict", type=int, default=128, help="n_predict of each request (llama.vscode's default)")
+    parser.add_argument("--client", choices=["vscode", "vim"], default="vscode",
+                        help="vscode: one request in flight, sent for the newest keystroke once the last one is "
+                             "answered (llama.vscode); vim: a keystroke aborts the request in flight (llama.vim)")
     parser.add_argument("--ready-timeout-s", type=float, default=900.0, help="how long to wait for the model to load")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -96,6 +100,8 @@ class _Client:
         self.offset = len(header)
         self.args = args
         self.records: list[dict[str, Any]] = []
+        self.latest = -1  # the newest keystroke
+        self.busy = False  # a request in flight (llama.vscode's isRequestInProgress)
 
     async def type(self) -> None:
         args = self.args
@@ -104,14 +110,16 @@ class _Client:
         end = len(text) if args.limit <= 0 else min(len(text), start + args.limit)
         loop = asyncio.get_running_loop()
         outstanding: asyncio.Task | None = None
+        pending: list[asyncio.Task] = []
         when = loop.time()
         for i in range(start, end):
             delay = when - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
             keystroke = time.perf_counter()
-            if outstanding is not None and not outstanding.done():
-                outstanding.cancel()  # the client aborts the request (closes its connection)
+            self.latest = i
+            if args.client == "vim" and outstanding is not None and not outstanding.done():
+                outstanding.cancel()  # llama.vim aborts the request (closes its connection)
             ch = text[i]
             gap = args.interval_ms + (args.line_pause_ms if ch == "\n" else 0.0)
             when += gap / 1000.0
@@ -119,12 +127,33 @@ class _Client:
                 await asyncio.sleep(max(0.0, args.debounce_ms / 1000.0 - (time.perf_counter() - keystroke)))
                 # the document is the file typed up to i (the rest of it stays after the cursor)
                 buffer = text[:i + 1] + text[end:]
-                outstanding = asyncio.ensure_future(self._ask(buffer, i + 1, keystroke))
+                if args.client == "vim":
+                    outstanding = asyncio.ensure_future(self._ask(buffer, i + 1, keystroke))
+                else:
+                    outstanding = asyncio.ensure_future(self._ask_one_at_a_time(i, buffer, keystroke))
+                    pending.append(outstanding)
         if outstanding is not None:
             try:
                 await asyncio.wait_for(asyncio.shield(outstanding), 120)
             except Exception:
                 pass
+        for task in pending:
+            if not task.done():
+                task.cancel()
+
+    async def _ask_one_at_a_time(self, i: int, buffer: str, keystroke: float) -> None:
+        """llama.vscode (src/completion.ts): wait while a request is in flight, then ask
+        only if no newer keystroke came meanwhile (VS Code cancelled the older call)."""
+        while self.busy:
+            await asyncio.sleep(0.01)
+        if self.latest != i:
+            self.records.append({"outcome": "skipped"})
+            return
+        self.busy = True
+        try:
+            await self._ask(buffer, i + 1, keystroke)
+        finally:
+            self.busy = False
 
     async def _ask(self, buffer: str, cursor: int, keystroke: float) -> None:
         record: dict[str, Any] = {"outcome": "pending"}
@@ -172,6 +201,7 @@ async def _level(url: str, text: str, n: int, args: argparse.Namespace, pid: int
     outcomes: dict[str, int] = {}
     for r in records:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
+    asked = [r for r in records if r["outcome"] != "skipped"]
     answered = [r for r in records if r["outcome"] == "answered"]
     responded = [r for r in records if r["outcome"] in ("answered", "empty")]
     model = [r for r in responded if r.get("source") == "model"]
@@ -180,8 +210,10 @@ async def _level(url: str, text: str, n: int, args: argparse.Namespace, pid: int
         "clients": n,
         "requests": len(records),
         "outcomes": outcomes,
-        "answered_share": _round(100.0 * len(answered) / len(records)) if records else None,
+        "asked": len(asked),
+        "answered_share": _round(100.0 * len(answered) / len(asked)) if asked else None,
         "aborted": outcomes.get("aborted", 0),
+        "skipped": outcomes.get("skipped", 0),
         "latency": _summary([r["latency_ms"] for r in answered]),
         "latency_model": _summary([r["latency_ms"] for r in model]),
         "overhead_ms": {"p50": _round(percentile([r["overhead_ms"] for r in responded], 50)),
@@ -246,22 +278,23 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             proc.kill()
     cancellations = re.search(r"^midword_http_cancellations_total (\d+)", metrics, re.M)
-    return {"file": args.file, "engine": args.engine, "model": args.model or "gemma3", "load_s": round(load_s, 2),
+    return {"file": args.file, "client": args.client, "engine": args.engine, "model": args.model or "gemma3", "load_s": round(load_s, 2),
             "typed_chars": args.limit, "interval_ms": args.interval_ms, "levels": rows,
             "server_cancellations": int(cancellations.group(1)) if cancellations else None}
 
 
 def format_report(report: dict[str, Any]) -> str:
-    rows = [f"midword bench http: {report['file']} ({report['typed_chars']} keystrokes per client, "
+    rows = [f"midword bench http: {report['file']} ({report['client']}-style clients, "
+            f"{report['typed_chars']} keystrokes each, "
             f"{report['interval_ms']:.0f} ms apart; engine {report['engine']}, model {report['model']} "
             f"loaded in {report['load_s']} s)",
             f"{'clients':>7} {'requests':>8} {'answered':>8} {'p50 ms':>8} {'p95 ms':>8} {'model p50':>9} "
-            f"{'aborted':>7} {'busy':>5} {'ovh p50':>7} {'ovh p95':>7} {'srv p50':>7} {'RSS MiB':>7} {'peak':>6}"]
+            f"{'aborted':>7} {'skipped':>7} {'busy':>5} {'ovh p50':>7} {'ovh p95':>7} {'srv p50':>7} {'RSS MiB':>7} {'peak':>6}"]
     for lv in report["levels"]:
         lat, lm, ovh = lv["latency"], lv["latency_model"], lv["overhead_ms"]
-        rows.append(f"{lv['clients']:>7} {lv['requests']:>8} {str(lv['answered_share']) + '%':>8} "
+        rows.append(f"{lv['clients']:>7} {lv['asked']:>8} {str(lv['answered_share']) + '%':>8} "
                     f"{_show(lat['p50_ms']):>8} {_show(lat['p95_ms']):>8} {_show(lm['p50_ms']):>9} "
-                    f"{lv['aborted']:>7} {lv['outcomes'].get('busy', 0):>5} {_show(ovh['p50']):>7} "
+                    f"{lv['aborted']:>7} {lv['skipped']:>7} {lv['outcomes'].get('busy', 0):>5} {_show(ovh['p50']):>7} "
                     f"{_show(ovh['p95']):>7} {_show(lv['server_overhead_ms']['p50']):>7} "
                     f"{_show(lv['rss_mib']):>7} {_show(lv['peak_rss_mib']):>6}")
     rows.append(f"server-side cancellations (client aborts seen by the server): {report['server_cancellations']}")

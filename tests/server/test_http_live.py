@@ -176,3 +176,29 @@ async def test_real_model_completes_the_word_through_infill():
         assert ("user_na" + content).startswith("user_name"), content
     finally:
         service.close()
+
+
+def test_next_request_joins_the_job_its_client_just_aborted(start, tmp_path):
+    # llama.vim (autoload/llama.vim) stops the curl job in flight on every keystroke and
+    # sends the next request at once: when the user typed what the model predicts, the
+    # running job's answer serves it. The job is stopped only at a step boundary after
+    # the grace, so a long first step leaves the next request ample time to join.
+    log = tmp_path / "calls.jsonl"
+    server = start(f"fake?step_ms=600&log={log}")
+    server.wait_ready()
+    doc = "class Account:\n    user_name = guest\n\n    def name(self):\n"
+    body = {"input_prefix": doc, "input_suffix": "\n", "prompt": LINE, "n_predict": 64}
+    with httpx.Client(timeout=60) as client:
+        client.get(server.url + "/health")  # connected before the abort
+        sock = _raw_post(server.port, "/infill", body)
+        deadline = time.monotonic() + 30
+        while not (log.exists() and log.read_text().strip()):
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.005)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+        r = client.post(server.url + "/infill", json={**body, "prompt": LINE + "me"})
+    assert r.status_code == 200
+    assert r.headers["x-midword-source"] == "joined"
+    assert r.json()["content"] == " = guest"
+    assert len(log.read_text().splitlines()) == 1  # one engine run served both
