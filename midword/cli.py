@@ -173,6 +173,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     # `midword --help` imports nothing but argparse.
     cpc = bsub.add_parser("cpc", help="character prefix conditioning: word/line exact match per mode")
     lsp = bsub.add_parser("lsp", help="replay typing a file through a real LSP session; completion latency")
+    http = bsub.add_parser("http", help="replay typing a file as /infill requests from 1, 4, 16 clients; latency")
     start = bsub.add_parser("start", help="process start to first mask, cold and warm numba cache")
     ab = bsub.add_parser("ab", help="MaskBench: this checkout's engine against another git revision's, in one process")
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
@@ -187,6 +188,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
         add_lsp_bench_arguments(lsp)
         lsp.set_defaults(func=run_lsp_bench)
+    if wanted[:2] == ["bench", "http"]:
+        from midword.bench.http import add_http_bench_arguments, run_http_bench
+
+        add_http_bench_arguments(http)
+        http.set_defaults(func=run_http_bench)
     if wanted[:2] == ["bench", "ab"]:
         from midword.bench.ab import add_ab_arguments, run_ab
 

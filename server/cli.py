@@ -1,4 +1,5 @@
-"""`midword serve`: run the language server over stdio (the default) or TCP.
+"""`midword serve`: run the language server over stdio (the default) or TCP, or the
+HTTP completion API (`--http`, see `server.http`).
 
 Everything heavy (pygls, the engine and its model) is imported only when the command
 runs, so `midword --help` stays instant. `--engine MODULE:ATTR` swaps the completion
@@ -22,6 +23,13 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     transport = parser.add_mutually_exclusive_group()
     transport.add_argument("--stdio", action="store_true", help="speak LSP over stdin/stdout (the default)")
     transport.add_argument("--tcp", metavar="HOST:PORT", help="listen for one LSP client on a TCP port instead")
+    transport.add_argument("--http", metavar="[HOST:]PORT", nargs="?", const="",
+                           help="serve the HTTP completion API (llama.cpp /infill, OpenAI and Tabby /v1/completions) "
+                                "instead of LSP (default 127.0.0.1:8012)")
+    parser.add_argument("--api-key", default=None,
+                        help="with --http: require 'Authorization: Bearer KEY' (default: $MIDWORD_API_KEY, else none)")
+    parser.add_argument("--workspace", default=None,
+                        help="with --http: the only folder grammar and $schema files may be read from (default: .)")
     parser.add_argument("--model", default=None, help="model to load unless the client's settings name one (default: gemma3)")
     parser.add_argument("--engine", default=DEFAULT_ENGINE, metavar="MODULE:ATTR",
                         help="completion engine class or factory, called as ATTR(model=...) (for tests)")
@@ -60,6 +68,8 @@ def _parse_hostport(value: str) -> tuple[str, int]:
 
 
 def run_serve(args: argparse.Namespace) -> int:
+    if getattr(args, "http", None) is not None:
+        return _run_http(args)
     handler = logging.FileHandler(args.log_file) if args.log_file else logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=getattr(logging, args.log_level), handlers=[handler], force=True)
@@ -83,6 +93,25 @@ def run_serve(args: argparse.Namespace) -> int:
     else:
         server.start_io()
     return 0
+
+
+def _run_http(args: argparse.Namespace) -> int:
+    handler = logging.FileHandler(args.log_file) if args.log_file else logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=getattr(logging, args.log_level), handlers=[handler], force=True)
+    from .http import HttpConfig, default_engine_factory, parse_hostport, serve_http
+
+    try:
+        host, port = parse_hostport(args.http)
+        factory = None if args.engine == DEFAULT_ENGINE else load_factory(args.engine)
+    except ValueError as e:
+        print(f"midword serve: {e}", file=sys.stderr)
+        return 2
+    if factory is None:
+        factory = functools.partial(default_engine_factory, weights=args.weights)
+    api_key = args.api_key if args.api_key is not None else os.environ.get("MIDWORD_API_KEY") or None
+    config = HttpConfig(model=args.model or "gemma3", api_key=api_key, workspace=args.workspace or os.getcwd())
+    return serve_http(factory, host, port, config)
 
 
 def main(argv: list[str] | None = None) -> int:

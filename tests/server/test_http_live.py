@@ -1,0 +1,204 @@
+"""Behaviour tests of `midword serve --http` as a real uvicorn server on 127.0.0.1
+(an ephemeral port; started by the test, stopped by PID): what ASGITransport cannot
+show, a client that goes away mid-request, and the CLI's key handling. A slow test
+runs the real default model through `/infill` mid-word, in process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+FAKE = "tests.fake_engine:FakeEngine"
+
+CLASS = (
+    "class Account:\n"
+    "    user_name = 'a guest with a rather long name for a default value'\n"
+    "\n"
+    "    def name(self):\n"
+)
+LINE = "        return self.user_na"
+LONG_ANSWER = "me = 'a guest with a rather long name for a default value'"  # 21 fake tokens
+
+
+class Server:
+    def __init__(self, model: str, env: dict[str, str] | None = None, extra: list[str] | None = None):
+        environ = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        environ.pop("MIDWORD_API_KEY", None)
+        environ.update(env or {})
+        cmd = [sys.executable, "-m", "midword", "serve", "--http", "127.0.0.1:0", "--engine", FAKE,
+               "--model", model, *(extra or [])]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stderr=subprocess.PIPE, text=True)
+        self.lines: list[str] = []
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            line = self.proc.stderr.readline()
+            if not line:
+                break
+            self.lines.append(line)
+            m = re.search(r"HTTP API on http://127\.0\.0\.1:(\d+)", line)
+            if m:
+                self.port = int(m.group(1))
+                self.url = f"http://127.0.0.1:{self.port}"
+                return
+        self.stop()
+        raise AssertionError("the server did not start:\n" + "".join(self.lines))
+
+    def wait_ready(self, headers=None) -> None:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if httpx.get(self.url + "/health", headers=headers).status_code == 200:
+                return
+            time.sleep(0.02)
+        raise AssertionError("the engine did not load")
+
+    def metrics(self, headers=None) -> dict[str, float]:
+        text = httpx.get(self.url + "/metrics", headers=headers).text
+        values = {}
+        for line in text.splitlines():
+            if line and not line.startswith("#"):
+                name, _, value = line.rpartition(" ")
+                values[name] = float(value)
+        return values
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc.stderr.close()
+
+
+@pytest.fixture
+def start():
+    servers: list[Server] = []
+
+    def make(model: str, **kwargs) -> Server:
+        server = Server(model, **kwargs)
+        servers.append(server)
+        return server
+
+    yield make
+    for server in servers:
+        server.stop()
+
+
+def _raw_post(port: int, path: str, body: dict) -> socket.socket:
+    data = json.dumps(body).encode()
+    sock = socket.create_connection(("127.0.0.1", port))
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    return sock
+
+
+@pytest.mark.parametrize("path,body", [
+    ("/infill", {"input_prefix": CLASS, "input_suffix": "\n", "prompt": LINE, "n_predict": 64}),
+    ("/v1/completions", {"prompt": "<fim_prefix>" + CLASS + LINE + "<fim_suffix>\n<fim_middle>", "max_tokens": 64,
+                         "stream": True}),
+])
+def test_aborted_socket_stops_the_job_within_one_step(start, path, body, tmp_path):
+    log = tmp_path / "calls.jsonl"
+    server = start(f"fake?step_ms=400&log={log}")
+    server.wait_ready()
+    sock = _raw_post(server.port, path, body)
+    time.sleep(0.1)
+    deadline = time.monotonic() + 30
+    while not (log.exists() and log.read_text().strip()):  # the engine has started the job
+        assert time.monotonic() < deadline, "the job never started"
+        time.sleep(0.01)
+    # abort: RST, as a client process that is killed or cancels its request
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+    deadline = time.monotonic() + 30
+    while server.metrics().get("midword_engine_runs_total", 0) < 1:
+        assert time.monotonic() < deadline, "the job never ended"
+        time.sleep(0.05)
+    m = server.metrics()
+    assert m["midword_engine_stopped_runs_total"] == 1
+    assert m["midword_http_cancellations_total"] == 1
+    # the abort came during the first 400 ms step: that step completes, no other starts
+    # (the whole answer is 21 steps)
+    assert m["midword_tokens_generated_total"] <= 2
+    # and the server keeps answering
+    r = httpx.post(server.url + "/infill", json={**body, "prompt": LINE, "input_prefix": CLASS, "input_suffix": "\n",
+                                                  "n_predict": 2}, timeout=30)
+    assert r.status_code == 200
+
+
+def test_api_key_from_the_environment(start):
+    server = start("fake", env={"MIDWORD_API_KEY": "k-123"})
+    server.wait_ready()
+    body = {"input_prefix": CLASS, "input_suffix": "\n", "prompt": LINE}
+    assert httpx.post(server.url + "/infill", json=body).status_code == 401
+    r = httpx.post(server.url + "/infill", json=body, headers={"Authorization": "Bearer k-123"})
+    assert r.status_code == 200 and r.json()["content"] == LONG_ANSWER
+
+
+@pytest.mark.slow
+@pytest.mark.asyncio
+async def test_real_model_completes_the_word_through_infill():
+    from midword.server.http import HttpConfig, create_app, default_engine_factory
+
+    app = create_app(default_engine_factory, HttpConfig(model="gemma3"))
+    service = app.state.service
+    try:
+        for _ in range(6000):
+            if service.state in ("ready", "error"):
+                break
+            await asyncio.sleep(0.1)
+        assert service.state == "ready", service.worker.error
+        prefix = ("class Account:\n"
+                  "    def __init__(self, user_name: str):\n"
+                  "        self.user_name = user_name\n"
+                  "\n"
+                  "    def display_name(self) -> str:\n")
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://midword.test") as c:
+            r = await c.post("/infill", json={"input_prefix": prefix, "input_suffix": "\n",
+                                              "prompt": "        return self.user_na", "n_predict": 16},
+                             timeout=300)
+        assert r.status_code == 200
+        content = r.json()["content"]
+        assert ("user_na" + content).startswith("user_name"), content
+    finally:
+        service.close()
+
+
+def test_next_request_joins_the_job_its_client_just_aborted(start, tmp_path):
+    # llama.vim (autoload/llama.vim) stops the curl job in flight on every keystroke and
+    # sends the next request at once: when the user typed what the model predicts, the
+    # running job's answer serves it. The job is stopped only at a step boundary after
+    # the grace, so a long first step leaves the next request ample time to join.
+    log = tmp_path / "calls.jsonl"
+    server = start(f"fake?step_ms=600&log={log}")
+    server.wait_ready()
+    doc = "class Account:\n    user_name = guest\n\n    def name(self):\n"
+    body = {"input_prefix": doc, "input_suffix": "\n", "prompt": LINE, "n_predict": 64}
+    with httpx.Client(timeout=60) as client:
+        client.get(server.url + "/health")  # connected before the abort
+        sock = _raw_post(server.port, "/infill", body)
+        deadline = time.monotonic() + 30
+        while not (log.exists() and log.read_text().strip()):
+            assert time.monotonic() < deadline, "the job never started"
+            time.sleep(0.005)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        sock.close()
+        r = client.post(server.url + "/infill", json={**body, "prompt": LINE + "me"})
+    assert r.status_code == 200
+    assert r.headers["x-midword-source"] == "joined"
+    assert r.json()["content"] == " = guest"
+    assert len(log.read_text().splitlines()) == 1  # one engine run served both
