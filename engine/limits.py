@@ -44,6 +44,22 @@ class Limits:
     max_grammar_size: int = 500_000
     # Parser steps (rows) spent computing one mask.
     parser_fuel: int = 1_000_000
+    # JSON Schema: subschema (and enum/const value) nesting followed.
+    max_schema_depth: int = 200
+    # JSON Schema: alternatives of one union after anyOf/allOf expansion.
+    max_union_parts: int = 20_000
+    # JSON Schema: nonterminals made for intersections of $refs.
+    max_synthetic_refs: int = 20_000
+    # JSON Schema: states of one object's member machine (listed keys x counts).
+    max_object_states: int = 20_000
+    # JSON Schema: patternProperties groups an object's extra keys may fall in.
+    max_pattern_groups: int = 4
+    # JSON Schema: `contains` constraints combined on one array.
+    max_contains: int = 3
+    # JSON Schema: characters of one regex written for a pattern, number range or multipleOf.
+    max_regex_chars: int = 200_000
+    # JSON Schema: steps checking enum/const values against subschemas.
+    max_validation_steps: int = 200_000
 
 
 DEFAULT_LIMITS = Limits()

@@ -1,0 +1,68 @@
+"""The public entry points: a schema to a `Grammar`, an instance to the grammar's key order."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..grammar import Grammar
+from ..limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
+from .compiler import _Compiler
+from .generate import _Generator
+from .ir import NOTHING
+
+# --------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------
+
+
+def compile_json_schema(
+    schema: Any,
+    *,
+    whitespace: str = "flexible",
+    key_order: str = "schema",
+    strict: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
+) -> Grammar:
+    """Compile a JSON Schema (a parsed value, or its JSON text) to a `Grammar`.
+
+    whitespace: "flexible" skips JSON whitespace between lexemes (an `%ignore`),
+    "compact" allows none. key_order: "schema" (the only order supported) lists
+    properties in schema order, then additional ones. strict: a relaxed keyword
+    (see RELAXED_KEYWORDS) is an error instead of a warning. The grammar's
+    `warnings` attribute lists every relaxation applied.
+    """
+    if whitespace not in ("flexible", "compact"):
+        raise ValueError(f"whitespace must be 'flexible' or 'compact', not {whitespace!r}")
+    if key_order != "schema":
+        raise ValueError(f"key_order must be 'schema', not {key_order!r}")
+    if isinstance(schema, (str, bytes, bytearray)):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise GrammarError(f"schema is not valid JSON: {e.msg} at line {e.lineno}:{e.colno}") from None
+    try:
+        comp = _Compiler(schema, strict=strict, limits=limits)
+        root = comp.root()
+        if root is NOTHING:
+            raise GrammarError("the schema at # accepts no JSON value")
+        grammar = _Generator(comp, limits).build(root, whitespace)
+    except RecursionError:
+        # Depth guards cover schema nesting; this catches pathological values (enum/const).
+        raise LimitExceeded("max_schema_depth", limits.max_schema_depth, "schema or constant nested too deeply") from None
+    grammar.warnings = list(comp.warnings)
+    return grammar
+
+
+def schema_ordered(schema: Any, value: Any) -> Any:
+    """`value` with every object's keys in the order the grammar of `schema` writes them
+    (listed properties in schema order, then the rest in their original order).
+
+    Validity against a schema does not depend on key order but the grammar's does; this
+    turns a valid instance into one the grammar accepts. Where alternatives apply, the
+    first alternative the value satisfies decides the order.
+    """
+    if isinstance(schema, (str, bytes, bytearray)):
+        schema = json.loads(schema)
+    comp = _Compiler(schema, strict=False, limits=DEFAULT_LIMITS)
+    return comp.reorder(comp.root(), value, 0)
