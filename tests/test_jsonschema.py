@@ -399,7 +399,7 @@ def test_properties_required_in_schema_order():
         "additionalProperties": False,
     }
     g = check(schema, valid=[{"b": "x"}, {"a": 1, "b": "x"}, {"a": 1, "b": "x", "c": True}, {"b": "x", "c": False}],
-              invalid=[{}, {"a": 1}, {"b": 1}, {"b": "x", "d": 1}, {"a": 1, "a2": 2, "b": "x"}])
+              invalid=[{}, {"a": 1}, {"b": 1}, {"b": "x", "d": 1}, {"a": 1, "a2": 2, "b": "x"}], key_order="schema")
     # Schema order: a property out of order, or twice, is rejected.
     assert not accepts(g, '{"b":"x","a":1}')
     assert not accepts(g, '{"a":1,"a":2,"b":"x"}')

@@ -159,6 +159,13 @@ class _Compiler:
     def make_arr(self, prefix, items, lo, hi, contains=()) -> _Node:
         return _make_arr(prefix, items, lo, hi, contains, max_contains=self.limits.max_contains)
 
+    def note(self, msg: str) -> None:
+        """A warning about a stricter-than-asked choice (it never accepts more), so one
+        that strict mode lets through."""
+        if msg not in self._warned:
+            self._warned.add(msg)
+            self.warnings.append(msg)
+
     def relax(self, keyword: str, path: tuple, detail: str = "") -> None:
         msg = f"{keyword} at {_ptr(path)}: {detail or RELAXED_KEYWORDS[keyword]}"
         if self.strict:

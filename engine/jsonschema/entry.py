@@ -20,22 +20,25 @@ def compile_json_schema(
     schema: Any,
     *,
     whitespace: str = "flexible",
-    key_order: str = "schema",
+    key_order: str = "any",
     strict: bool = False,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Grammar:
     """Compile a JSON Schema (a parsed value, or its JSON text) to a `Grammar`.
 
     whitespace: "flexible" skips JSON whitespace between lexemes (an `%ignore`),
-    "compact" allows none. key_order: "schema" (the only order supported) lists
-    properties in schema order, then additional ones. strict: a relaxed keyword
-    (see RELAXED_KEYWORDS) is an error instead of a warning. The grammar's
-    `warnings` attribute lists every relaxation applied.
+    "compact" allows none. key_order: "any" (the default) accepts an object's keys
+    in any order, each listed key at most once; "schema" lists properties in schema
+    order, then additional ones (what generation in schema order wants). Where "any"
+    cannot be exact within `Limits.max_key_set_states` the object is compiled as the
+    `warnings` say (see `_Generator.object_any_order`). strict: a relaxed keyword (see
+    RELAXED_KEYWORDS) is an error instead of a warning. The grammar's `warnings`
+    attribute lists every relaxation applied.
     """
     if whitespace not in ("flexible", "compact"):
         raise ValueError(f"whitespace must be 'flexible' or 'compact', not {whitespace!r}")
-    if key_order != "schema":
-        raise ValueError(f"key_order must be 'schema', not {key_order!r}")
+    if key_order not in ("any", "schema"):
+        raise ValueError(f"key_order must be 'any' or 'schema', not {key_order!r}")
     if isinstance(schema, (str, bytes, bytearray)):
         try:
             schema = json.loads(schema)
@@ -46,7 +49,7 @@ def compile_json_schema(
         root = comp.root()
         if root is NOTHING:
             raise GrammarError("the schema at # accepts no JSON value")
-        grammar = _Generator(comp, limits).build(root, whitespace)
+        grammar = _Generator(comp, limits, key_order).build(root, whitespace)
     except RecursionError:
         # Depth guards cover schema nesting; this catches pathological values (enum/const).
         raise LimitExceeded("max_schema_depth", limits.max_schema_depth, "schema or constant nested too deeply") from None

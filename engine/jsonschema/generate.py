@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from itertools import compress
 from typing import TYPE_CHECKING, Any
 
@@ -47,9 +48,10 @@ if TYPE_CHECKING:
 
 
 class _Generator:
-    def __init__(self, comp: "_Compiler", limits: Limits):
+    def __init__(self, comp: "_Compiler", limits: Limits, key_order: str = "any"):
         self.c = comp
         self.limits = limits
+        self.key_order = key_order
         self.b = GrammarBuilder(limits)
         self.memo: dict[_Node, int] = {}
         self.pending: list[tuple[int, _Ref]] = []
@@ -401,6 +403,10 @@ class _Generator:
         extra = self.extra_members(node, names)
         lo, hi = node.min_props, node.max_props
         n = len(listed)
+        if self.key_order == "any":
+            obj = self.object_any_order(listed, extra, lo, hi)
+            if obj is not None:
+                return obj
         # Members emitted so far are counted up to `cap`: exactly when maxProperties
         # bounds them, otherwise saturating once minProperties (and "need a comma") is met.
         cap = hi if hi is not None else max(lo, 1)
@@ -450,6 +456,100 @@ class _Generator:
                     b.rule(nt, [state[i + 1][cnt]])
         obj = self.nt("object")
         b.rule(obj, [self.LBRACE, state[0][0], self.RBRACE])
+        return obj
+
+    def object_any_order(self, listed: list, extra: int | None, lo: int, hi: int | None) -> int | None:
+        """An object whose members come in any order, or None (after a warning) where
+        that cannot be compiled exactly: then the members follow schema order.
+
+        A context-free grammar has no memory but its nonterminals, so the set of listed
+        keys written so far is a nonterminal per set: T[S] derives the members after the
+        first, given the keys S were written; it offers each key not in S once, the extra
+        members (additional/patternProperties) any number of times, and the end once every
+        required key is in S. With all listed keys tracked that is exact, and it costs 2^n
+        nonterminals, so it is done while 2^n is within `Limits.max_key_set_states`. Past
+        that, only the required keys are tracked and an optional listed key may repeat
+        (each value still matches its schema, so whichever value a JSON parser keeps, the
+        object is valid): a relaxation the warnings name; in strict mode, and where the
+        required keys alone are too many or min/maxProperties would count repeats, the
+        object keeps schema order instead."""
+        n = len(listed)
+        cap = self.limits.max_key_set_states
+        req_idx = [i for i in range(n) if listed[i][2]]
+        where = "object with keys " + ", ".join(json.dumps(k) for k, _, _ in listed[:4]) + (", ..." if n > 4 else "")
+        if n == 0:
+            return None  # nothing to order
+        if (1 << n) <= cap:
+            tracked = list(range(n))
+        elif (1 << len(req_idx)) > cap:
+            self.c.note(f"{where}: {len(req_idx)} required keys are past Limits.max_key_set_states={cap}; "
+                        "its keys must come in schema order")
+            return None
+        elif hi is not None or lo > len(req_idx):
+            self.c.note(f"{where}: {n} keys with min/maxProperties are past Limits.max_key_set_states={cap}; "
+                        "its keys must come in schema order")
+            return None
+        elif self.c.strict:
+            self.c.note(f"{where}: {n} keys are past Limits.max_key_set_states={cap} (strict mode); "
+                        "its keys must come in schema order")
+            return None
+        else:
+            tracked = req_idx
+            self.c.relax("properties", (), f"{where}: {n} keys are past Limits.max_key_set_states={cap}; "
+                         "a listed optional key may repeat (keys in any order)")
+        # The member count is |S| where every member is a tracked key; otherwise
+        # min/maxProperties must be met by the required keys alone.
+        counted = len(tracked) == n and extra is None
+        if not counted and (hi is not None or lo > len(req_idx)):
+            self.c.note(f"{where}: min/maxProperties beside untracked keys or additional/pattern properties; "
+                        "its keys must come in schema order")
+            return None
+        b = self.b
+        keys = [b.literal(_json_str(k)) for k, _, _ in listed]
+        values = [self.sym(v) for _, v, _ in listed]
+        bit = {i: 1 << j for j, i in enumerate(tracked)}
+        all_required = 0
+        for i in req_idx:
+            all_required |= bit[i]
+        free = None  # the untracked members: optional listed keys beyond the cap, extra ones
+        untracked = [i for i in range(n) if i not in bit]
+        if untracked or extra is not None:
+            free = self.nt("member")
+            for i in untracked:
+                b.rule(free, [keys[i], self.COLON, values[i]])
+            if extra is not None:
+                b.rule(free, [extra])
+        states: dict[int, int] = {}
+        work: list[int] = []
+
+        def state(s: int) -> int:
+            nt = states.get(s)
+            if nt is None:
+                nt = states[s] = self.nt("members")
+                work.append(s)
+            return nt
+
+        obj = self.nt("object")
+        if all_required == 0 and lo == 0:
+            b.rule(obj, [self.LBRACE, self.RBRACE])
+        if hi is None or hi >= 1:
+            for i in tracked:
+                b.rule(obj, [self.LBRACE, keys[i], self.COLON, values[i], state(bit[i]), self.RBRACE])
+            if free is not None:
+                b.rule(obj, [self.LBRACE, free, state(0), self.RBRACE])
+        while work:
+            s = work.pop()
+            nt = states[s]
+            count = s.bit_count()
+            if s & all_required == all_required and (not counted or count >= lo):
+                b.rule(nt, [])
+            if counted and hi is not None and count >= hi:
+                continue
+            for i in tracked:
+                if not s & bit[i]:
+                    b.rule(nt, [self.COMMA, keys[i], self.COLON, values[i], state(s | bit[i])])
+            if free is not None:
+                b.rule(nt, [self.COMMA, free, nt])
         return obj
 
     def extra_members(self, node: _Obj, listed: list[str]) -> int | None:

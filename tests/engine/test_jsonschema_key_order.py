@@ -1,0 +1,104 @@
+"""key_order "any": an object's keys in any order, each listed key at most once."""
+
+import itertools
+import json
+
+import pytest
+
+from midword.engine.jsonschema import compile_json_schema
+from midword.engine.limits import Limits
+from midword.engine.parser import grammar_accepts
+
+
+def accepts(g, value) -> bool:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return grammar_accepts(g, text.encode())
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "version": {"type": "string"}, "n": {"type": "integer"}},
+    "required": ["name", "version"],
+    "additionalProperties": False,
+}
+
+
+def test_every_order_of_listed_keys_is_accepted_and_required_still_enforced():
+    g = compile_json_schema(SCHEMA)
+    assert g.warnings == []
+    members = [("name", "x"), ("version", "1"), ("n", 3)]
+    for k in (2, 3):
+        for perm in itertools.permutations(members, k):
+            doc = dict(perm)
+            assert accepts(g, doc) == ({"name", "version"} <= doc.keys()), doc
+    assert accepts(g, '{"version": "1", "name": "x"}')  # the issue's package.json shape
+    assert not accepts(g, '{"name":"x","version":"1","name":"y"}')  # a key twice
+    assert not accepts(g, '{"n":1,"version":"1","n":2,"name":"x"}')
+    assert not accepts(g, '{"version":"1","name":"x","extra":1}')  # additionalProperties false
+    assert not accepts(g, '{"version":1,"name":"x"}')  # each value keeps its schema
+    assert not accepts(g, "{}")
+
+
+def test_schema_order_is_kept_on_request():
+    g = compile_json_schema(SCHEMA, key_order="schema")
+    assert accepts(g, '{"name":"x","version":"1"}')
+    assert not accepts(g, '{"version":"1","name":"x"}')
+    with pytest.raises(ValueError, match="key_order"):
+        compile_json_schema(SCHEMA, key_order="sorted")
+
+
+def test_additional_pattern_properties_and_property_names_beside_any_order():
+    schema = {
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+        "patternProperties": {"^x-": {"type": "boolean"}},
+        "additionalProperties": {"type": "null"},
+        "propertyNames": {"maxLength": 3},
+        "required": ["b"],
+    }
+    g = compile_json_schema(schema)
+    assert accepts(g, '{"x-1": true, "b": "s", "zz": null, "a": 1}')
+    assert accepts(g, '{"zz": null, "b": "s"}')
+    assert not accepts(g, '{"x-1": 1, "b": "s"}')  # a pattern property's schema
+    assert not accepts(g, '{"zz": 1, "b": "s"}')  # additionalProperties' schema
+    assert not accepts(g, '{"long": null, "b": "s"}')  # propertyNames
+    assert not accepts(g, '{"a": 1, "b": "s", "a": 2}')
+    assert not accepts(g, '{"a": 1, "zz": null}')  # required b
+
+
+def test_min_and_max_properties_count_members_in_any_order():
+    schema = {"properties": {k: {"type": "integer"} for k in "abcd"}, "additionalProperties": False,
+              "minProperties": 2, "maxProperties": 3}
+    g = compile_json_schema(schema)
+    assert accepts(g, '{"d":1,"a":2}') and accepts(g, '{"c":1,"b":2,"a":3}')
+    assert not accepts(g, '{"d":1}') and not accepts(g, '{"d":1,"c":1,"b":2,"a":3}')
+
+
+def test_many_optional_keys_stay_bounded_and_say_what_they_relax():
+    n = 300
+    props = {f"k{i}": {"type": "integer"} for i in range(n)}
+    schema = {"type": "object", "properties": props, "required": ["k7", "k250"], "additionalProperties": False}
+    g = compile_json_schema(schema)
+    # Two required keys tracked (4 sets), the optional ones through one shared member.
+    assert g.size() < 40 * n
+    assert any("may repeat" in w for w in g.warnings)
+    assert accepts(g, '{"k250": 1, "k3": 2, "k7": 3, "k299": 4}')
+    assert not accepts(g, '{"k250": 1, "k3": 2}')
+    assert not accepts(g, '{"k250": 1, "k7": 2, "k250": 3}')  # a required key twice
+    assert not accepts(g, '{"k250": 1, "k7": 2, "k300": 3}')
+    # Strict mode never relaxes: schema order, said in the warnings.
+    strict = compile_json_schema(schema, strict=True)
+    assert any("schema order" in w for w in strict.warnings)
+    assert accepts(strict, '{"k7": 3, "k250": 1}') and not accepts(strict, '{"k250": 1, "k7": 3}')
+
+
+def test_too_many_required_keys_fall_back_to_schema_order_with_a_warning():
+    props = {f"k{i}": {"type": "integer"} for i in range(12)}
+    schema = {"properties": props, "required": list(props)}
+    g = compile_json_schema(schema, limits=Limits(max_key_set_states=256))
+    assert any("schema order" in w and "max_key_set_states" in w for w in g.warnings)
+    in_order = "{" + ",".join(f'"k{i}":{i}' for i in range(12)) + "}"
+    assert accepts(g, in_order)
+    # Within the limit the same schema takes any order exactly.
+    g = compile_json_schema(schema, limits=Limits(max_key_set_states=1 << 12))
+    assert g.warnings == []
+    assert accepts(g, "{" + ",".join(f'"k{i}":{i}' for i in reversed(range(12))) + "}")
