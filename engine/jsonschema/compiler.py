@@ -8,8 +8,8 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from ..limits import GrammarError, LimitExceeded, Limits
-from ..regex import ExprSet, LazyDFA
+from ..limits import GrammarError, GrammarLimitExceeded, LimitExceeded, Limits
+from ..regex import MAX_REPEAT_COUNT, ExprSet, LazyDFA
 from .ir import (
     _ANY_PARTS,
     _BOOL,
@@ -68,9 +68,12 @@ from .strings import _string_body
 
 
 class _Compiler:
-    def __init__(self, schema: Any, *, strict: bool, limits: Limits):
+    def __init__(self, schema: Any, *, strict: bool, limits: Limits, lenient: bool = False,
+                 formats: str = "assert"):
         self.doc = schema
         self.strict = strict
+        self.lenient = lenient
+        self.formats = formats
         self.limits = limits
         self.warnings: list[str] = []
         self._warned: set[str] = set()
@@ -106,15 +109,22 @@ class _Compiler:
             self._exprs = ExprSet.shared(self.limits)
         return self._exprs
 
-    def regex_empty(self, regex: str) -> bool:
-        """Whether an extended-syntax regex denotes the empty language (unsure: False)."""
+    def regex_empty(self, regex: str, refuse: str = "") -> bool:
+        """Whether an extended-syntax regex denotes the empty language. Unsure (past
+        Limits.max_emptiness_states): False, or with `refuse` (what the regex is for) a
+        refusal: the lexer would face the same search at the first mask."""
         hit = self._empty_cache.get(regex)
         if hit is not None:
             return hit
         exprs = self.exprs()
+        bound = self.limits.max_emptiness_states
         try:
-            empty = exprs.is_empty(exprs.parse(regex, "", extended=True))
+            empty = exprs.is_empty(exprs.parse(regex, "", extended=True), bound)
         except LimitExceeded:
+            if refuse:
+                raise GrammarLimitExceeded(
+                    "max_emptiness_states", bound, f"{refuse}: too large to decide whether any string fits"
+                ) from None
             empty = False
         self._empty_cache[regex] = empty
         return empty
@@ -130,7 +140,10 @@ class _Compiler:
             return hit
         exprs = self.exprs()
         try:
-            empty = exprs.is_empty(exprs.and_(exprs.parse(a, "", extended=True), exprs.parse(b, "", extended=True)))
+            empty = exprs.is_empty(
+                exprs.and_(exprs.parse(a, "", extended=True), exprs.parse(b, "", extended=True)),
+                self.limits.max_emptiness_states,
+            )
         except LimitExceeded:
             empty = False
         self._empty_cache[key] = empty
@@ -318,6 +331,17 @@ class _Compiler:
             if self.depth > self.limits.max_schema_depth:
                 raise LimitExceeded("max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}")
             return self._norm(s, base, path)
+        except RecursionError:
+            # Python's stack ran out before max_schema_depth did (each level takes
+            # several frames): the same refusal, with the place.
+            raise GrammarLimitExceeded(
+                "max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}"
+            ) from None
+        except LimitExceeded as e:
+            # The innermost subschema names the place (the limits deep inside know none).
+            if not isinstance(e, GrammarError) and getattr(e, "schema_path", None) is None:
+                e.schema_path = _ptr(path)
+            raise
         finally:
             self.depth -= 1
 
@@ -351,6 +375,7 @@ class _Compiler:
                 if not isinstance(s["enum"], list):
                     raise GrammarError(f"enum at {_ptr(path)} must be an array")
                 values = list(s["enum"])
+            self._check_value_count(values, s.get("const"), path)
             if "const" in s:
                 values = [v for v in values if _json_equal(v, s["const"])] if "enum" in s else [s["const"]]
             kept = []
@@ -699,11 +724,35 @@ class _Compiler:
 
     def _check_num(self, n: "_Num", where: str) -> None:
         """Fail early (with the pointer) where a number lexeme cannot be built."""
-        _num_regex(n, where)
+        _num_regex(n, where, self.limits)
+
+    def _check_value_count(self, values: list, const: Any, path: tuple) -> None:
+        """Refuse (before building anything) an enum/const bigger than Limits allow: the
+        grammar spells every value out."""
+        cap = self.limits.max_const_values
+        if len(values) > cap:
+            raise GrammarLimitExceeded("max_const_values", cap, f"enum at {_ptr(path)} has {len(values)} values")
+        stack = list(values) + [const]
+        count = 0
+        while stack:
+            v = stack.pop()
+            count += 1
+            if count > cap:
+                raise GrammarLimitExceeded("max_const_values", cap, f"enum/const at {_ptr(path)} holds more JSON values")
+            if isinstance(v, dict):
+                stack.extend(v.values())
+            elif isinstance(v, list):
+                stack.extend(v)
 
     def _str(self, s: dict, path: tuple) -> _Node:
         lo = self._count(s, "minLength", path) or 0
         hi = self._count(s, "maxLength", path)
+        if lo > MAX_REPEAT_COUNT:
+            raise GrammarLimitExceeded("max_repeat_count", MAX_REPEAT_COUNT, f"minLength at {_ptr(path)} is {lo}")
+        if hi is not None and hi > MAX_REPEAT_COUNT:
+            # No document in memory is that long: the bound cannot reject anything.
+            self.note(f"maxLength {hi} at {_ptr(path)} is past {MAX_REPEAT_COUNT} characters: no bound")
+            hi = None
         patterns: list[str] = []
         if "pattern" in s:
             p = s["pattern"]
@@ -711,7 +760,7 @@ class _Compiler:
                 raise GrammarError(f"pattern at {_ptr(path)} must be a string")
             pattern_to_regex(p, _Where(path + ("pattern",)), self.limits)
             patterns.append(p)
-        if "format" in s:
+        if "format" in s and self.formats == "assert":
             f = s["format"]
             if not isinstance(f, str):
                 raise GrammarError(f"format at {_ptr(path)} must be a string")
@@ -743,11 +792,22 @@ class _Compiler:
             items = self.norm(s["unevaluatedItems"], base, path + ("unevaluatedItems",))
         lo = self._count(s, "minItems", path) or 0
         hi = self._count(s, "maxItems", path)
+        cap = self.limits.max_counted_items
+        for key, v in (("minItems", lo), ("maxItems", hi)):
+            # The grammar spells a bounded repetition out, one rule per element.
+            if v is not None and v > cap:
+                raise GrammarLimitExceeded("max_counted_items", cap, f"{key} {v} at {_ptr(path)}")
         if "uniqueItems" in s:
             u = s["uniqueItems"]
             if not isinstance(u, bool):
                 raise GrammarError(f"uniqueItems at {_ptr(path)} must be a boolean")
             if u and (hi is None or hi > 1):
+                if not self.lenient:
+                    raise GrammarError(
+                        f"uniqueItems at {_ptr(path + ('uniqueItems',))}: a grammar cannot check that array items "
+                        "differ, so the schema is refused (lenient=True compiles it without the check, and says so "
+                        "in the warnings)"
+                    )
                 self.relax("uniqueItems", path)
         arr = self.make_arr(tuple(prefix), items, lo, hi)
         if "contains" in s:

@@ -6,7 +6,13 @@ import json
 from typing import Any
 
 from ..grammar import Grammar
-from ..limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
+from ..limits import (
+    DEFAULT_LIMITS,
+    GrammarError,
+    GrammarLimitExceeded,
+    LimitExceeded,
+    Limits,
+)
 from .compiler import _Compiler
 from .generate import _Generator
 from .ir import NOTHING
@@ -22,6 +28,8 @@ def compile_json_schema(
     whitespace: str = "flexible",
     key_order: str = "any",
     strict: bool = False,
+    lenient: bool = False,
+    formats: str = "assert",
     limits: Limits = DEFAULT_LIMITS,
 ) -> Grammar:
     """Compile a JSON Schema (a parsed value, or its JSON text) to a `Grammar`.
@@ -32,11 +40,16 @@ def compile_json_schema(
     order, then additional ones (what generation in schema order wants). Where "any"
     cannot be exact within `Limits.max_key_set_states` the object is compiled as the
     `warnings` say (see `_Generator.object_any_order`). strict: a relaxed keyword (see
-    RELAXED_KEYWORDS) is an error instead of a warning. The grammar's `warnings`
-    attribute lists every relaxation applied.
+    RELAXED_KEYWORDS) is an error instead of a warning. lenient: compile `uniqueItems`
+    without enforcing it (refused otherwise: no grammar can check it). formats: "assert"
+    (the default: a known `format` constrains the string, which is what generation
+    wants) or "annotation" (the spec's default: `format` constrains nothing). The grammar's
+    `warnings` attribute lists every relaxation applied.
     """
     if whitespace not in ("flexible", "compact"):
         raise ValueError(f"whitespace must be 'flexible' or 'compact', not {whitespace!r}")
+    if formats not in ("assert", "annotation"):
+        raise ValueError(f"formats must be 'assert' or 'annotation', not {formats!r}")
     if key_order not in ("any", "schema"):
         raise ValueError(f"key_order must be 'any' or 'schema', not {key_order!r}")
     if isinstance(schema, (str, bytes, bytearray)):
@@ -45,14 +58,25 @@ def compile_json_schema(
         except json.JSONDecodeError as e:
             raise GrammarError(f"schema is not valid JSON: {e.msg} at line {e.lineno}:{e.colno}") from None
     try:
-        comp = _Compiler(schema, strict=strict, limits=limits)
+        comp = _Compiler(schema, strict=strict, limits=limits, lenient=lenient, formats=formats)
         root = comp.root()
         if root is NOTHING:
             raise GrammarError("the schema at # accepts no JSON value")
         grammar = _Generator(comp, limits, key_order).build(root, whitespace)
     except RecursionError:
         # Depth guards cover schema nesting; this catches pathological values (enum/const).
-        raise LimitExceeded("max_schema_depth", limits.max_schema_depth, "schema or constant nested too deeply") from None
+        raise GrammarLimitExceeded(
+            "max_schema_depth", limits.max_schema_depth, "schema or constant nested too deeply"
+        ) from None
+    except LimitExceeded as e:
+        if isinstance(e, GrammarError):
+            raise
+        # A refusal of this schema: a GrammarError naming the limit and the subschema.
+        where = getattr(e, "schema_path", None)
+        detail = e.args[0].split(": ", 1)[1] if ": " in e.args[0] else ""
+        if where and where not in detail:
+            detail = f"{detail} (in the schema at {where})" if detail else f"in the schema at {where}"
+        raise GrammarLimitExceeded(e.limit, e.value, detail) from e
     grammar.warnings = list(comp.warnings)
     return grammar
 
@@ -67,5 +91,5 @@ def schema_ordered(schema: Any, value: Any) -> Any:
     """
     if isinstance(schema, (str, bytes, bytearray)):
         schema = json.loads(schema)
-    comp = _Compiler(schema, strict=False, limits=DEFAULT_LIMITS)
+    comp = _Compiler(schema, strict=False, limits=DEFAULT_LIMITS, lenient=True)
     return comp.reorder(comp.root(), value, 0)

@@ -275,11 +275,15 @@ class _Generator:
                 rhs.append(self.const(x))
             b.rule(nt, rhs + [self.RBRACK])
             return nt
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer() and abs(v) < 1e15:
+            # JSON Schema compares numbers by value: 1, 1.0 and 1.00 are one constant.
+            text = str(int(v))
+            return self.regex_lexeme("number", regex_escape_bytes(text.encode()) + "(?:\\.0+)?", False)
         return b.literal(_SPELLING_ENCODER.encode(v))
 
     def string(self, node: _Str) -> int:
         body = _string_body(node)
-        if body is None or (body[1] and self.c.regex_empty('"' + body[0] + '"')):
+        if body is None or (body[1] and self.c.regex_empty('"' + body[0] + '"', _describe_string(node))):
             return self.nothing()
         name = "string" if body[0] == GENERAL_CHAR + "*" else "string(constrained)"
         return self.string_lexeme(body[0], body[1], name)
@@ -404,7 +408,7 @@ class _Generator:
         lo, hi = node.min_props, node.max_props
         n = len(listed)
         if self.key_order == "any":
-            obj = self.object_any_order(listed, extra, lo, hi)
+            obj = self.object_any_order(listed, node.required, extra, lo, hi)
             if obj is not None:
                 return obj
         # Members emitted so far are counted up to `cap`: exactly when maxProperties
@@ -458,98 +462,117 @@ class _Generator:
         b.rule(obj, [self.LBRACE, state[0][0], self.RBRACE])
         return obj
 
-    def object_any_order(self, listed: list, extra: int | None, lo: int, hi: int | None) -> int | None:
+    def object_any_order(self, listed: list, required: tuple, extra: int | None, lo: int, hi: int | None
+                         ) -> int | None:
         """An object whose members come in any order, or None (after a warning) where
-        that cannot be compiled exactly: then the members follow schema order.
+        that cannot be compiled within the limits: then the members follow schema order.
 
-        A context-free grammar has no memory but its nonterminals, so the set of listed
-        keys written so far is a nonterminal per set: T[S] derives the members after the
-        first, given the keys S were written; it offers each key not in S once, the extra
-        members (additional/patternProperties) any number of times, and the end once every
-        required key is in S. With all listed keys tracked that is exact, and it costs 2^n
-        nonterminals, so it is done while 2^n is within `Limits.max_key_set_states`. Past
-        that, only the required keys are tracked and an optional listed key may repeat
-        (each value still matches its schema, so whichever value a JSON parser keeps, the
-        object is valid): a relaxation the warnings name; in strict mode, and where the
-        required keys alone are too many or min/maxProperties would count repeats, the
-        object keeps schema order instead."""
+        A context-free grammar remembers only through its nonterminals, so the keys
+        written so far are a nonterminal per set of them: T[S] derives the members after
+        the first, given the keys S were written; it offers each key not in S once, the
+        extra members (additional/patternProperties) any number of times, and the end
+        once every required key is in S. With all n listed keys tracked that is exact,
+        at 2^n nonterminals, so it is done while 2^n is within
+        `Limits.max_key_set_states`. Past that only the required keys are tracked and an
+        optional listed key may repeat (each value still matches its schema, so whichever
+        value a JSON parser keeps the object is valid); past that too, the required keys
+        come in the order of `required` or in that of `properties` (each once; authors
+        write one of the two), the optional ones anywhere. maxProperties then counts
+        members as written (a repeat counts: never more than the schema allows). The
+        warnings say which applies."""
         n = len(listed)
-        cap = self.limits.max_key_set_states
-        req_idx = [i for i in range(n) if listed[i][2]]
-        where = "object with keys " + ", ".join(json.dumps(k) for k, _, _ in listed[:4]) + (", ..." if n > 4 else "")
         if n == 0:
-            return None  # nothing to order
-        if (1 << n) <= cap:
+            return None  # nothing to order: the schema-order grammar is the same
+        budget = self.limits.max_key_set_states
+        index = {k: i for i, (k, _, _) in enumerate(listed)}
+        req_idx = [index[k] for k in dict.fromkeys(required) if k in index]
+        where = "object with keys " + ", ".join(json.dumps(k) for k, _, _ in listed[:4]) + (", ..." if n > 4 else "")
+        chains: list[list[int]] = []
+        if (1 << n) <= budget:
             tracked = list(range(n))
-        elif (1 << len(req_idx)) > cap:
-            self.c.note(f"{where}: {len(req_idx)} required keys are past Limits.max_key_set_states={cap}; "
-                        "its keys must come in schema order")
-            return None
-        elif hi is not None or lo > len(req_idx):
-            self.c.note(f"{where}: {n} keys with min/maxProperties are past Limits.max_key_set_states={cap}; "
-                        "its keys must come in schema order")
-            return None
-        elif self.c.strict:
-            self.c.note(f"{where}: {n} keys are past Limits.max_key_set_states={cap} (strict mode); "
-                        "its keys must come in schema order")
-            return None
-        else:
+            n_sets = 1 << n
+        elif (1 << len(req_idx)) <= budget:
             tracked = req_idx
-            self.c.relax("properties", (), f"{where}: {n} keys are past Limits.max_key_set_states={cap}; "
-                         "a listed optional key may repeat (keys in any order)")
-        # The member count is |S| where every member is a tracked key; otherwise
-        # min/maxProperties must be met by the required keys alone.
+            n_sets = 1 << len(req_idx)
+        else:
+            tracked = []
+            chains = [req_idx] if req_idx == sorted(req_idx) else [req_idx, sorted(req_idx)]
+            n_sets = 2 * (len(req_idx) + 1)
+        # Exact when every member is a tracked key: its count is |S|. Otherwise members
+        # are counted as written when maxProperties needs it, and minProperties must be
+        # met by the required keys alone (repeats must not count towards it).
         counted = len(tracked) == n and extra is None
-        if not counted and (hi is not None or lo > len(req_idx)):
-            self.c.note(f"{where}: min/maxProperties beside untracked keys or additional/pattern properties; "
+        count_members = hi is not None and not counted
+        if not counted and lo > len(req_idx):
+            self.c.note(f"{where}: minProperties {lo} beyond its required keys, past "
+                        f"Limits.max_key_set_states={budget}; its keys must come in schema order")
+            return None
+        if count_members and n_sets * (hi + 1) > self.limits.max_object_states:
+            self.c.note(f"{where}: maxProperties {hi} past Limits.max_object_states={self.limits.max_object_states}; "
                         "its keys must come in schema order")
             return None
+        if len(tracked) < n:
+            self.c.note(f"{where}: {n} keys are past Limits.max_key_set_states={budget}; an optional key may repeat"
+                        + ("; the required keys come in the order of `required` or `properties`" if chains else ""))
         b = self.b
-        keys = [b.literal(_json_str(k)) for k, _, _ in listed]
-        values = [self.sym(v) for _, v, _ in listed]
+        member = []
+        for k, v, _ in listed:
+            m = self.nt("member")
+            b.rule(m, [b.literal(_json_str(k)), self.COLON, self.sym(v)])
+            member.append(m)
         bit = {i: 1 << j for j, i in enumerate(tracked)}
         all_required = 0
         for i in req_idx:
-            all_required |= bit[i]
-        free = None  # the untracked members: optional listed keys beyond the cap, extra ones
-        untracked = [i for i in range(n) if i not in bit]
+            all_required |= bit.get(i, 0)
+        free = None  # the untracked members: optional listed keys beyond the budget, extra ones
+        in_chains = set(req_idx) if chains else set()
+        untracked = [i for i in range(n) if i not in bit and i not in in_chains]
         if untracked or extra is not None:
             free = self.nt("member")
             for i in untracked:
-                b.rule(free, [keys[i], self.COLON, values[i]])
+                b.rule(free, [member[i]])
             if extra is not None:
                 b.rule(free, [extra])
-        states: dict[int, int] = {}
-        work: list[int] = []
+        # A state: (tracked keys written, chain followed, its keys written, members written
+        # when counted apart from the keys).
+        states: dict[tuple[int, int, int, int], int] = {}
+        work: list[tuple[int, int, int, int]] = []
 
-        def state(s: int) -> int:
-            nt = states.get(s)
+        def state(s: int, c: int, j: int, cnt: int) -> int:
+            key = (s, c, j, cnt if count_members else 0)
+            nt = states.get(key)
             if nt is None:
-                nt = states[s] = self.nt("members")
-                work.append(s)
+                nt = states[key] = self.nt("members")
+                work.append(key)
             return nt
 
         obj = self.nt("object")
-        if all_required == 0 and lo == 0:
+        if not req_idx and lo == 0:
             b.rule(obj, [self.LBRACE, self.RBRACE])
         if hi is None or hi >= 1:
             for i in tracked:
-                b.rule(obj, [self.LBRACE, keys[i], self.COLON, values[i], state(bit[i]), self.RBRACE])
-            if free is not None:
-                b.rule(obj, [self.LBRACE, free, state(0), self.RBRACE])
+                b.rule(obj, [self.LBRACE, member[i], state(bit[i], 0, 0, 1), self.RBRACE])
+            for c, chain in enumerate(chains):
+                b.rule(obj, [self.LBRACE, member[chain[0]], state(0, c, 1, 1), self.RBRACE])
+            for c in range(max(1, len(chains))):
+                if free is not None:
+                    b.rule(obj, [self.LBRACE, free, state(0, c, 0, 1), self.RBRACE])
         while work:
-            s = work.pop()
-            nt = states[s]
-            count = s.bit_count()
-            if s & all_required == all_required and (not counted or count >= lo):
+            s, c, j, cnt = work.pop()
+            nt = states[(s, c, j, cnt)]
+            written = s.bit_count() if counted else cnt
+            chain = chains[c] if chains else []
+            if s & all_required == all_required and j == len(chain) and (not counted or written >= lo):
                 b.rule(nt, [])
-            if counted and hi is not None and count >= hi:
+            if hi is not None and (counted or count_members) and written >= hi:
                 continue
             for i in tracked:
                 if not s & bit[i]:
-                    b.rule(nt, [self.COMMA, keys[i], self.COLON, values[i], state(s | bit[i])])
+                    b.rule(nt, [self.COMMA, member[i], state(s | bit[i], c, j, cnt + 1)])
+            if j < len(chain):
+                b.rule(nt, [self.COMMA, member[chain[j]], state(s, c, j + 1, cnt + 1)])
             if free is not None:
-                b.rule(nt, [self.COMMA, free, nt])
+                b.rule(nt, [self.COMMA, free, state(s, c, j, cnt + 1)])
         return obj
 
     def extra_members(self, node: _Obj, listed: list[str]) -> int | None:
@@ -661,3 +684,14 @@ class _Generator:
         for m in members:
             b.rule(nt, [m])
         return nt
+
+
+def _describe_string(node: _Str) -> str:
+    """A string schema in words, for a refusal (IR nodes do not keep their place)."""
+    parts = [f"minLength {node.min_len}"] if node.min_len else []
+    if node.max_len is not None:
+        parts.append(f"maxLength {node.max_len}")
+    parts += [f"pattern {p!r}" for p in node.patterns[:2]]
+    if node.excluded:
+        parts.append(f"{len(node.excluded)} excluded values")
+    return "string schema with " + ", ".join(parts)

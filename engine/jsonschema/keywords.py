@@ -33,7 +33,8 @@ UNSUPPORTED_KEYWORDS = frozenset(
 # Keywords that are deliberately *not* enforced. Every use adds a line to the grammar's
 # `warnings`; `strict=True` turns each into a GrammarError instead.
 RELAXED_KEYWORDS: dict[str, str] = {
-    "uniqueItems": "uniqueItems: true is not enforced (a context-free grammar cannot check that array items differ)",
+    "uniqueItems": "uniqueItems: true is not enforced (a context-free grammar cannot check that array items "
+    "differ; only with lenient=True, refused otherwise)",
     "format": "format values not in SUPPORTED_FORMATS are not enforced "
     "(JSON Schema makes format an annotation by default)",
 }

@@ -6,7 +6,7 @@ import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
 
-from ..limits import DEFAULT_LIMITS, GrammarError
+from ..limits import DEFAULT_LIMITS, GrammarError, GrammarLimitExceeded, Limits
 from ..regex import charset
 from ..regex.printer import class_regex as _class_regex
 from ..regex.printer import escape_cp as _esc_cp
@@ -319,8 +319,10 @@ def _dfa_to_regex(
     return g.get((S, F))
 
 
-def multiple_of_regex(k: int) -> str | None:
-    """Regex for the JSON integers divisible by k (k >= 1), or None if it would be too large."""
+def multiple_of_regex(k: int, max_states: int = DEFAULT_LIMITS.max_multiple_of_states) -> str | None:
+    """Regex for the JSON integers divisible by k (k >= 1), or None if it would be too large:
+    a residue automaton of more than `max_states` states is not even built (its regex
+    would be far past any size limit, and building it costs O(k))."""
     if k < 1:
         raise ValueError("k must be positive")
     if k == 1:
@@ -342,6 +344,8 @@ def multiple_of_regex(k: int) -> str | None:
             nonzero = _alt(["[1-9][0-9]*" + suffix] + ([small] if small else []))
             return "(?:0|-?" + nonzero + ")"
     # Residue DFA over the digits of a positive number (first digit 1-9).
+    if k > max_states:
+        return None
     start: dict[int, list[int]] = {}
     for dgt in range(1, 10):
         start.setdefault(dgt % k, []).append(dgt)
@@ -369,7 +373,7 @@ def multiple_of_regex(k: int) -> str | None:
     return "(?:0|-?(?:" + body + "))"
 
 
-def _num_regex(n: _Num, where: str) -> tuple[str, bool] | None:
+def _num_regex(n: _Num, where: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, bool] | None:
     """(regex, extended) of the lexeme for a number schema; None if no number fits."""
     if n in _num_cache:
         return _num_cache[n]
@@ -393,8 +397,9 @@ def _num_regex(n: _Num, where: str) -> tuple[str, bool] | None:
                 if not any(v % int(m) == 0 for m in n.not_mult) and Decimal(v) not in n.excluded
             ]
             result = (_enum_numbers(values), False) if values else None
-            if result is not None and not n.integer:
-                result = (result[0] + "(?:\\.0+)?", False)
+            if result is not None:
+                # An integer may carry a zero fraction: 1.0 is the integer 1.
+                result = (result[0] + _ZERO_FRACTION, False)
             _num_cache[n] = result
             return result
         rng = integer_range_regex(lo, hi) if bounded else INTEGER_REGEX
@@ -403,16 +408,16 @@ def _num_regex(n: _Num, where: str) -> tuple[str, bool] | None:
             return None
         conj.append(rng)
         for m in ([k] if k != 1 else []):
-            mre = multiple_of_regex(m)
+            mre = multiple_of_regex(m, limits.max_multiple_of_states)
             if mre is None:
-                raise GrammarError(
-                    f"multipleOf {m} at {where}: the divisibility regex would be too large (bound the range "
-                    "with minimum/maximum to at most 2000 multiples)"
+                raise GrammarLimitExceeded(
+                    *_multiple_of_limit(m, limits),
+                    f"multipleOf {m} at {where}: the divisibility regex would be too large "
+                    "(bound the range with minimum/maximum to at most 2000 multiples)",
                 )
             conj.append(mre)
-        if not n.integer:
-            # A number that is an integer multiple may carry a zero fraction.
-            suffix = "(?:\\.0+)?"
+        # An integer (or an integer multiple) may carry a zero fraction: 1.0 is 1.
+        suffix = _ZERO_FRACTION
     else:
         rng = number_range_regex(n.lo, n.lox, n.hi, n.hix)
         if rng is None:
@@ -439,9 +444,12 @@ def _num_regex(n: _Num, where: str) -> tuple[str, bool] | None:
         for x in n.excluded:
             negs.append("~(?:" + _value_spellings(x) + ")")
     for m in n.not_mult:
-        mre = multiple_of_regex(int(m))
+        mre = multiple_of_regex(int(m), limits.max_multiple_of_states)
         if mre is None:
-            raise GrammarError(f"not multipleOf {m} at {where}: the divisibility regex would be too large")
+            raise GrammarLimitExceeded(
+                *_multiple_of_limit(int(m), limits),
+                f"not multipleOf {m} at {where}: the divisibility regex would be too large",
+            )
         negs.append("~(?:" + mre + ")")
     if len(conj) == 1 and not negs:
         result = (conj[0] + suffix, False)
@@ -451,6 +459,16 @@ def _num_regex(n: _Num, where: str) -> tuple[str, bool] | None:
         _num_cache.clear()
     _num_cache[n] = result
     return result
+
+
+_ZERO_FRACTION = "(?:\\.0+)?"
+
+
+def _multiple_of_limit(k: int, limits: Limits) -> tuple[str, int]:
+    """The limit that stopped multiple_of_regex(k): the automaton's size or its regex's."""
+    if k > limits.max_multiple_of_states:
+        return "max_multiple_of_states", limits.max_multiple_of_states
+    return "max_regex_chars", DEFAULT_LIMITS.max_regex_chars
 
 
 def _enum_numbers(values: list[int]) -> str:

@@ -131,10 +131,11 @@ class _Analysis:
 
 
     # Emptiness -------------------------------------------------------------------------
-    def is_empty(self, expr: int) -> bool:
+    def is_empty(self, expr: int, bound: int | None = None) -> bool:
         """Is the language empty? Trivial without & and ~; otherwise explores the
-        derivative graph (raises LimitExceeded past limits.max_lexer_states)."""
-        return self._is_empty(expr, self.limits.max_lexer_states)
+        derivative graph (raises LimitExceeded past `bound` states, by default
+        limits.max_lexer_states)."""
+        return self._is_empty(expr, self.limits.max_lexer_states if bound is None else bound)
 
     def _is_empty(self, expr: int, bound: int) -> bool:
         if expr == 0:

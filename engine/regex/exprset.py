@@ -140,11 +140,8 @@ class ExprSet(_Analysis, _Derivatives):
         i = len(self._kind)
         if i >= self.limits.max_regex_nodes:
             raise LimitExceeded("max_regex_nodes", self.limits.max_regex_nodes, "too many distinct regular expressions")
-        self._kind.append(kind)
-        self._args.append(args)
-        self._nullable.append(nullable)
-        self._height.append(height)
-        self._has_bool.append(has_bool)
+        # Everything that can fail (a RecursionError deep in a caller included) comes
+        # before the first append: the parallel arrays of a shared set stay aligned.
         counts = self._max_count
         if kind == _CONCAT:
             count = max(counts[args[0]], counts[args[1]])
@@ -156,6 +153,11 @@ class ExprSet(_Analysis, _Derivatives):
             count = counts[args[0]]
         else:
             count = 0
+        self._kind.append(kind)
+        self._args.append(args)
+        self._nullable.append(nullable)
+        self._height.append(height)
+        self._has_bool.append(has_bool)
         counts.append(count)
         if key:
             self._ids[key] = i
