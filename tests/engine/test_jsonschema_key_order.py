@@ -121,3 +121,20 @@ def test_many_required_keys_come_in_required_or_properties_order():
     g = compile_json_schema(schema, limits=Limits(max_key_set_states=1 << 13))
     assert g.warnings == []
     assert accepts(g, doc([1, 0] + list(range(2, 12)), opt_at=3))
+
+
+def test_bundled_package_json_schema_takes_keys_in_the_authors_order():
+    from pathlib import Path
+
+    import midword.grammars as grammars
+
+    schema = json.loads((Path(grammars.__file__).parent / "schemas" / "package.json").read_text())
+    g = compile_json_schema(schema)
+    order = list(schema["properties"])
+    assert order.index("name") < order.index("version") < order.index("scripts")
+    doc = {"scripts": {"test": "jest"}, "version": "1.0.0", "description": "x", "name": "pkg",
+           "dependencies": {"a": "^1.0.0"}}
+    assert accepts(g, json.dumps(doc, indent=2))
+    assert not accepts(g, json.dumps({**doc, "version": 1}))
+    # 37 optional keys are past the key-set budget: a repeat is let through, and said.
+    assert any("may repeat" in w for w in g.warnings)
