@@ -30,6 +30,14 @@ class LimitExceeded(RuntimeError):
         super().__init__(msg)
 
 
+class GrammarLimitExceeded(GrammarError, LimitExceeded):
+    """Compiling a grammar went past one of the `Limits`: the grammar is refused (a
+    GrammarError) and the message names the limit (a LimitExceeded) and the place."""
+
+    def __init__(self, limit: str, value: int, detail: str = ""):
+        LimitExceeded.__init__(self, limit, value, detail)
+
+
 @dataclass(frozen=True)
 class Limits:
     # Derivative steps spent computing one mask (lexer table misses).
@@ -44,6 +52,34 @@ class Limits:
     max_grammar_size: int = 500_000
     # Parser steps (rows) spent computing one mask.
     parser_fuel: int = 1_000_000
+    # JSON Schema: subschema (and enum/const value) nesting followed.
+    max_schema_depth: int = 200
+    # JSON Schema: alternatives of one union after anyOf/allOf expansion.
+    max_union_parts: int = 20_000
+    # JSON Schema: nonterminals made for intersections of $refs.
+    max_synthetic_refs: int = 20_000
+    # JSON Schema: states of one object's member machine (listed keys x counts).
+    max_object_states: int = 20_000
+    # JSON Schema, key_order "any": nonterminals tracking the set of keys an object has
+    # written (2^keys tracked); beyond it optional keys go untracked (see jsonschema).
+    max_key_set_states: int = 16
+    # JSON Schema: patternProperties groups an object's extra keys may fall in.
+    max_pattern_groups: int = 4
+    # JSON Schema: `contains` constraints combined on one array.
+    max_contains: int = 3
+    # JSON Schema: states explored deciding at compile time whether a lexeme with & or ~
+    # (a length bound beside patterns, say) matches anything.
+    max_emptiness_states: int = 10_000
+    # JSON Schema: residues of the divisibility automaton built for an integer multipleOf.
+    max_multiple_of_states: int = 128
+    # JSON Schema: JSON values (counting nested ones) in one schema's enum/const.
+    max_const_values: int = 50_000
+    # JSON Schema: elements a minItems/maxItems bound spells out as grammar rules.
+    max_counted_items: int = 100_000
+    # JSON Schema: characters of one regex written for a pattern, number range or multipleOf.
+    max_regex_chars: int = 200_000
+    # JSON Schema: steps checking enum/const values against subschemas.
+    max_validation_steps: int = 200_000
 
 
 DEFAULT_LIMITS = Limits()

@@ -176,6 +176,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     http = bsub.add_parser("http", help="replay typing a file as /infill requests from 1, 4, 16 clients; latency")
     start = bsub.add_parser("start", help="process start to first mask, cold and warm numba cache")
     ab = bsub.add_parser("ab", help="MaskBench: this checkout's engine against another git revision's, in one process")
+    jsts = bsub.add_parser("jsts", help="JSON-Schema-Test-Suite draft 2020-12: midword beside llguidance")
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     wanted = argv or []
     if wanted[:2] == ["bench", "cpc"]:
@@ -198,6 +199,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
         add_ab_arguments(ab)
         ab.set_defaults(func=run_ab)
+    if wanted[:2] == ["bench", "jsts"]:
+        from midword.bench.jsts import add_jsts_arguments, run_jsts
+
+        add_jsts_arguments(jsts)
+        jsts.set_defaults(func=run_jsts)
     if wanted[:2] == ["bench", "start"]:
         from midword.bench.start import add_start_arguments, run_start_bench
 

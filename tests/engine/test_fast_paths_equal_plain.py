@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from toy import toy
 
-from midword.engine import regex as regex_module
+from midword.engine.regex import parser as regex_module
 from midword.engine.fastforward import _forced_bytes, _surely_unforced
 from midword.engine.grammar import Grammar, GrammarBuilder
 from midword.engine.lexer import UNKNOWN, Lexer

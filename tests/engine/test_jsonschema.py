@@ -399,7 +399,7 @@ def test_properties_required_in_schema_order():
         "additionalProperties": False,
     }
     g = check(schema, valid=[{"b": "x"}, {"a": 1, "b": "x"}, {"a": 1, "b": "x", "c": True}, {"b": "x", "c": False}],
-              invalid=[{}, {"a": 1}, {"b": 1}, {"b": "x", "d": 1}, {"a": 1, "a2": 2, "b": "x"}])
+              invalid=[{}, {"a": 1}, {"b": 1}, {"b": "x", "d": 1}, {"a": 1, "a2": 2, "b": "x"}], key_order="schema")
     # Schema order: a property out of order, or twice, is rejected.
     assert not accepts(g, '{"b":"x","a":1}')
     assert not accepts(g, '{"a":1,"a":2,"b":"x"}')
@@ -481,15 +481,17 @@ def test_prefix_items_2020_and_draft04_tuple_form():
     check({"prefixItems": [{"const": 1}, {"const": 2}], "items": False, "minItems": 2}, valid=[[1, 2]], invalid=[[1], [1, 2, 3]])
 
 
-def test_unique_items_is_a_recorded_relaxation():
-    g = check({"type": "array", "uniqueItems": True}, valid=[[1, 2]])
+def test_unique_items_is_refused_by_default_and_a_recorded_relaxation_when_lenient():
+    with pytest.raises(GrammarError, match="uniqueItems at #/uniqueItems.*lenient=True"):
+        compile_json_schema({"type": "array", "uniqueItems": True})
+    g = check({"type": "array", "uniqueItems": True}, valid=[[1, 2]], lenient=True)
     assert accepts(g, "[1,1]")  # not enforced...
     assert g.warnings and "uniqueItems" in g.warnings[0] and "#" in g.warnings[0]  # ...and said so
     assert "uniqueItems" in RELAXED_KEYWORDS
     assert compile_json_schema({"type": "array", "uniqueItems": False}).warnings == []
     assert compile_json_schema({"type": "array", "uniqueItems": True, "maxItems": 1}).warnings == []
     with pytest.raises(GrammarError, match="uniqueItems"):
-        compile_json_schema({"type": "array", "uniqueItems": True}, strict=True)
+        compile_json_schema({"type": "array", "uniqueItems": True}, strict=True, lenient=True)
 
 
 def test_contains():
@@ -762,7 +764,7 @@ def run_maskbench(files: list[str]) -> dict:
             case = json.load(f)
         counts["files"] += 1
         try:
-            g = compile_json_schema(case["schema"])
+            g = compile_json_schema(case["schema"], lenient=True)
         except GrammarError:
             counts["grammar_errors"] += 1
             continue

@@ -13,16 +13,16 @@ import random
 import pytest
 
 from midword.engine.grammar import GrammarBuilder, regex_escape_bytes, validate
-from midword.engine.jsonschema import (
-    _ALL,
-    _DOT,
-    _SPECIAL,
-    _WORDS,
-    _cs,
-    _cs_complement,
-    _cs_intersect,
-    compile_json_schema,
-)
+from midword.engine.jsonschema import compile_json_schema
+from midword.engine.regex import charset
+from midword.engine.regex.charset import ALL as _ALL
+from midword.engine.regex.charset import ECMA_DOT as _DOT
+from midword.engine.regex.charset import WORD as _WORDS
+from midword.engine.regex.charset import complement as _cs_complement
+from midword.engine.regex.charset import intersect as _cs_intersect
+from midword.engine.regex.charset import normalize as _cs
+
+_SPECIAL = charset.normalize([(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
 from midword.engine.limits import GrammarError
 from midword.engine.recognizer import grammar_accepts
 

@@ -1,0 +1,1170 @@
+"""Normalisation: schema documents ($ref, $id, anchors) to the IR."""
+
+from __future__ import annotations
+
+import math
+import urllib.parse
+from decimal import Decimal
+from fractions import Fraction
+from typing import Any
+
+from ..limits import GrammarError, GrammarLimitExceeded, LimitExceeded, Limits
+from ..regex import MAX_REPEAT_COUNT, ExprSet, LazyDFA
+from .ir import (
+    _ANY_PARTS,
+    _BOOL,
+    _NULL,
+    ANY,
+    NOTHING,
+    _apart,
+    _Arr,
+    _BoolT,
+    _Const,
+    _elem,
+    _kind,
+    _make_arr,
+    _make_num,
+    _make_obj,
+    _make_str,
+    _min_opt,
+    _Node,
+    _NullT,
+    _Num,
+    _Obj,
+    _Ref,
+    _Str,
+    _str_within_excluded,
+    _Union,
+    _union,
+)
+from .keywords import (
+    _ALL_KINDS,
+    _APPLICATORS,
+    _FORMAT_PATTERNS,
+    _SUBSCHEMA_SHAPE,
+    _TYPE_KEYWORDS,
+    _TYPE_KIND,
+    _TYPES,
+    RELAXED_KEYWORDS,
+    SUPPORTED_FORMATS,
+    UNSUPPORTED_KEYWORDS,
+)
+from .numeric import _num_regex
+from .patterns import pattern_to_regex
+from .pointers import (
+    _canon,
+    _decode_pointer,
+    _json_equal,
+    _json_str,
+    _ptr,
+    _value_key,
+    _Where,
+)
+from .strings import _string_body
+
+# --------------------------------------------------------------------------------------
+# Compiler: schema documents -> IR
+# --------------------------------------------------------------------------------------
+
+
+class _Compiler:
+    def __init__(self, schema: Any, *, strict: bool, limits: Limits, lenient: bool = False,
+                 formats: str = "assert"):
+        self.doc = schema
+        self.strict = strict
+        self.lenient = lenient
+        self.formats = formats
+        self.limits = limits
+        self.warnings: list[str] = []
+        self._warned: set[str] = set()
+        # Base reference name -> (schema value, base URI, path).
+        self.targets: dict[str, tuple[Any, str, tuple]] = {}
+        self.bodies: dict[str, _Node] = {}
+        self.in_progress: set[str] = set()
+        self.unfolding: set = set()
+        self.synthetic: dict[frozenset, _Node] = {}
+        self.depth = 0
+        self.steps = 0
+        self.validating = 0
+        self._exprs = None
+        self._empty_cache: dict[str | tuple[str, str], bool] = {}
+        self._dfas: dict[str, Any] = {}
+        schema_uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
+        self.honor_id = not isinstance(schema_uri, str) or "draft-04" in schema_uri or "draft-03" in schema_uri
+        # Resource URIs (no fragment) and anchors -> (schema, base, path).
+        self.resources: dict[str, tuple[Any, str, tuple]] = {}
+        self.anchors: dict[str, tuple[Any, str, tuple]] = {}
+        self.base_of: dict[tuple, str] = {}
+        root_base = self._own_id(schema, "") if isinstance(schema, dict) else ""
+        self.root_base = root_base
+        self.resources[root_base] = (schema, root_base, ())
+        self.resources.setdefault("", (schema, root_base, ()))
+        # Indexed at the first $ref: most schemas have none, and until then normalisation
+        # works out each subschema's base on its way down, as the index would.
+        self._indexed = False
+
+    def exprs(self):
+        """The process-wide expression set the lexer will use (regex.ExprSet.shared)."""
+        if self._exprs is None:
+            self._exprs = ExprSet.shared(self.limits)
+        return self._exprs
+
+    def regex_empty(self, regex: str, refuse: str = "") -> bool:
+        """Whether an extended-syntax regex denotes the empty language. Unsure (past
+        Limits.max_emptiness_states): False, or with `refuse` (what the regex is for) a
+        refusal: the lexer would face the same search at the first mask."""
+        hit = self._empty_cache.get(regex)
+        if hit is not None:
+            return hit
+        exprs = self.exprs()
+        bound = self.limits.max_emptiness_states
+        try:
+            empty = exprs.is_empty(exprs.parse(regex, "", extended=True), bound)
+        except LimitExceeded:
+            if refuse:
+                raise GrammarLimitExceeded(
+                    "max_emptiness_states", bound, f"{refuse}: too large to decide whether any string fits"
+                ) from None
+            empty = False
+        self._empty_cache[regex] = empty
+        return empty
+
+    def regexes_disjoint(self, a: str, b: str) -> bool:
+        """Whether two extended-syntax regexes share no string (unsure: False): the
+        emptiness of `(?:a)&(?:b)`, with each side parsed on its own. oneOf compares
+        every pair of branches, so each regex is parsed (and cached) once, not once
+        per pair inside a combined text."""
+        key = (a, b)
+        hit = self._empty_cache.get(key)
+        if hit is not None:
+            return hit
+        exprs = self.exprs()
+        try:
+            empty = exprs.is_empty(
+                exprs.and_(exprs.parse(a, "", extended=True), exprs.parse(b, "", extended=True)),
+                self.limits.max_emptiness_states,
+            )
+        except LimitExceeded:
+            empty = False
+        self._empty_cache[key] = empty
+        return empty
+
+    def pattern_matches(self, pattern: str, text: str) -> bool:
+        """Whether a (translated) pattern finds a match in `text`, in linear time."""
+        pr = pattern_to_regex(pattern)
+        if pr.json is None:
+            return False
+        dfa = self._dfas.get(pattern)
+        if dfa is None:
+            exprs = self.exprs()
+            dfa = self._dfas[pattern] = LazyDFA(exprs, exprs.parse(pr.json, "", extended=True))
+        return dfa.matches(_json_str(text)[1:-1].encode("utf-8"))
+
+    # Warnings --------------------------------------------------------------------
+    def union(self, parts) -> _Node:
+        r = _union(parts)
+        if isinstance(r, _Union) and len(r.parts) > self.limits.max_union_parts:
+            raise LimitExceeded(
+                "max_union_parts", self.limits.max_union_parts, "anyOf/allOf expansion has too many alternatives"
+            )
+        return r
+
+    def make_arr(self, prefix, items, lo, hi, contains=()) -> _Node:
+        return _make_arr(prefix, items, lo, hi, contains, max_contains=self.limits.max_contains)
+
+    def note(self, msg: str) -> None:
+        """A warning about a stricter-than-asked choice (it never accepts more), so one
+        that strict mode lets through."""
+        if msg not in self._warned:
+            self._warned.add(msg)
+            self.warnings.append(msg)
+
+    def relax(self, keyword: str, path: tuple, detail: str = "") -> None:
+        msg = f"{keyword} at {_ptr(path)}: {detail or RELAXED_KEYWORDS[keyword]}"
+        if self.strict:
+            raise GrammarError(f"{msg} (strict mode)")
+        if msg not in self._warned:
+            self._warned.add(msg)
+            self.warnings.append(msg)
+
+    # $id / $ref -------------------------------------------------------------------
+    def _own_id(self, s: dict, base: str) -> str:
+        ident = s.get("$id")
+        if not isinstance(ident, str) and self.honor_id and isinstance(s.get("id"), str):
+            ident = s.get("id")
+        if not isinstance(ident, str) or ident.startswith("#"):
+            return base
+        return urllib.parse.urljoin(base, ident).split("#", 1)[0] if base else ident.split("#", 1)[0]
+
+    def _index(self, s: Any, base: str, path: tuple, depth: int = 0) -> None:
+        """Record the base URI of every subschema, its `$id`s and anchors."""
+        if depth > self.limits.max_schema_depth:
+            raise LimitExceeded("max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}")
+        if not isinstance(s, dict):
+            return
+        new_base = self._own_id(s, base)
+        if new_base != base:
+            self.resources.setdefault(new_base, (s, new_base, path))
+        base = new_base
+        self.base_of[path] = base
+        for key in ("$id", "id") if self.honor_id else ("$id",):
+            v = s.get(key)
+            if isinstance(v, str) and v.startswith("#") and len(v) > 1:
+                self.anchors.setdefault(base + v, (s, base, path))
+        anchor = s.get("$anchor")
+        if isinstance(anchor, str):
+            self.anchors.setdefault(base + "#" + anchor, (s, base, path))
+        for key, v in s.items():
+            shape = _SUBSCHEMA_SHAPE.get(key)
+            if shape is None:
+                continue
+            if shape == "map":
+                if isinstance(v, dict):
+                    for k2, v2 in v.items():
+                        self._index(v2, base, path + (key, k2), depth + 1)
+            elif shape == "list" and isinstance(v, list):
+                for i, v2 in enumerate(v):
+                    self._index(v2, base, path + (key, i), depth + 1)
+            else:
+                self._index(v, base, path + (key,), depth + 1)
+
+    def _resolve(self, ref: str, base: str, path: tuple) -> str:
+        """The reference name for `$ref` (registering its target)."""
+        if not self._indexed:
+            self._indexed = True
+            self._index(self.doc, self.root_base, ())
+        where = _ptr(path)
+        absolute = urllib.parse.urljoin(base, ref) if base else ref
+        uri, _, fragment = absolute.partition("#")
+        fragment = urllib.parse.unquote(fragment)
+        target = None
+        if fragment and not fragment.startswith("/"):
+            target = self.anchors.get(uri + "#" + fragment)
+            if target is None:
+                raise GrammarError(f"$ref {ref!r} at {where}: anchor {fragment!r} not found")
+            doc, doc_base, doc_path = target
+            name = _ptr(doc_path)
+            self.targets.setdefault(name, (doc, doc_base, doc_path))
+            return name
+        res = self.resources.get(uri)
+        if res is None:
+            if uri in ("", self.root_base) or not urllib.parse.urlparse(ref).netloc and ref.startswith("#"):
+                res = self.resources[self.root_base]
+            else:
+                raise GrammarError(
+                    f"$ref {ref!r} at {where}: cannot resolve {uri!r} "
+                    "(only references into this document are supported)"
+                )
+        pointer = _decode_pointer(fragment, where)
+        found = self._follow(res, pointer)
+        if found is None and res[2] != ():
+            # Fall back to the document root (common in schemas with decorative ids).
+            found = self._follow(self.resources[self.root_base], pointer)
+        if found is None:
+            raise GrammarError(f"$ref {ref!r} at {where}: {fragment or '#'} not found in the document")
+        node, doc_path = found
+        name = _ptr(doc_path)
+        self.targets.setdefault(name, (node, self.base_of.get(doc_path, res[1]), doc_path))
+        return name
+
+    @staticmethod
+    def _follow(res: tuple, pointer: tuple):
+        node, _, doc_path = res
+        for tok in pointer:
+            if isinstance(node, dict) and tok in node:
+                node = node[tok]
+            elif isinstance(node, list) and tok.isdigit() and int(tok) < len(node):
+                tok = int(tok)
+                node = node[tok]
+            else:
+                return None
+            doc_path = doc_path + (tok,)
+        return node, doc_path
+
+    def body(self, name: str) -> _Node:
+        b = self.bodies.get(name)
+        if b is not None:
+            return b
+        if name in self.in_progress:
+            raise GrammarError(f"circular $ref: {name} refers to itself without any structure in between")
+        schema, base, path = self.targets[name]
+        self.in_progress.add(name)
+        try:
+            b = self.norm(schema, base, path)
+        finally:
+            self.in_progress.discard(name)
+        self.bodies[name] = b
+        return b
+
+    def unfold(self, r: _Ref) -> _Node:
+        """The IR a reference stands for (computed once per reference)."""
+        b = self.bodies.get(r.key)
+        if b is not None:
+            return b
+        if r.key in self.unfolding:
+            raise GrammarError(
+                f"circular $ref: {', '.join(sorted(a for a in r.atoms if isinstance(a, str)))} "
+                "refers to itself without any structure in between"
+            )
+        self.unfolding.add(r.key)
+        try:
+            acc = self._unfold_atoms(r)
+        finally:
+            self.unfolding.discard(r.key)
+        self.bodies[r.key] = acc
+        return acc
+
+    def _unfold_atoms(self, r: _Ref) -> _Node:
+        acc: _Node = ANY
+        # Named references first, in name order, so the result does not depend on set order.
+        for atom in sorted(r.atoms, key=lambda a: (0, a) if isinstance(a, str) else (1, "")):
+            acc = self.intersect(acc, self.body(atom) if isinstance(atom, str) else atom)
+        return acc
+
+    def root(self) -> _Node:
+        return self.norm(self.doc, self.root_base, ())
+
+    # Normalisation -------------------------------------------------------------------
+    def norm(self, s: Any, base: str, path: tuple) -> _Node:
+        self.depth += 1
+        try:
+            if self.depth > self.limits.max_schema_depth:
+                raise LimitExceeded("max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}")
+            return self._norm(s, base, path)
+        except RecursionError:
+            # Python's stack ran out before max_schema_depth did (each level takes
+            # several frames): the same refusal, with the place.
+            raise GrammarLimitExceeded(
+                "max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}"
+            ) from None
+        except LimitExceeded as e:
+            # The innermost subschema names the place (the limits deep inside know none).
+            if not isinstance(e, GrammarError) and getattr(e, "schema_path", None) is None:
+                e.schema_path = _ptr(path)
+            raise
+        finally:
+            self.depth -= 1
+
+    def _norm(self, s: Any, base: str, path: tuple) -> _Node:
+        if s is True:
+            return ANY
+        if s is False:
+            return NOTHING
+        if not isinstance(s, dict):
+            raise GrammarError(f"schema at {_ptr(path)} must be an object or a boolean, not {type(s).__name__}")
+        known = self.base_of.get(path)
+        base = known if known is not None else self._own_id(s, base)
+        if not UNSUPPORTED_KEYWORDS.isdisjoint(s):
+            for key in s:
+                if key in UNSUPPORTED_KEYWORDS:
+                    raise GrammarError(f"unsupported keyword {key!r} at {_ptr(path)}")
+        for key in ("unevaluatedProperties", "unevaluatedItems"):
+            if key not in s or s[key] is True:
+                continue
+            applicators = [k for k in _APPLICATORS if k in s]
+            if applicators:
+                raise GrammarError(
+                    f"unsupported keyword {key!r} at {_ptr(path)} (only without in-place applicators such as "
+                    f"{', '.join(applicators)} beside it)"
+                )
+
+        node = self._typed(s, base, path)
+        if "enum" in s or "const" in s:
+            values = []
+            if "enum" in s:
+                if not isinstance(s["enum"], list):
+                    raise GrammarError(f"enum at {_ptr(path)} must be an array")
+                values = list(s["enum"])
+            self._check_value_count(values, s.get("const"), path)
+            if "const" in s:
+                values = [v for v in values if _json_equal(v, s["const"])] if "enum" in s else [s["const"]]
+            kept = []
+            seen = set()
+            for v in values:
+                key = _value_key(v)
+                if key not in seen and self.accepts(node, v):
+                    seen.add(key)
+                    kept.append(v)
+            node = self.union(_Const(v) for v in kept)
+        if "$ref" in s:
+            ref = s["$ref"]
+            if not isinstance(ref, str):
+                raise GrammarError(f"$ref at {_ptr(path)} must be a string")
+            name = self._resolve(ref, base, path)
+            node = self.intersect(node, _Ref(frozenset([name])))
+        if "allOf" in s:
+            for i, sub in enumerate(self._schema_list(s, "allOf", path)):
+                node = self.intersect(node, self.norm(sub, base, path + ("allOf", i)))
+        if "anyOf" in s:
+            subs = self._schema_list(s, "anyOf", path)
+            node = self.intersect(node, self.union(self.norm(sub, base, path + ("anyOf", i)) for i, sub in enumerate(subs)))
+        if "not" in s:
+            inner = self.norm(s["not"], base, path + ("not",))
+            node = self.intersect(node, self.negate(inner, _ptr(path + ("not",))))
+        if "if" in s and ("then" in s or "else" in s):
+            # if/then/else == (if AND then) OR (NOT if AND else)
+            cond = self.norm(s["if"], base, path + ("if",))
+            then = self.norm(s.get("then", True), base, path + ("then",))
+            other = self.norm(s.get("else", True), base, path + ("else",))
+            alt = self.union([self.intersect(cond, then), self.intersect(self.negate(cond, _ptr(path + ("if",))), other)])
+            node = self.intersect(node, alt)
+        node = self._dependencies(s, node, base, path)
+        if "oneOf" in s:
+            subs = self._schema_list(s, "oneOf", path)
+            raw = [self.norm(sub, base, path + ("oneOf", i)) for i, sub in enumerate(subs)]
+            node = self._one_of(node, raw, _ptr(path))
+        return node
+
+    def _dependencies(self, s: dict, node: _Node, base: str, path: tuple) -> _Node:
+        """dependentRequired / dependentSchemas / draft-04..07 dependencies: for each
+        trigger key, (key absent) OR (key present AND the dependency)."""
+        deps: list[tuple[str, Any, tuple]] = []
+        for key in ("dependencies", "dependentRequired", "dependentSchemas"):
+            if key not in s:
+                continue
+            if not isinstance(s[key], dict):
+                raise GrammarError(f"{key} at {_ptr(path + (key,))} must be an object")
+            for trigger, dep in s[key].items():
+                deps.append((trigger, dep, path + (key, trigger)))
+        for trigger, dep, dpath in deps:
+            if isinstance(dep, list) and dpath[-2] != "dependentSchemas":
+                if not all(isinstance(x, str) for x in dep):
+                    raise GrammarError(f"dependency at {_ptr(dpath)} must be an array of property names")
+                then: _Node = _Obj(required=tuple(dict.fromkeys([trigger] + dep)))
+            elif dpath[-2] == "dependentRequired":
+                raise GrammarError(f"dependentRequired at {_ptr(dpath)} must be an array of property names")
+            else:
+                then = self.intersect(_Obj(required=(trigger,)), self.norm(dep, base, dpath))
+            absent = _Obj(props=((trigger, NOTHING),))
+            others = self.union(p for p in _ANY_PARTS if not isinstance(p, _Obj))
+            node = self.intersect(node, self.union([others, absent, then]))
+        return node
+
+    def _one_of(self, node: _Node, raw: list[_Node], where: str) -> _Node:
+        """`node` AND oneOf(raw) as a union: directly when the branches are provably
+        disjoint, else as the union of (branch i AND NOT each overlapping branch j),
+        where those complements can be expressed."""
+        pairs = [(self.intersect(node, r), r) for r in raw]
+        pairs = [(b, r) for b, r in pairs if b is not NOTHING]
+        live = [b for b, _ in pairs]
+        n = len(live)
+        overlap = [[False] * n for _ in range(n)]
+        exclusive = True
+        for i in range(n):
+            for j in range(i + 1, n):
+                if not self.disjoint(live[i], live[j], 0):
+                    overlap[i][j] = overlap[j][i] = True
+                    exclusive = False
+        if exclusive:
+            return self.union(live)
+        try:
+            negs: dict[int, _Node] = {}
+            out = []
+            for i in range(n):
+                acc = live[i]
+                for j in range(n):
+                    if j != i and overlap[i][j]:
+                        if j not in negs:
+                            # node AND b_i AND NOT (node AND b_j) == node AND b_i AND NOT b_j
+                            negs[j] = self.negate(pairs[j][1], where)
+                        acc = self.intersect(acc, negs[j])
+                out.append(acc)
+            return self.union(out)
+        except (GrammarError, LimitExceeded) as e:
+            raise GrammarError(
+                f"oneOf at {where}: cannot prove its branches exclusive (different types, constants, or a "
+                f"required property with disjoint values) nor build their complement ({e})"
+            ) from None
+
+    # Complement ---------------------------------------------------------------------------
+    def negate(self, node: _Node, where: str, depth: int = 0) -> _Node:
+        """The IR of NOT node, where it is expressible; a GrammarError naming `where` otherwise."""
+        if depth > 16:
+            raise GrammarError(f"not at {where}: cannot complement a recursive schema")
+        if node is ANY:
+            return NOTHING
+        if node is NOTHING:
+            return ANY
+        if isinstance(node, _Ref):
+            if any(isinstance(x, str) and x in self.in_progress for x in node.atoms):
+                raise GrammarError(f"not at {where}: cannot complement a recursive schema")
+            return self.negate(self.unfold(node), where, depth + 1)
+        if isinstance(node, _Union):
+            acc: _Node = ANY
+            for p in node.parts:
+                acc = self.intersect(acc, self.negate(p, where, depth))
+            return acc
+        kind = _kind(node)
+        others = [p for p in _ANY_PARTS if _kind(p) != kind]
+        return self.union(others + [self._negate_within(node, kind, where, depth)])
+
+    def _negate_within(self, node: _Node, kind: str, where: str, depth: int) -> _Node:
+        """Values of the same kind as `node` that `node` rejects."""
+        def unsupported(what: str) -> GrammarError:
+            return GrammarError(f"not at {where}: cannot express the complement of {what}")
+
+        if isinstance(node, _Const):
+            v = node.value
+            if v is None:
+                return NOTHING
+            if isinstance(v, bool):
+                return _Const(not v)
+            if isinstance(v, str):
+                return _Str(excluded=(node,))
+            if isinstance(v, (int, float)) and not (isinstance(v, float) and not math.isfinite(v)):
+                d = Decimal(v) if isinstance(v, int) else Decimal(repr(v))
+                return _Num(excluded=(d.normalize() if d else Decimal(0),))
+            raise unsupported(f"the constant {_canon(v)[:40]}")
+        if kind in ("null", "bool"):
+            return NOTHING
+        if isinstance(node, _Str):
+            return _Str(excluded=(node,))
+        if isinstance(node, _Num):
+            parts = []
+            if node.lo is not None:
+                parts.append(_Num(hi=node.lo, hix=not node.lox))
+            if node.hi is not None:
+                parts.append(_Num(lo=node.hi, lox=not node.hix))
+            if node.integer:
+                parts.append(_Num(fractional=True))
+            if node.fractional:
+                parts.append(_Num(integer=True))
+            if node.mult is not None:
+                if Fraction(node.mult).denominator != 1:
+                    raise unsupported(f"multipleOf {node.mult}")
+                parts += [_Num(fractional=True), _Num(integer=True, not_mult=(node.mult,))]
+            for k in node.not_mult:
+                parts.append(_make_num(True, None, False, None, False, k, where))
+            for x in node.excluded:
+                parts.append(_Const(int(x) if x == x.to_integral_value() else float(x)))
+            return self.union(parts)
+        if isinstance(node, _Arr):
+            p = len(node.prefix)
+            parts = []
+            if node.min_items > 0:
+                parts.append(_Arr(max_items=node.min_items - 1))
+            if node.max_items is not None:
+                parts.append(_Arr(min_items=node.max_items + 1))
+            for i, sub in enumerate(node.prefix):
+                parts.append(self.make_arr((ANY,) * i + (self.negate(sub, where, depth + 1),), ANY, i + 1, None))
+            if node.items is not ANY:
+                parts.append(self.make_arr((ANY,) * p, ANY, p + 1, None, (self.negate(node.items, where, depth + 1),)))
+            for c in node.contains:
+                parts.append(self.make_arr((ANY,) * p, self.negate(c, where, depth + 1), 0, None))
+            return self.union(parts)
+        if isinstance(node, _Obj):
+            if node.patterns or node.additional is not ANY or node.names is not ANY:
+                raise unsupported("patternProperties/additionalProperties/propertyNames")
+            parts: list[_Node] = []
+            for k in node.required:
+                parts.append(_Obj(props=((k, NOTHING),)))
+            for k, v in node.props:
+                nv = self.negate(v, where, depth + 1)
+                if nv is not NOTHING:
+                    parts.append(_make_obj(((k, nv),), (), ANY, (k,), 0, None))
+            if node.min_props > 0:
+                parts.append(_Obj(max_props=node.min_props - 1))
+            if node.max_props is not None:
+                parts.append(_Obj(min_props=node.max_props + 1))
+            return self.union(parts)
+        raise AssertionError(node)
+
+    def kinds(self, node: _Node, depth: int = 0) -> frozenset:
+        """Kinds of values a node may accept (an over-approximation)."""
+        if node is ANY or depth > 32:
+            return _ALL_KINDS
+        if isinstance(node, _Union):
+            out: set = set()
+            for p in node.parts:
+                out |= self.kinds(p, depth)
+            return frozenset(out)
+        if isinstance(node, _Ref):
+            acc = _ALL_KINDS
+            for a in node.atoms:
+                if isinstance(a, str):
+                    if a in self.bodies:
+                        acc &= self.kinds(self.bodies[a], depth + 1)
+                    else:
+                        schema, _, _ = self.targets[a]
+                        acc &= self._raw_kinds(schema, set())
+                else:
+                    acc &= self.kinds(a, depth + 1)
+            return acc
+        return frozenset([_kind(node)])
+
+    def _raw_kinds(self, s: Any, seen: set) -> frozenset:
+        """Kinds of a schema read off its type/enum/const/$ref/allOf/anyOf/oneOf (over-approximation)."""
+        if s is False:
+            return frozenset()
+        if not isinstance(s, dict) or id(s) in seen or len(seen) > 200:
+            return _ALL_KINDS
+        seen.add(id(s))
+        acc = _ALL_KINDS
+        t = s.get("type")
+        if isinstance(t, str):
+            t = [t]
+        if isinstance(t, list):
+            acc &= frozenset(_TYPE_KIND.get(x, "") for x in t)
+        if isinstance(s.get("enum"), list):
+            acc &= frozenset(_kind(_Const(v)) for v in s["enum"])
+        if "const" in s:
+            acc &= frozenset([_kind(_Const(s["const"]))])
+        ref = s.get("$ref")
+        if isinstance(ref, str):
+            try:
+                name = self._resolve(ref, self.root_base, ())
+                acc &= self._raw_kinds(self.targets[name][0], seen)
+            except GrammarError:
+                pass
+        for sub in s.get("allOf", []) if isinstance(s.get("allOf"), list) else []:
+            acc &= self._raw_kinds(sub, seen)
+        for key in ("anyOf", "oneOf"):
+            if isinstance(s.get(key), list):
+                u: set = set()
+                for sub in s[key]:
+                    u |= self._raw_kinds(sub, seen)
+                acc &= frozenset(u)
+        return acc
+
+    def _schema_list(self, s: dict, key: str, path: tuple) -> list:
+        v = s[key]
+        if not isinstance(v, list) or not v:
+            raise GrammarError(f"{key} at {_ptr(path + (key,))} must be a non-empty array")
+        return v
+
+    # Keyword value checks ----------------------------------------------------------
+    def _count(self, s: dict, key: str, path: tuple) -> int | None:
+        v = s.get(key)
+        if v is None:
+            return None
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise GrammarError(f"{key} at {_ptr(path + (key,))} must be a non-negative integer")
+        return v
+
+    def _number(self, v: Any, key: str, path: tuple) -> Decimal:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise GrammarError(f"{key} at {_ptr(path + (key,))} must be a number")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise GrammarError(f"{key} at {_ptr(path + (key,))} must be finite")
+        return Decimal(v) if isinstance(v, int) else Decimal(repr(v))
+
+    def _typed(self, s: dict, base: str, path: tuple) -> _Node:
+        """The conjunction of `type` and the type-specific keywords of one schema."""
+        t = s.get("type")
+        if t is None:
+            if _TYPE_KEYWORDS.isdisjoint(s):
+                # Every type unconstrained: the union below would come out as ANY.
+                return ANY
+            types = None
+        else:
+            tl = [t] if isinstance(t, str) else t
+            if not isinstance(tl, list) or not all(isinstance(x, str) for x in tl):
+                raise GrammarError(f"type at {_ptr(path)} must be a string or an array of strings")
+            for x in tl:
+                if x not in _TYPES:
+                    raise GrammarError(f"unknown type {x!r} at {_ptr(path)}")
+            types = set(tl)
+        parts: list[_Node] = []
+
+        def want(name: str) -> bool:
+            return types is None or name in types
+
+        if want("null"):
+            parts.append(_NULL)
+        if want("boolean"):
+            parts.append(_BOOL)
+        if want("number") or want("integer"):
+            integer = types is not None and "integer" in types and "number" not in types
+            parts.append(self._num(s, path, integer))
+        if want("string"):
+            parts.append(self._str(s, path))
+        if want("array"):
+            parts.append(self._arr(s, base, path))
+        elif "uniqueItems" in s and not isinstance(s["uniqueItems"], bool):
+            raise GrammarError(f"uniqueItems at {_ptr(path)} must be a boolean")
+        if want("object"):
+            parts.append(self._obj(s, base, path))
+        return parts[0] if len(parts) == 1 else self.union(parts)
+
+    def _num(self, s: dict, path: tuple, integer: bool) -> _Node:
+        where = _Where(path)
+        lo = hi = None
+        lox = hix = False
+        if "minimum" in s:
+            lo = self._number(s["minimum"], "minimum", path)
+        if "maximum" in s:
+            hi = self._number(s["maximum"], "maximum", path)
+        for key, is_lo in (("exclusiveMinimum", True), ("exclusiveMaximum", False)):
+            if key not in s:
+                continue
+            v = s[key]
+            if isinstance(v, bool):  # draft-04: modifies minimum/maximum
+                if v and is_lo:
+                    lox = lo is not None
+                elif v:
+                    hix = hi is not None
+                continue
+            d = self._number(v, key, path)
+            if is_lo and (lo is None or d >= lo):
+                lo, lox = d, True
+            elif not is_lo and (hi is None or d <= hi):
+                hi, hix = d, True
+        mult = None
+        if "multipleOf" in s:
+            m = self._number(s["multipleOf"], "multipleOf", path)
+            if m <= 0:
+                raise GrammarError(f"multipleOf at {where} must be positive")
+            mult = m
+        n = _make_num(integer, lo, lox, hi, hix, mult, where)
+        if n is not NOTHING:
+            self._check_num(n, where)
+        return n
+
+    def _check_num(self, n: "_Num", where: str) -> None:
+        """Fail early (with the pointer) where a number lexeme cannot be built."""
+        _num_regex(n, where, self.limits)
+
+    def _check_value_count(self, values: list, const: Any, path: tuple) -> None:
+        """Refuse (before building anything) an enum/const bigger than Limits allow: the
+        grammar spells every value out."""
+        cap = self.limits.max_const_values
+        if len(values) > cap:
+            raise GrammarLimitExceeded("max_const_values", cap, f"enum at {_ptr(path)} has {len(values)} values")
+        stack = list(values) + [const]
+        count = 0
+        while stack:
+            v = stack.pop()
+            count += 1
+            if count > cap:
+                raise GrammarLimitExceeded("max_const_values", cap, f"enum/const at {_ptr(path)} holds more JSON values")
+            if isinstance(v, dict):
+                stack.extend(v.values())
+            elif isinstance(v, list):
+                stack.extend(v)
+
+    def _str(self, s: dict, path: tuple) -> _Node:
+        lo = self._count(s, "minLength", path) or 0
+        hi = self._count(s, "maxLength", path)
+        if lo > MAX_REPEAT_COUNT:
+            raise GrammarLimitExceeded("max_repeat_count", MAX_REPEAT_COUNT, f"minLength at {_ptr(path)} is {lo}")
+        if hi is not None and hi > MAX_REPEAT_COUNT:
+            # No document in memory is that long: the bound cannot reject anything.
+            self.note(f"maxLength {hi} at {_ptr(path)} is past {MAX_REPEAT_COUNT} characters: no bound")
+            hi = None
+        patterns: list[str] = []
+        if "pattern" in s:
+            p = s["pattern"]
+            if not isinstance(p, str):
+                raise GrammarError(f"pattern at {_ptr(path)} must be a string")
+            pattern_to_regex(p, _Where(path + ("pattern",)), self.limits)
+            patterns.append(p)
+        if "format" in s and self.formats == "assert":
+            f = s["format"]
+            if not isinstance(f, str):
+                raise GrammarError(f"format at {_ptr(path)} must be a string")
+            if f in _FORMAT_PATTERNS:
+                patterns.append(_FORMAT_PATTERNS[f])
+            else:
+                known = ", ".join(sorted(SUPPORTED_FORMATS))
+                self.relax("format", path, f"format {f!r} is not enforced (not one of {known})")
+        return _make_str(lo, hi, tuple(patterns))
+
+    def _arr(self, s: dict, base: str, path: tuple) -> _Node:
+        prefix: list[_Node] = []
+        items: _Node = ANY
+        if "prefixItems" in s:
+            if not isinstance(s["prefixItems"], list):
+                raise GrammarError(f"prefixItems at {_ptr(path)} must be an array")
+            if isinstance(s.get("items"), list):
+                raise GrammarError(f"items at {_ptr(path)} must be a schema when prefixItems is present")
+            prefix = [self.norm(x, base, path + ("prefixItems", i)) for i, x in enumerate(s["prefixItems"])]
+        if "items" in s:
+            v = s["items"]
+            if isinstance(v, list):  # draft-04..2019: tuple form
+                prefix = [self.norm(x, base, path + ("items", i)) for i, x in enumerate(v)]
+                if "additionalItems" in s:
+                    items = self.norm(s["additionalItems"], base, path + ("additionalItems",))
+            else:
+                items = self.norm(v, base, path + ("items",))
+        elif "unevaluatedItems" in s:
+            items = self.norm(s["unevaluatedItems"], base, path + ("unevaluatedItems",))
+        lo = self._count(s, "minItems", path) or 0
+        hi = self._count(s, "maxItems", path)
+        cap = self.limits.max_counted_items
+        for key, v in (("minItems", lo), ("maxItems", hi)):
+            # The grammar spells a bounded repetition out, one rule per element.
+            if v is not None and v > cap:
+                raise GrammarLimitExceeded("max_counted_items", cap, f"{key} {v} at {_ptr(path)}")
+        if "uniqueItems" in s:
+            u = s["uniqueItems"]
+            if not isinstance(u, bool):
+                raise GrammarError(f"uniqueItems at {_ptr(path)} must be a boolean")
+            if u and (hi is None or hi > 1):
+                if not self.lenient:
+                    raise GrammarError(
+                        f"uniqueItems at {_ptr(path + ('uniqueItems',))}: a grammar cannot check that array items "
+                        "differ, so the schema is refused (lenient=True compiles it without the check, and says so "
+                        "in the warnings)"
+                    )
+                self.relax("uniqueItems", path)
+        arr = self.make_arr(tuple(prefix), items, lo, hi)
+        if "contains" in s:
+            min_c = self._count(s, "minContains", path)
+            if "maxContains" in s:
+                raise GrammarError(f"unsupported keyword 'maxContains' at {_ptr(path)} (counting matches is not supported)")
+            if min_c is None or min_c == 1:
+                witness = self.norm(s["contains"], base, path + ("contains",))
+                arr = self.intersect(arr, self._contains(witness, len(prefix)))
+            elif min_c > 1:
+                raise GrammarError(f"unsupported keyword 'minContains' at {_ptr(path)} (only 0 or 1)")
+        return arr
+
+    def _contains(self, c: _Node, p: int) -> _Node:
+        """Arrays (with p prefix positions) having some element that satisfies c."""
+        parts = [self.make_arr((ANY,) * i + (c,), ANY, i + 1, None) for i in range(p)]
+        parts.append(self.make_arr((ANY,) * p, ANY, 0, None, (c,)))
+        return self.union(parts)
+
+    def _align(self, a: _Arr, n: int) -> _Node:
+        """`a` as a union of arrays with n prefix positions: each `contains` witness is
+        met at one of the new positions or after them."""
+        p = len(a.prefix)
+        if p >= n:
+            return a
+        prefix = a.prefix + (a.items,) * (n - p)
+        options: list[_Node] = [self.make_arr(prefix, a.items, a.min_items, a.max_items)]
+        for c in a.contains:
+            grown: list[_Node] = []
+            for o in options:
+                if not isinstance(o, _Arr):
+                    continue
+                for i in range(p, n):
+                    pre = o.prefix[:i] + (self.intersect(o.prefix[i], c),) + o.prefix[i + 1 :]
+                    grown.append(self.make_arr(pre, o.items, max(o.min_items, i + 1), o.max_items, o.contains))
+                grown.append(self.make_arr(o.prefix, o.items, o.min_items, o.max_items, o.contains + (c,)))
+            options = grown
+        return self.union(options)
+
+    def _obj(self, s: dict, base: str, path: tuple) -> _Node:
+        props: list[tuple[str, _Node]] = []
+        if "properties" in s:
+            if not isinstance(s["properties"], dict):
+                raise GrammarError(f"properties at {_ptr(path)} must be an object")
+            for k, v in s["properties"].items():
+                props.append((k, self.norm(v, base, path + ("properties", k))))
+        patterns: list[tuple[str, _Node]] = []
+        if "patternProperties" in s:
+            if not isinstance(s["patternProperties"], dict):
+                raise GrammarError(f"patternProperties at {_ptr(path)} must be an object")
+            for k, v in s["patternProperties"].items():
+                pattern_to_regex(k, _Where(path + ("patternProperties", k)), self.limits)
+                patterns.append((k, self.norm(v, base, path + ("patternProperties", k))))
+        additional: _Node = ANY
+        if "additionalProperties" in s:
+            additional = self.norm(s["additionalProperties"], base, path + ("additionalProperties",))
+        elif "unevaluatedProperties" in s:
+            additional = self.norm(s["unevaluatedProperties"], base, path + ("unevaluatedProperties",))
+        required: list[str] = []
+        if "required" in s and s["required"] is not False:
+            r = s["required"]
+            if r is True:
+                raise GrammarError(f"unsupported keyword 'required': true (draft-03) at {_ptr(path)}")
+            if not isinstance(r, list) or not all(isinstance(x, str) for x in r):
+                raise GrammarError(f"required at {_ptr(path)} must be an array of strings")
+            for x in r:
+                if x not in required:
+                    required.append(x)
+        lo = self._count(s, "minProperties", path) or 0
+        hi = self._count(s, "maxProperties", path)
+        names: _Node = ANY
+        if "propertyNames" in s:
+            # Keys are strings: only the string part of the schema matters.
+            names = self.intersect(_Str(), self.norm(s["propertyNames"], base, path + ("propertyNames",)))
+            if names == _Str():
+                names = ANY
+        return _make_obj(tuple(props), tuple(patterns), additional, tuple(required), lo, hi, names)
+
+    # Intersection ----------------------------------------------------------------------
+    def intersect(self, a: _Node, b: _Node) -> _Node:
+        self.depth += 1
+        try:
+            if self.depth > self.limits.max_schema_depth:
+                raise LimitExceeded("max_schema_depth", self.limits.max_schema_depth, "allOf/$ref intersection nested too deeply")
+            return self._intersect(a, b)
+        finally:
+            self.depth -= 1
+
+    def _intersect(self, a: _Node, b: _Node) -> _Node:
+        if a is ANY or a == b:
+            return b
+        if b is ANY:
+            return a
+        if a is NOTHING or b is NOTHING:
+            return NOTHING
+        if isinstance(a, _Union) or isinstance(b, _Union):
+            ap = a.parts if isinstance(a, _Union) else (a,)
+            bp = b.parts if isinstance(b, _Union) else (b,)
+            if len(ap) * len(bp) > self.limits.max_union_parts:
+                raise LimitExceeded(
+                    "max_union_parts", self.limits.max_union_parts, "allOf/anyOf expansion has too many alternatives"
+                )
+            return self.union(self.intersect(x, y) for x in ap for y in bp)
+        if isinstance(a, _Ref) or isinstance(b, _Ref):
+            if isinstance(b, _Ref) and not isinstance(a, _Ref):
+                a, b = b, a
+            busy = any(isinstance(x, str) and x in self.in_progress for x in a.atoms)
+            if isinstance(b, _Const) and not busy:
+                return b if self.accepts(a, b.value) else NOTHING
+            if isinstance(b, _Ref) or busy:
+                atoms = a.atoms | (b.atoms if isinstance(b, _Ref) else frozenset([b]))
+                if len(self.synthetic) > self.limits.max_synthetic_refs:
+                    raise LimitExceeded("max_synthetic_refs", self.limits.max_synthetic_refs, "too many $ref intersections")
+                r = self.synthetic.get(atoms)
+                if r is None:
+                    r = self.synthetic[atoms] = _Ref(atoms)
+                return r
+            return self.intersect(self.unfold(a), b)
+        if isinstance(a, _Const) or isinstance(b, _Const):
+            c, other = (a, b) if isinstance(a, _Const) else (b, a)
+            return c if self.accepts(other, c.value) else NOTHING
+        ka, kb = _kind(a), _kind(b)
+        if ka != kb:
+            return NOTHING
+        if ka in ("null", "bool"):
+            return a
+        if ka == "num":
+            return self._meet_num(a, b)
+        if ka == "str":
+            pats = a.patterns + tuple(p for p in b.patterns if p not in a.patterns)
+            excl = a.excluded + tuple(x for x in b.excluded if x not in a.excluded)
+            hi = _min_opt(a.max_len, b.max_len)
+            return _make_str(max(a.min_len, b.min_len), hi, pats, excl)
+        if ka == "arr":
+            n = max(len(a.prefix), len(b.prefix))
+            if (a.contains and len(a.prefix) < n) or (b.contains and len(b.prefix) < n):
+                return self.intersect(self._align(a, n), self._align(b, n))
+            prefix = tuple(self.intersect(_elem(a, i), _elem(b, i)) for i in range(n))
+            hi = _min_opt(a.max_items, b.max_items)
+            contains = a.contains + tuple(c for c in b.contains if c not in a.contains)
+            return self.make_arr(prefix, self.intersect(a.items, b.items), max(a.min_items, b.min_items), hi, contains)
+        return self._meet_obj(a, b)
+
+    def _meet_num(self, a: _Num, b: _Num) -> _Node:
+        lo, lox = a.lo, a.lox
+        if b.lo is not None and (lo is None or b.lo > lo or (b.lo == lo and b.lox)):
+            lo, lox = b.lo, b.lox
+        hi, hix = a.hi, a.hix
+        if b.hi is not None and (hi is None or b.hi < hi or (b.hi == hi and b.hix)):
+            hi, hix = b.hi, b.hix
+        mult = a.mult
+        if b.mult is not None:
+            if mult is None:
+                mult = b.mult
+            else:
+                fa, fb = Fraction(mult), Fraction(b.mult)
+                # lcm of two rationals: lcm(numerators) / gcd(denominators)
+                num = fa.numerator * fb.numerator // math.gcd(fa.numerator, fb.numerator)
+                den = math.gcd(fa.denominator, fb.denominator)
+                f = Fraction(num, den)
+                mult = Decimal(f.numerator) / Decimal(f.denominator) if f.denominator != 1 else Decimal(f.numerator)
+                if Fraction(mult) != f:
+                    raise GrammarError(f"allOf: cannot combine multipleOf {a.mult} and {b.mult} exactly")
+        not_mult = a.not_mult + tuple(k for k in b.not_mult if k not in a.not_mult)
+        excluded = a.excluded + tuple(x for x in b.excluded if x not in a.excluded)
+        n = _make_num(a.integer or b.integer, lo, lox, hi, hix, mult, "allOf", a.fractional or b.fractional, not_mult,
+                      excluded)
+        if n is not NOTHING:
+            _num_regex(n, "allOf")
+        return n
+
+    def _meet_obj(self, a: _Obj, b: _Obj) -> _Node:
+        names = [k for k, _ in a.props] + [k for k, _ in b.props if a.prop(k) is None]
+        props = tuple((k, self.intersect(self.value_schema(a, k), self.value_schema(b, k))) for k in names)
+        if a.patterns and b.patterns and (a.additional is not ANY or b.additional is not ANY):
+            raise GrammarError(
+                "allOf: cannot merge two object schemas that both have patternProperties "
+                "and one has additionalProperties"
+            )
+        pats = tuple((p, self.intersect(v, b.additional) if not b.patterns else v) for p, v in a.patterns)
+        pats += tuple((p, self.intersect(v, a.additional) if not a.patterns else v) for p, v in b.patterns)
+        additional = self.intersect(a.additional, b.additional)
+        required = a.required + tuple(r for r in b.required if r not in a.required)
+        hi = _min_opt(a.max_props, b.max_props)
+        names = self.intersect(a.names, b.names)
+        return _make_obj(props, pats, additional, required, max(a.min_props, b.min_props), hi, names)
+
+    def value_schema(self, o: _Obj, key: str) -> _Node:
+        """The schema a member named `key` must satisfy in object schema `o`."""
+        node = o.prop(key)
+        matched = [v for p, v in o.patterns if self.pattern_matches(p, key)]
+        if node is None and not matched:
+            return o.additional
+        acc = ANY if node is None else node
+        for v in matched:
+            acc = self.intersect(acc, v)
+        return acc
+
+    # Validation of constants -------------------------------------------------------------
+    def accepts(self, node: _Node, v: Any) -> bool:
+        """Whether the JSON value v satisfies node (used on constants, keys and by
+        schema_ordered); each outermost call gets its own work budget."""
+        outer = self.validating == 0
+        if outer:
+            self.steps = 0
+        self.validating += 1
+        try:
+            return self._accepts(node, v, 0)
+        finally:
+            self.validating -= 1
+
+    def _accepts(self, node: _Node, v: Any, depth: int) -> bool:
+        self.steps += 1
+        if self.steps > self.limits.max_validation_steps:
+            raise LimitExceeded("max_validation_steps", self.limits.max_validation_steps, "checking enum/const values")
+        if depth > self.limits.max_schema_depth:
+            raise LimitExceeded("max_schema_depth", self.limits.max_schema_depth, "value nested too deeply")
+        d1 = depth + 1
+        if node is ANY:
+            return True
+        if isinstance(node, _Union):
+            return any(self._accepts(p, v, d1) for p in node.parts)
+        if isinstance(node, _Ref):
+            return self._accepts(self.unfold(node), v, d1)
+        if isinstance(node, _Const):
+            return _json_equal(node.value, v)
+        if isinstance(node, _NullT):
+            return v is None
+        if isinstance(node, _BoolT):
+            return isinstance(v, bool)
+        if isinstance(node, _Num):
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                return False
+            if isinstance(v, float) and not math.isfinite(v):
+                return False
+            d = Decimal(v) if isinstance(v, int) else Decimal(repr(v))
+            if node.integer and d != d.to_integral_value():
+                return False
+            if node.lo is not None and (d < node.lo or (node.lox and d == node.lo)):
+                return False
+            if node.hi is not None and (d > node.hi or (node.hix and d == node.hi)):
+                return False
+            if node.fractional and d == d.to_integral_value():
+                return False
+            if node.mult is not None and Fraction(d) % Fraction(node.mult) != 0:
+                return False
+            if any(Fraction(d) % Fraction(k) == 0 for k in node.not_mult):
+                return False
+            if any(d == x for x in node.excluded):
+                return False
+            return True
+        if isinstance(node, _Str):
+            if not isinstance(v, str) or len(v) < node.min_len or (node.max_len is not None and len(v) > node.max_len):
+                return False
+            return all(self.pattern_matches(p, v) for p in node.patterns) and not any(
+                self._accepts(x, v, d1) for x in node.excluded
+            )
+        if isinstance(node, _Arr):
+            if not isinstance(v, list) or len(v) < node.min_items:
+                return False
+            if node.max_items is not None and len(v) > node.max_items:
+                return False
+            tail = v[len(node.prefix) :]
+            return all(self._accepts(_elem(node, i), x, d1) for i, x in enumerate(v)) and all(
+                any(self._accepts(c, x, d1) for x in tail) for c in node.contains
+            )
+        if isinstance(node, _Obj):
+            if not isinstance(v, dict) or len(v) < node.min_props:
+                return False
+            if node.max_props is not None and len(v) > node.max_props:
+                return False
+            if any(r not in v for r in node.required):
+                return False
+            if node.names is not ANY and not all(self._accepts(node.names, k, d1) for k in v):
+                return False
+            return all(self._accepts(self.value_schema(node, k), x, d1) for k, x in v.items())
+        raise AssertionError(node)
+
+    def reorder(self, node: _Node, v: Any, depth: int) -> Any:
+        if depth > self.limits.max_schema_depth:
+            return v
+        if isinstance(node, _Ref):
+            return self.reorder(self.unfold(node), v, depth + 1)
+        if isinstance(node, _Union):
+            for p in node.parts:
+                if self.accepts(p, v):
+                    return self.reorder(p, v, depth + 1)
+            return v
+        if isinstance(node, _Obj) and isinstance(v, dict):
+            order = [k for k, _ in node.props] + [r for r in node.required if node.prop(r) is None]
+            keys = [k for k in order if k in v] + [k for k in v if k not in order]
+            return {k: self.reorder(self.value_schema(node, k), v[k], depth + 1) for k in keys}
+        if isinstance(node, _Arr) and isinstance(v, list):
+            return [self.reorder(_elem(node, i), x, depth + 1) for i, x in enumerate(v)]
+        return v
+
+    # oneOf: provable disjointness ---------------------------------------------------------
+    def disjoint(self, a: _Node, b: _Node, depth: int) -> bool:
+        """True only if no JSON value satisfies both (False: disjoint or unknown)."""
+        if a is NOTHING or b is NOTHING:
+            return True
+        if a is ANY or b is ANY or depth > 8:
+            return False
+        if not (self.kinds(a) & self.kinds(b)):
+            return True
+        if isinstance(a, _Ref) or isinstance(b, _Ref):
+            refs = [r for r in (a, b) if isinstance(r, _Ref)]
+            if any(isinstance(x, str) and x in self.in_progress for r in refs for x in r.atoms):
+                return False
+            a = self.unfold(a) if isinstance(a, _Ref) else a
+            b = self.unfold(b) if isinstance(b, _Ref) else b
+            return self.disjoint(a, b, depth + 1)
+        if isinstance(a, _Union) or isinstance(b, _Union):
+            ap = a.parts if isinstance(a, _Union) else (a,)
+            bp = b.parts if isinstance(b, _Union) else (b,)
+            return all(self.disjoint(x, y, depth) for x in ap for y in bp)
+        if isinstance(a, _Const) and isinstance(b, _Const):
+            return not _json_equal(a.value, b.value)
+        if isinstance(a, _Const) or isinstance(b, _Const):
+            c, other = (a, b) if isinstance(a, _Const) else (b, a)
+            return not self.accepts(other, c.value)
+        if _kind(a) != _kind(b):
+            return True
+        if isinstance(a, _Num):
+            if a.hi is not None and b.lo is not None and (a.hi < b.lo or (a.hi == b.lo and (a.hix or b.lox))):
+                return True
+            if b.hi is not None and a.lo is not None and (b.hi < a.lo or (b.hi == a.lo and (b.hix or a.lox))):
+                return True
+            return False
+        if isinstance(a, _Str):
+            if _apart(a.min_len, a.max_len, b.min_len, b.max_len):
+                return True
+            if _str_within_excluded(a, b) or _str_within_excluded(b, a):
+                return True
+            if a.patterns or b.patterns or a.excluded or b.excluded:
+                ra, rb = _string_body(a), _string_body(b)
+                if ra is None or rb is None:
+                    return True
+                return self.regexes_disjoint('"' + ra[0] + '"', '"' + rb[0] + '"')
+            return False
+        if isinstance(a, _Arr):
+            if _apart(a.min_items, a.max_items, b.min_items, b.max_items):
+                return True
+            for i in range(min(a.min_items, b.min_items)):
+                if self.disjoint(_elem(a, i), _elem(b, i), depth + 1):
+                    return True
+            return False
+        if isinstance(a, _Obj):
+            if _apart(a.min_props, a.max_props, b.min_props, b.max_props):
+                return True
+            for x, y in ((a, b), (b, a)):
+                for k in x.required:
+                    vy = self.value_schema(y, k)
+                    if vy is NOTHING:
+                        return True
+                    # x requires k, so a common value has k and y constrains it too.
+                    if self.disjoint(self.value_schema(x, k), vy, depth + 1):
+                        return True
+            return False
+        return False

@@ -1,0 +1,95 @@
+"""The public entry points: a schema to a `Grammar`, an instance to the grammar's key order."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..grammar import Grammar
+from ..limits import (
+    DEFAULT_LIMITS,
+    GrammarError,
+    GrammarLimitExceeded,
+    LimitExceeded,
+    Limits,
+)
+from .compiler import _Compiler
+from .generate import _Generator
+from .ir import NOTHING
+
+# --------------------------------------------------------------------------------------
+# Public entry point
+# --------------------------------------------------------------------------------------
+
+
+def compile_json_schema(
+    schema: Any,
+    *,
+    whitespace: str = "flexible",
+    key_order: str = "any",
+    strict: bool = False,
+    lenient: bool = False,
+    formats: str = "assert",
+    limits: Limits = DEFAULT_LIMITS,
+) -> Grammar:
+    """Compile a JSON Schema (a parsed value, or its JSON text) to a `Grammar`.
+
+    whitespace: "flexible" skips JSON whitespace between lexemes (an `%ignore`),
+    "compact" allows none. key_order: "any" (the default) accepts an object's keys
+    in any order, each listed key at most once; "schema" lists properties in schema
+    order, then additional ones (what generation in schema order wants). Where "any"
+    cannot be exact within `Limits.max_key_set_states` the object is compiled as the
+    `warnings` say (see `_Generator.object_any_order`). strict: a relaxed keyword (see
+    RELAXED_KEYWORDS) is an error instead of a warning. lenient: compile `uniqueItems`
+    without enforcing it (refused otherwise: no grammar can check it). formats: "assert"
+    (the default: a known `format` constrains the string, which is what generation
+    wants) or "annotation" (the spec's default: `format` constrains nothing). The grammar's
+    `warnings` attribute lists every relaxation applied.
+    """
+    if whitespace not in ("flexible", "compact"):
+        raise ValueError(f"whitespace must be 'flexible' or 'compact', not {whitespace!r}")
+    if formats not in ("assert", "annotation"):
+        raise ValueError(f"formats must be 'assert' or 'annotation', not {formats!r}")
+    if key_order not in ("any", "schema"):
+        raise ValueError(f"key_order must be 'any' or 'schema', not {key_order!r}")
+    if isinstance(schema, (str, bytes, bytearray)):
+        try:
+            schema = json.loads(schema)
+        except json.JSONDecodeError as e:
+            raise GrammarError(f"schema is not valid JSON: {e.msg} at line {e.lineno}:{e.colno}") from None
+    try:
+        comp = _Compiler(schema, strict=strict, limits=limits, lenient=lenient, formats=formats)
+        root = comp.root()
+        if root is NOTHING:
+            raise GrammarError("the schema at # accepts no JSON value")
+        grammar = _Generator(comp, limits, key_order).build(root, whitespace)
+    except RecursionError:
+        # Depth guards cover schema nesting; this catches pathological values (enum/const).
+        raise GrammarLimitExceeded(
+            "max_schema_depth", limits.max_schema_depth, "schema or constant nested too deeply"
+        ) from None
+    except LimitExceeded as e:
+        if isinstance(e, GrammarError):
+            raise
+        # A refusal of this schema: a GrammarError naming the limit and the subschema.
+        where = getattr(e, "schema_path", None)
+        detail = e.args[0].split(": ", 1)[1] if ": " in e.args[0] else ""
+        if where and where not in detail:
+            detail = f"{detail} (in the schema at {where})" if detail else f"in the schema at {where}"
+        raise GrammarLimitExceeded(e.limit, e.value, detail) from e
+    grammar.warnings = list(comp.warnings)
+    return grammar
+
+
+def schema_ordered(schema: Any, value: Any) -> Any:
+    """`value` with every object's keys in the order the grammar of `schema` writes them
+    (listed properties in schema order, then the rest in their original order).
+
+    Validity against a schema does not depend on key order but the grammar's does; this
+    turns a valid instance into one the grammar accepts. Where alternatives apply, the
+    first alternative the value satisfies decides the order.
+    """
+    if isinstance(schema, (str, bytes, bytearray)):
+        schema = json.loads(schema)
+    comp = _Compiler(schema, strict=False, limits=DEFAULT_LIMITS, lenient=True)
+    return comp.reorder(comp.root(), value, 0)

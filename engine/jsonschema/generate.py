@@ -1,0 +1,697 @@
+"""Generation: the IR to grammar rules and lexemes."""
+
+from __future__ import annotations
+
+import json
+from itertools import compress
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .._jit import compiled_once
+from ..grammar import Grammar, GrammarBuilder, Rule, _new_rule
+from ..limits import GrammarError, Limits
+from ..regex import regex_escape_bytes
+from ._kernels import flatten_rules, grammar_marks_jit
+from .ir import (
+    ANY,
+    NOTHING,
+    _Arr,
+    _BoolT,
+    _Const,
+    _Node,
+    _NullT,
+    _Num,
+    _Obj,
+    _Ref,
+    _Str,
+    _Union,
+)
+from .keywords import (
+    _WHITESPACE,
+    CANON_CHAR,
+    ENUM_LEXEME_THRESHOLD,
+    GENERAL_CHAR,
+    NUMBER_REGEX,
+)
+from .numeric import _literal_regex, _num_regex
+from .patterns import pattern_to_regex
+from .pointers import _SPELLING_ENCODER, _json_str
+
+# --------------------------------------------------------------------------------------
+# Generator: IR -> grammar
+# --------------------------------------------------------------------------------------
+from .strings import _pattern_ext, _string_body
+
+if TYPE_CHECKING:
+    from .compiler import _Compiler
+
+
+class _Generator:
+    def __init__(self, comp: "_Compiler", limits: Limits, key_order: str = "any"):
+        self.c = comp
+        self.limits = limits
+        self.key_order = key_order
+        self.b = GrammarBuilder(limits)
+        self.memo: dict[_Node, int] = {}
+        self.pending: list[tuple[int, _Ref]] = []
+        self.names = 0
+        self._any = None
+        self._nothing = None
+        self._name_counts: dict[str, int] = {}
+
+    # The punctuation lexemes (LBRACE, COMMA, ...) are made on first use: a grammar
+    # without arrays then has no bracket lexemes for pruning to renumber away.
+    _PUNCTUATION = {"LBRACE": "{", "RBRACE": "}", "LBRACK": "[", "RBRACK": "]", "COMMA": ",", "COLON": ":"}
+
+    def __getattr__(self, name: str) -> int:
+        text = _Generator._PUNCTUATION.get(name)
+        if text is None:
+            raise AttributeError(name)
+        sym = self.b.literal(text)
+        setattr(self, name, sym)
+        return sym
+
+    def build(self, root: _Node, whitespace: str) -> Grammar:
+        b = self.b
+        start = b.nonterminal("start")
+        b.rule(start, [self.sym(root)])
+        while self.pending:
+            nt, ref = self.pending.pop()
+            b.rule(nt, [self.sym(self.c.unfold(ref))])
+        return self._pruned(start, whitespace)
+
+    # Pruning: drop what derives no finite string, then what is unreachable. Part of
+    # every schema's compile time, so the analysis is compiled (grammar_marks_py) and,
+    # where it drops nothing (nearly always), the builder's rules are the grammar's. The
+    # builder's rules are already unique and within the size limit, and what survives is
+    # a valid grammar by construction, so the kept rules are renumbered in place instead
+    # of going through a second builder and `validate`.
+    def _pruned(self, start: int, whitespace: str) -> Grammar:
+        b = self.b
+        rules = b.rules
+        names = b.nonterminals
+        lexemes = b.lexemes
+        ignore = [_WHITESPACE] if whitespace == "flexible" else []
+        flat = flatten_rules(rules)
+        productive = np.empty(len(names), dtype=np.bool_)
+        reachable = np.empty(len(names), dtype=np.bool_)
+        used = np.empty(len(lexemes), dtype=np.bool_)
+        kept_flags = np.empty(len(rules), dtype=np.bool_)
+        args = (*flat, start, productive, reachable, used, kept_flags)
+        n_kept = compiled_once(grammar_marks_jit, args)(*args)
+        if not productive[start]:
+            raise GrammarError("the schema at # accepts no finite JSON value (its constraints contradict each other)")
+        if n_kept == len(rules) and reachable.all() and used.all():
+            return Grammar(list(lexemes), list(names), rules, start, ignore, all_productive=True)
+        kept = list(compress(rules, kept_flags.tolist()))
+        reach = reachable.tolist()
+        lx_used = used.tolist()
+        n = len(names)
+        if all(reach) and all(lx_used):
+            out_lexemes, out_names, new_start = list(lexemes), list(names), start
+        else:
+            # One list maps both kinds of symbol: nonterminal s at index s, lexeme ~j at
+            # index -1 - j, which Python's negative indexing places at the end.
+            sym_map = [0] * (n + len(lexemes))
+            out_names = []
+            for i in range(n):
+                if reach[i]:
+                    sym_map[i] = len(out_names)
+                    out_names.append(names[i])
+            out_lexemes = []
+            for j, lx in enumerate(lexemes):
+                if lx_used[j]:
+                    sym_map[~j] = ~len(out_lexemes)
+                    out_lexemes.append(lx)
+            get = sym_map.__getitem__
+            kept = [_new_rule(Rule, (get(lhs), tuple(map(get, rhs)))) for lhs, rhs in kept]
+            new_start = sym_map[start]
+        return Grammar(out_lexemes, out_names, kept, new_start, ignore, all_productive=True)
+
+    # Helpers ------------------------------------------------------------------------
+    def nt(self, name: str) -> int:
+        # Number the names here: GrammarBuilder probes name#2, name#3, ... one by one.
+        k = self._name_counts.get(name, 0) + 1
+        self._name_counts[name] = k
+        return self.b.nonterminal(name if k == 1 else f"{name}#{k}", fresh=True)
+
+    def repeat(self, symbol: int, lo: int, hi: int | None) -> int:
+        """symbol{lo,hi} as BNF of size O(lo + hi): like GrammarBuilder.repeat, with names
+        numbered here so thousands of them stay cheap."""
+        b = self.b
+        parts = [symbol] * lo
+        if hi is None:
+            parts.append(self.star(symbol))
+        else:
+            tail = None
+            for _ in range(hi - lo):
+                t = self.nt("items")
+                b.rule(t, [symbol] if tail is None else [symbol, tail])
+                b.rule(t, [])
+                tail = t
+            if tail is not None:
+                parts.append(tail)
+        nt = self.nt("items")
+        b.rule(nt, parts)
+        return nt
+
+    def star(self, symbol: int) -> int:
+        # Left recursion: Earley handles it in linear space.
+        nt = self.nt("star")
+        self.b.rule(nt, [])
+        self.b.rule(nt, [nt, symbol])
+        return nt
+
+    def regex_lexeme(self, name: str, regex: str, extended: bool) -> int:
+        return self.b.lexeme(name, regex, flags="E" if extended else "")
+
+    def string_lexeme(self, body: str, extended: bool, name: str) -> int:
+        return self.regex_lexeme(name, '"' + body + '"', extended)
+
+    def any_value(self) -> int:
+        if self._any is not None:
+            return self._any
+        b = self.b
+        value = self.nt("value")
+        self._any = value
+        string = self.string_lexeme(GENERAL_CHAR + "*", False, "string")
+        number = self.regex_lexeme("number", NUMBER_REGEX, False)
+        obj = self.nt("object")
+        members = self.nt("members")
+        pair = self.nt("pair")
+        arr = self.nt("array")
+        elems = self.nt("elements")
+        for alt in ([obj], [arr], [string], [number], [b.literal("true")], [b.literal("false")], [b.literal("null")]):
+            b.rule(value, alt)
+        b.rule(obj, [self.LBRACE, self.RBRACE])
+        b.rule(obj, [self.LBRACE, members, self.RBRACE])
+        b.rule(members, [pair])
+        b.rule(members, [members, self.COMMA, pair])
+        b.rule(pair, [string, self.COLON, value])
+        b.rule(arr, [self.LBRACK, self.RBRACK])
+        b.rule(arr, [self.LBRACK, elems, self.RBRACK])
+        b.rule(elems, [value])
+        b.rule(elems, [elems, self.COMMA, value])
+        return value
+
+    def nothing(self) -> int:
+        # A nonterminal without rules: pruning removes every rule that mentions it.
+        if self._nothing is None:
+            self._nothing = self.nt("nothing")
+        return self._nothing
+
+    # IR -> symbol --------------------------------------------------------------------
+    def sym(self, node: _Node) -> int:
+        s = self.memo.get(node)
+        if s is None:
+            s = self._sym(node)
+            self.memo[node] = s
+        return s
+
+    def _sym(self, node: _Node) -> int:
+        b = self.b
+        if node is ANY:
+            return self.any_value()
+        if node is NOTHING:
+            return self.nothing()
+        if isinstance(node, _Ref):
+            names = sorted(a if isinstance(a, str) else "…" for a in node.atoms)
+            nt = self.nt("&".join(names))
+            self.pending.append((nt, node))
+            return nt
+        if isinstance(node, _Union):
+            nt = self.nt("anyOf")
+            parts = list(node.parts)
+            words = [p.value for p in parts if isinstance(p, _Const) and isinstance(p.value, str)]
+            if len(words) > ENUM_LEXEME_THRESHOLD:
+                # One trie-shaped lexeme instead of hundreds of literals: the lexer then
+                # follows one expression per byte, not one per value.
+                spelled = [_json_str(w) for w in words]
+                b.rule(nt, [self.regex_lexeme("enum", _literal_regex(spelled), False)])
+                parts = [p for p in parts if not (isinstance(p, _Const) and isinstance(p.value, str))]
+            for p in parts:
+                b.rule(nt, [self.sym(p)])
+            return nt
+        if isinstance(node, _NullT):
+            return b.literal("null")
+        if isinstance(node, _BoolT):
+            nt = self.nt("boolean")
+            b.rule(nt, [b.literal("true")])
+            b.rule(nt, [b.literal("false")])
+            return nt
+        if isinstance(node, _Const):
+            return self.const(node.value)
+        if isinstance(node, _Num):
+            lx = _num_regex(node, "#")
+            if lx is None or (lx[1] and self.c.regex_empty(lx[0])):
+                return self.nothing()
+            return self.regex_lexeme("integer" if node.integer else "number", lx[0], lx[1])
+        if isinstance(node, _Str):
+            return self.string(node)
+        if isinstance(node, _Arr):
+            return self.array(node)
+        if isinstance(node, _Obj):
+            return self.object(node)
+        raise AssertionError(node)
+
+    def const(self, v: Any) -> int:
+        b = self.b
+        if isinstance(v, dict):
+            nt = self.nt("const")
+            rhs = [self.LBRACE]
+            for i, (k, x) in enumerate(v.items()):
+                if i:
+                    rhs.append(self.COMMA)
+                rhs += [b.literal(_json_str(k)), self.COLON, self.const(x)]
+            b.rule(nt, rhs + [self.RBRACE])
+            return nt
+        if isinstance(v, list):
+            nt = self.nt("const")
+            rhs = [self.LBRACK]
+            for i, x in enumerate(v):
+                if i:
+                    rhs.append(self.COMMA)
+                rhs.append(self.const(x))
+            b.rule(nt, rhs + [self.RBRACK])
+            return nt
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer() and abs(v) < 1e15:
+            # JSON Schema compares numbers by value: 1, 1.0 and 1.00 are one constant.
+            text = str(int(v))
+            return self.regex_lexeme("number", regex_escape_bytes(text.encode()) + "(?:\\.0+)?", False)
+        return b.literal(_SPELLING_ENCODER.encode(v))
+
+    def string(self, node: _Str) -> int:
+        body = _string_body(node)
+        if body is None or (body[1] and self.c.regex_empty('"' + body[0] + '"', _describe_string(node))):
+            return self.nothing()
+        name = "string" if body[0] == GENERAL_CHAR + "*" else "string(constrained)"
+        return self.string_lexeme(body[0], body[1], name)
+
+    def array(self, node: _Arr) -> int:
+        b = self.b
+        prefix = [self.sym(p) for p in node.prefix]
+        p = len(prefix)
+        lo, hi = node.min_items, node.max_items
+        item = None if node.items is NOTHING else self.sym(node.items)
+        # _make_arr guarantees lo <= hi, lo <= len(prefix) when no further item fits, and
+        # lo > len(prefix) when there are `contains` witnesses.
+        comma_item = None
+        if item is not None:
+            comma_item = self.nt("item")
+            b.rule(comma_item, [self.COMMA, item])
+        nt = self.nt("array")
+        if node.contains:
+            tail_start = self.witness_tail(node, item, comma_item)
+            if p == 0:
+                b.rule(nt, [self.LBRACK, tail_start, self.RBRACK])
+                return nt
+        # rest[i]: the elements from index i on, each after a comma (None: no element fits).
+        rest: list[int | None] = [None] * (p + 1)
+        if node.contains:
+            rest[p] = tail_start
+        elif p > 0 and comma_item is not None and (hi is None or hi > p):
+            rest[p] = self.repeat(comma_item, max(0, lo - p), None if hi is None else hi - p)
+        for i in range(p - 1, 0, -1):
+            if hi is not None and i >= hi:
+                continue
+            t = self.nt("items")
+            if rest[i + 1] is not None or i + 1 >= lo:
+                b.rule(t, [self.COMMA, prefix[i]] + ([rest[i + 1]] if rest[i + 1] is not None else []))
+            if i >= lo:
+                b.rule(t, [])
+            rest[i] = t
+        if lo == 0:
+            b.rule(nt, [self.LBRACK, self.RBRACK])
+        first = prefix[0] if prefix else item
+        if first is not None and (hi is None or hi >= 1):
+            tail = rest[1] if p >= 1 else (
+                self.repeat(comma_item, max(0, lo - 1), None if hi is None else hi - 1)
+                if (hi is None or hi > 1) else None
+            )
+            if tail is not None or lo <= 1:
+                b.rule(nt, [self.LBRACK, first] + ([tail] if tail is not None else []) + [self.RBRACK])
+        return nt
+
+    def witness_tail(self, node: _Arr, item: int | None, comma_item: int | None) -> int:
+        """The elements after the prefix when some must satisfy `contains` schemas: a
+        state machine over (elements so far, witnesses met)."""
+        b = self.b
+        c = self.c
+        p = len(node.prefix)
+        ws = node.contains
+        full = (1 << len(ws)) - 1
+        lo_t = max(0, node.min_items - p)
+        hi_t = None if node.max_items is None else node.max_items - p
+        cap = hi_t if hi_t is not None else max(lo_t, 1)
+        if (cap + 1) * (full + 1) > self.limits.max_object_states:
+            raise GrammarError(
+                f"array with minItems/maxItems {node.min_items}/{node.max_items} and contains needs too many states"
+            )
+        # One element symbol per set of witnesses it meets.
+        claims: list[tuple[int, int]] = []
+        for mask in range(full + 1):
+            sch = node.items
+            for i, w in enumerate(ws):
+                if mask >> i & 1:
+                    sch = c.intersect(sch, w)
+            if sch is not NOTHING:
+                claims.append((mask, self.sym(sch)))
+        state = [[self.nt("items") for _ in range(full + 1)] for _ in range(cap + 1)]
+
+        def bump(cnt: int) -> int:
+            return cnt + 1 if hi_t is not None else min(cnt + 1, cap)
+
+        for cnt in range(cap + 1):
+            for have in range(full + 1):
+                nt = state[cnt][have]
+                sep = [self.COMMA] if (p > 0 or cnt > 0) else []
+                if have == full and hi_t is None and cnt == cap and comma_item is not None:
+                    b.rule(nt, [self.star(comma_item)])
+                    continue
+                if have == full and cnt >= lo_t:
+                    b.rule(nt, [])
+                if hi_t is None or cnt < hi_t:
+                    for mask, sym in claims:
+                        b.rule(nt, sep + [sym, state[bump(cnt)][have | mask]])
+        return state[0][0]
+
+    def object(self, node: _Obj) -> int:
+        b = self.b
+        c = self.c
+        listed: list[tuple[str, _Node, bool]] = []
+        names: list[str] = []
+        required = set(node.required)
+        # value_schema, without its scan of the properties per key (quadratic in their
+        # number) where no patternProperties can add to a listed property's schema.
+        own: dict[str, _Node] | None = None
+        if not node.patterns:
+            own = {}
+            for k, v in node.props:
+                own.setdefault(k, v)
+        for k, _ in node.props:
+            listed.append((k, own[k] if own is not None else c.value_schema(node, k), k in required))
+            names.append(k)
+        seen = set(names)
+        for r in node.required:
+            if r not in seen:
+                listed.append((r, c.value_schema(node, r), True))
+                names.append(r)
+                seen.add(r)
+        if node.names is not ANY:
+            # A listed key the key schema rejects cannot appear.
+            listed = [(k, v if c.accepts(node.names, k) else NOTHING, req) for k, v, req in listed]
+        if any(v is NOTHING and req for _, v, req in listed):
+            return self.nothing()
+        listed = [x for x in listed if x[1] is not NOTHING]
+        extra = self.extra_members(node, names)
+        lo, hi = node.min_props, node.max_props
+        n = len(listed)
+        if self.key_order == "any":
+            obj = self.object_any_order(listed, node.required, extra, lo, hi)
+            if obj is not None:
+                return obj
+        # Members emitted so far are counted up to `cap`: exactly when maxProperties
+        # bounds them, otherwise saturating once minProperties (and "need a comma") is met.
+        cap = hi if hi is not None else max(lo, 1)
+        if (n + 1) * (cap + 1) > self.limits.max_object_states:
+            raise GrammarError(
+                f"object schema with {n} properties and minProperties {lo} / maxProperties {hi} "
+                "needs too many grammar states"
+            )
+        keys = [b.literal(_json_str(k)) for k, _, _ in listed]
+        values = [self.sym(v) for _, v, _ in listed]
+
+        def bump(cnt: int) -> int:
+            return cnt + 1 if hi is not None else min(cnt + 1, cap)
+
+        # state[i][cnt]: the members from listed property i on, after cnt members. Only
+        # reachable states are made (the others would be built just for pruning to drop):
+        # before property i, at least the required ones and at most i members are written.
+        first: list[int] = []
+        req = 0
+        for i in range(n + 1):
+            first.append(min(req, cap))
+            if i < n and listed[i][2]:
+                req += 1
+        state: list[dict[int, int]] = [
+            {cnt: self.nt("members") for cnt in range(first[i], (min(i, cap) if i < n else cap) + 1)}
+            for i in range(n + 1)
+        ]
+        for cnt in range(first[n], cap + 1):
+            nt = state[n][cnt]
+            sep = [self.COMMA] if cnt > 0 else []
+            saturated = hi is None and cnt == cap
+            if extra is not None and saturated:
+                more = self.nt("member")
+                b.rule(more, [self.COMMA, extra])
+                b.rule(nt, [self.star(more)])
+                continue
+            if cnt >= lo:
+                b.rule(nt, [])
+            if extra is not None and (hi is None or cnt < hi):
+                b.rule(nt, sep + [extra, state[n][bump(cnt)]])
+        for i in range(n - 1, -1, -1):
+            for cnt, nt in state[i].items():
+                sep = [self.COMMA] if cnt > 0 else []
+                if hi is None or cnt < hi:
+                    b.rule(nt, sep + [keys[i], self.COLON, values[i], state[i + 1][bump(cnt)]])
+                if not listed[i][2]:
+                    b.rule(nt, [state[i + 1][cnt]])
+        obj = self.nt("object")
+        b.rule(obj, [self.LBRACE, state[0][0], self.RBRACE])
+        return obj
+
+    def object_any_order(self, listed: list, required: tuple, extra: int | None, lo: int, hi: int | None
+                         ) -> int | None:
+        """An object whose members come in any order, or None (after a warning) where
+        that cannot be compiled within the limits: then the members follow schema order.
+
+        A context-free grammar remembers only through its nonterminals, so the keys
+        written so far are a nonterminal per set of them: T[S] derives the members after
+        the first, given the keys S were written; it offers each key not in S once, the
+        extra members (additional/patternProperties) any number of times, and the end
+        once every required key is in S. With all n listed keys tracked that is exact,
+        at 2^n nonterminals, so it is done while 2^n is within
+        `Limits.max_key_set_states`. Past that only the required keys are tracked and an
+        optional listed key may repeat (each value still matches its schema, so whichever
+        value a JSON parser keeps the object is valid); past that too, the required keys
+        come in the order of `required` or in that of `properties` (each once; authors
+        write one of the two), the optional ones anywhere. maxProperties then counts
+        members as written (a repeat counts: never more than the schema allows). The
+        warnings say which applies."""
+        n = len(listed)
+        if n == 0:
+            return None  # nothing to order: the schema-order grammar is the same
+        budget = self.limits.max_key_set_states
+        index = {k: i for i, (k, _, _) in enumerate(listed)}
+        req_idx = [index[k] for k in dict.fromkeys(required) if k in index]
+        where = "object with keys " + ", ".join(json.dumps(k) for k, _, _ in listed[:4]) + (", ..." if n > 4 else "")
+        chains: list[list[int]] = []
+        if (1 << n) <= budget:
+            tracked = list(range(n))
+            n_sets = 1 << n
+        elif (1 << len(req_idx)) <= budget:
+            tracked = req_idx
+            n_sets = 1 << len(req_idx)
+        else:
+            tracked = []
+            chains = [req_idx] if req_idx == sorted(req_idx) else [req_idx, sorted(req_idx)]
+            n_sets = 2 * (len(req_idx) + 1)
+        # Exact when every member is a tracked key: its count is |S|. Otherwise members
+        # are counted as written when maxProperties needs it, and minProperties must be
+        # met by the required keys alone (repeats must not count towards it).
+        counted = len(tracked) == n and extra is None
+        count_members = hi is not None and not counted
+        if not counted and lo > len(req_idx):
+            self.c.note(f"{where}: minProperties {lo} beyond its required keys, past "
+                        f"Limits.max_key_set_states={budget}; its keys must come in schema order")
+            return None
+        if count_members and n_sets * (hi + 1) > self.limits.max_object_states:
+            self.c.note(f"{where}: maxProperties {hi} past Limits.max_object_states={self.limits.max_object_states}; "
+                        "its keys must come in schema order")
+            return None
+        if len(tracked) < n:
+            self.c.note(f"{where}: {n} keys are past Limits.max_key_set_states={budget}; an optional key may repeat"
+                        + ("; the required keys come in the order of `required` or `properties`" if chains else ""))
+        b = self.b
+        member = []
+        for k, v, _ in listed:
+            m = self.nt("member")
+            b.rule(m, [b.literal(_json_str(k)), self.COLON, self.sym(v)])
+            member.append(m)
+        bit = {i: 1 << j for j, i in enumerate(tracked)}
+        all_required = 0
+        for i in req_idx:
+            all_required |= bit.get(i, 0)
+        free = None  # the untracked members: optional listed keys beyond the budget, extra ones
+        in_chains = set(req_idx) if chains else set()
+        untracked = [i for i in range(n) if i not in bit and i not in in_chains]
+        if untracked or extra is not None:
+            free = self.nt("member")
+            for i in untracked:
+                b.rule(free, [member[i]])
+            if extra is not None:
+                b.rule(free, [extra])
+        # A state: (tracked keys written, chain followed, its keys written, members written
+        # when counted apart from the keys).
+        states: dict[tuple[int, int, int, int], int] = {}
+        work: list[tuple[int, int, int, int]] = []
+
+        def state(s: int, c: int, j: int, cnt: int) -> int:
+            key = (s, c, j, cnt if count_members else 0)
+            nt = states.get(key)
+            if nt is None:
+                nt = states[key] = self.nt("members")
+                work.append(key)
+            return nt
+
+        obj = self.nt("object")
+        if not req_idx and lo == 0:
+            b.rule(obj, [self.LBRACE, self.RBRACE])
+        if hi is None or hi >= 1:
+            for i in tracked:
+                b.rule(obj, [self.LBRACE, member[i], state(bit[i], 0, 0, 1), self.RBRACE])
+            for c, chain in enumerate(chains):
+                b.rule(obj, [self.LBRACE, member[chain[0]], state(0, c, 1, 1), self.RBRACE])
+            for c in range(max(1, len(chains))):
+                if free is not None:
+                    b.rule(obj, [self.LBRACE, free, state(0, c, 0, 1), self.RBRACE])
+        while work:
+            s, c, j, cnt = work.pop()
+            nt = states[(s, c, j, cnt)]
+            written = s.bit_count() if counted else cnt
+            chain = chains[c] if chains else []
+            if s & all_required == all_required and j == len(chain) and (not counted or written >= lo):
+                b.rule(nt, [])
+            if hi is not None and (counted or count_members) and written >= hi:
+                continue
+            for i in tracked:
+                if not s & bit[i]:
+                    b.rule(nt, [self.COMMA, member[i], state(s | bit[i], c, j, cnt + 1)])
+            if j < len(chain):
+                b.rule(nt, [self.COMMA, member[chain[j]], state(s, c, j + 1, cnt + 1)])
+            if free is not None:
+                b.rule(nt, [self.COMMA, free, state(s, c, j, cnt + 1)])
+        return obj
+
+    def extra_members(self, node: _Obj, listed: list[str]) -> int | None:
+        """A member `key : value` for keys not listed, or None when none is allowed."""
+        b = self.b
+        c = self.c
+        # Group patterns with equal value schemas: a key matching several patterns of one
+        # group needs that schema once.
+        groups: list[tuple[list[str], _Node]] = []
+        for p, v in node.patterns:
+            for g in groups:
+                if g[1] == v:
+                    g[0].append(p)
+                    break
+            else:
+                groups.append(([p], v))
+        if len(groups) > self.limits.max_pattern_groups:
+            raise GrammarError(
+                f"object schema with {len(groups)} patternProperties of different schemas is not supported "
+                f"(at most {self.limits.max_pattern_groups})"
+            )
+        names_re = None
+        if node.names is not ANY:
+            alts = []
+            for part in node.names.parts if isinstance(node.names, _Union) else (node.names,):
+                if isinstance(part, _Const) and isinstance(part.value, str):
+                    alts.append(regex_escape_bytes(_json_str(part.value).encode()))
+                elif isinstance(part, _Str):
+                    body = _string_body(part)
+                    if body is not None:
+                        alts.append('"' + body[0] + '"')
+            if not alts:
+                return None
+            names_re = "(?:" + "|".join(alts) + ")"
+        if not groups and node.additional is NOTHING:
+            return None
+        exclude = None
+        if listed:
+            # The listed keys' encoded text, escaped once for both spellings below (with
+            # and without the quotes; escaping works character by character).
+            encoded = [_json_str(k)[1:-1] for k in listed]
+            bodies = [regex_escape_bytes(k.encode()) for k in encoded]
+            exclude = '(?:\\"' + '\\"|\\"'.join(bodies) + '\\")'
+        group_langs = []
+        group_bodies = []
+        for pats, _ in groups:
+            langs = [pattern_to_regex(p).json for p in pats]
+            langs = [x for x in langs if x is not None]
+            group_langs.append('"(?:' + "|".join(langs) + ')"' if langs else None)
+            group_bodies.append("|".join(langs) if langs else None)
+        members = []
+        for mask in range(1 << len(groups)):
+            inside = [i for i in range(len(groups)) if mask >> i & 1]
+            if mask == 0:
+                value = node.additional
+            else:
+                if any(group_langs[i] is None for i in inside):
+                    continue
+                value = ANY
+                for i in inside:
+                    value = c.intersect(value, groups[i][1])
+            if value is NOTHING:
+                continue
+            conj = ['"' + CANON_CHAR + '*"'] if mask == 0 else []
+            conj += ["(?:" + group_langs[i] + ")" for i in inside]
+            conj += ["~(?:" + group_langs[i] + ")" for i in range(len(groups)) if i not in inside and group_langs[i]]
+            if exclude is not None:
+                conj.append("~" + exclude)
+            if names_re is not None:
+                conj.append(names_re)
+            if len(conj) == 1 and mask == 0:
+                key = self.string_lexeme(GENERAL_CHAR + "*", False, "string")
+            elif len(conj) == 1:
+                key = self.regex_lexeme("key", group_langs[inside[0]], _pattern_ext(groups[inside[0]][0]))
+            else:
+                if mask == 0 and names_re is None:
+                    # The same language with the quotes outside the intersection: after the
+                    # opening quote the lexeme is `(C* & ~E) "`, a shape the slicer can
+                    # prove contains its string slices (seeds/what_makes_it_fast.md).
+                    inner = ["(?:" + CANON_CHAR + "*)"]
+                    inner += ["~(?:" + group_bodies[i] + ")" for i in range(len(groups)) if group_bodies[i]]
+                    if listed and len(inner) == 1:
+                        # The common case, only the listed keys excluded: built from its
+                        # parts, with its parse remembered for the lexer.
+                        regex = c.exprs().parse_excluding('"', CANON_CHAR + "*", [k.encode() for k in encoded])
+                    else:
+                        if listed:
+                            inner.append("~(?:" + "|".join(bodies) + ")")
+                        regex = '"(?:' + "&".join(inner) + ')"'
+                    key = self.regex_lexeme("key", regex, True)
+                    m = self.nt("member")
+                    b.rule(m, [key, self.COLON, self.sym(value)])
+                    members.append(m)
+                    continue
+                regex = "(?:" + "&".join(conj) + ")"
+                # Removing finitely many names from all strings leaves some: only a
+                # pattern or propertyNames can make a key language empty.
+                if (mask or names_re is not None) and self.c.regex_empty(regex):
+                    continue
+                key = self.regex_lexeme("key", regex, True)
+            m = self.nt("member")
+            b.rule(m, [key, self.COLON, self.sym(value)])
+            members.append(m)
+        if not members:
+            return None
+        if len(members) == 1:
+            return members[0]
+        nt = self.nt("member")
+        for m in members:
+            b.rule(nt, [m])
+        return nt
+
+
+def _describe_string(node: _Str) -> str:
+    """A string schema in words, for a refusal (IR nodes do not keep their place)."""
+    parts = [f"minLength {node.min_len}"] if node.min_len else []
+    if node.max_len is not None:
+        parts.append(f"maxLength {node.max_len}")
+    parts += [f"pattern {p!r}" for p in node.patterns[:2]]
+    if node.excluded:
+        parts.append(f"{len(node.excluded)} excluded values")
+    return "string schema with " + ", ".join(parts)

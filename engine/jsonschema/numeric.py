@@ -1,0 +1,498 @@
+"""Number regexes: ranges of integers and decimals, `multipleOf`, enumerated numbers."""
+
+from __future__ import annotations
+
+import math
+from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
+from fractions import Fraction
+
+from ..limits import DEFAULT_LIMITS, GrammarError, GrammarLimitExceeded, Limits
+from ..regex import charset
+from ..regex.printer import class_regex as _class_regex
+from ..regex.printer import escape_cp as _esc_cp
+from ..regex.printer import repeat_suffix as _rep_suffix
+from .ir import _Num
+from .keywords import INTEGER_REGEX, NUMBER_REGEX
+
+# --------------------------------------------------------------------------------------
+# Number regexes
+# --------------------------------------------------------------------------------------
+
+
+def _alt(parts: list[str]) -> str | None:
+    parts = [p for p in parts if p is not None]
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+
+
+def _literal_regex(words: list[str]) -> str | None:
+    """A compact regex for a finite set of strings: a trie whose sibling branches with
+    equal continuations share one character class."""
+    if not words:
+        return None
+    trie: dict = {}
+    for w in words:
+        node = trie
+        for ch in w:
+            node = node.setdefault(ch, {})
+        node[""] = {}
+
+    def go(node: dict) -> str:
+        by_rest: dict[str, list[str]] = {}
+        end = False
+        for ch, child in node.items():
+            if ch == "":
+                end = True
+                continue
+            by_rest.setdefault(go(child), []).append(ch)
+        alts = []
+        for rest, chars in by_rest.items():
+            if len(chars) == 1:
+                head = _esc_cp(ord(chars[0]), False)
+            else:
+                head = _class_regex(charset.normalize((ord(c), ord(c)) for c in chars))
+            alts.append(head + rest)
+        if not alts:
+            return ""
+        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+        if end:
+            return "(?:" + body + ")?" if len(body) > 1 else body + "?"
+        return body
+
+    r = go(trie)
+    return r if r else "(?:)"
+
+
+def _digit_class(lo: int, hi: int) -> str:
+    if lo == hi:
+        return str(lo)
+    if lo == 0 and hi == 9:
+        return "[0-9]"
+    return f"[{lo}-{hi}]"
+
+
+def _same_len_range(x: str, y: str) -> str:
+    """Digit strings of len(x) == len(y) between x and y (inclusive, x <= y)."""
+    if x == y:
+        return x
+    k = len(x) - 1
+    x0, y0 = int(x[0]), int(y[0])
+    if x[1:] == "0" * k and y[1:] == "9" * k:
+        return _digit_class(x0, y0) + ("[0-9]" + _rep_suffix(k, k) if k > 1 else "[0-9]" * k)
+    if x0 == y0:
+        return x[0] + _same_len_range(x[1:], y[1:])
+    alts = [x[0] + _same_len_range(x[1:], "9" * k)]
+    if x0 + 1 <= y0 - 1:
+        alts.append(_digit_class(x0 + 1, y0 - 1) + ("[0-9]" + _rep_suffix(k, k) if k > 1 else "[0-9]" * k))
+    alts.append(y[0] + _same_len_range("0" * k, y[1:]))
+    return "(?:" + "|".join(alts) + ")"
+
+
+def _nat_range(a: int, b: int | None) -> str | None:
+    """Naturals a..b (b None: unbounded) in decimal without leading zeros."""
+    if a < 0:
+        raise ValueError("negative lower bound")
+    if b is not None and b < a:
+        return None
+    la = len(str(a))
+    lb = len(str(b)) if b is not None else la
+    alts = []
+    for n in range(la, lb + 1):
+        lo = max(a, 0 if n == 1 else 10 ** (n - 1))
+        hi = 10**n - 1 if (b is None or n < lb) else b
+        if lo <= hi:
+            alts.append(_same_len_range(str(lo), str(hi)))
+    if b is None:
+        alts.append("[1-9][0-9]" + _rep_suffix(la, None))
+    return _alt(alts)
+
+
+def integer_range_regex(lo: int | None, hi: int | None) -> str | None:
+    """Regex for the JSON integers in [lo, hi] (None: unbounded); None if the range is empty."""
+    if lo is None and hi is None:
+        return INTEGER_REGEX
+    if lo is not None and hi is not None and lo > hi:
+        return None
+    parts = []
+    if hi is None or hi >= 0:
+        parts.append(_nat_range(max(lo, 0) if lo is not None else 0, hi))
+    if lo is None or lo < 0:
+        top = -1 if hi is None or hi >= 0 else hi
+        r = _nat_range(-top, None if lo is None else -lo)
+        if r is not None:
+            parts.append("-" + r)
+    return _alt(parts)
+
+
+# Fraction languages: (regex for non-empty digit strings or None, whether "no digits" is in).
+# A digit string s stands for the value 0.s, so these languages are closed under
+# appending zeros; "empty" is the number without a fraction part.
+
+
+def _frac_full(fr: tuple) -> str | None:
+    ne, empty = fr
+    if ne is None:
+        return "" if empty else None
+    return "(?:" + ne + ")?" if empty else "(?:" + ne + ")"
+
+
+def _frac_ge(a: str, excl: bool) -> tuple:
+    if a == "":
+        return ("0*[1-9][0-9]*", False) if excl else ("[0-9]+", True)
+    d = int(a[0])
+    alts = []
+    if d < 9:
+        alts.append(_digit_class(d + 1, 9) + "[0-9]*")
+    t = _frac_full(_frac_ge(a[1:], excl))
+    if t is not None:
+        alts.append(str(d) + t)
+    return (_alt(alts), False)
+
+
+def _frac_le(b: str, excl: bool) -> tuple:
+    if b == "":
+        return (None, False) if excl else ("0+", True)
+    d = int(b[0])
+    alts = []
+    if d > 0:
+        alts.append(_digit_class(0, d - 1) + "[0-9]*")
+    t = _frac_full(_frac_le(b[1:], excl))
+    if t is not None:
+        alts.append(str(d) + t)
+    return (_alt(alts), True)
+
+
+def _frac_le_pos(b: str, excl: bool) -> tuple:
+    """0 < value <= 0.b (< if excl)."""
+    if b == "":
+        return (None, False)
+    d = int(b[0])
+    alts = []
+    if d > 1:
+        alts.append(_digit_class(1, d - 1) + "[0-9]*")
+    if d > 0:
+        alts.append("0+[1-9][0-9]*")
+        t = _frac_full(_frac_le(b[1:], excl))
+    else:
+        t = _frac_full(_frac_le_pos(b[1:], excl))
+    if t is not None:
+        alts.append(str(d) + t)
+    return (_alt(alts), False)
+
+
+def _frac_between(a: str, ax: bool, b: str, bx: bool) -> tuple:
+    """0.a <= value <= 0.b (strict where ax/bx), given 0.a <= 0.b."""
+    if a == "":
+        return _frac_le_pos(b, bx) if ax else _frac_le(b, bx)
+    da, db = int(a[0]), int(b[0])
+    if da == db:
+        t = _frac_full(_frac_between(a[1:], ax, b[1:], bx))
+        return (str(da) + t if t is not None else None, False)
+    alts = []
+    t = _frac_full(_frac_ge(a[1:], ax))
+    if t is not None:
+        alts.append(str(da) + t)
+    if da + 1 <= db - 1:
+        alts.append(_digit_class(da + 1, db - 1) + "[0-9]*")
+    t = _frac_full(_frac_le(b[1:], bx))
+    if t is not None:
+        alts.append(str(db) + t)
+    return (_alt(alts), False)
+
+
+def _frac_emit(fr: tuple) -> str | None:
+    ne, empty = fr
+    if ne is None:
+        return "" if empty else None
+    return "(?:\\.(?:" + ne + "))?" if empty else "\\.(?:" + ne + ")"
+
+
+def _dec_parts(d: Decimal) -> tuple[int, str]:
+    s = format(d, "f")
+    i, _, f = s.partition(".")
+    return int(i), f.rstrip("0")
+
+
+def _magnitude_range(lo: Decimal, lox: bool, hi: Decimal | None, hix: bool) -> str | None:
+    """Unsigned decimals `I(.F)?` in [lo, hi] (exclusive ends where lox/hix)."""
+    if hi is not None and (lo > hi or (lo == hi and (lox or hix))):
+        return None
+    li, lf = _dec_parts(lo)
+    alts = []
+    if hi is None:
+        r = _nat_range(li + 1, None)
+        alts.append(r + "(?:\\.[0-9]+)?")
+        f = _frac_emit(_frac_ge(lf, lox))
+        if f is not None:
+            alts.append(str(li) + f)
+        return _alt(alts + _exponent_forms(lo, lox, hi, hix))
+    hi_i, hf = _dec_parts(hi)
+    if li == hi_i:
+        f = _frac_emit(_frac_between(lf, lox, hf, hix))
+        alts.append(None if f is None else str(li) + f)
+        return _alt(alts + _exponent_forms(lo, lox, hi, hix))
+    f = _frac_emit(_frac_ge(lf, lox))
+    if f is not None:
+        alts.append(str(li) + f)
+    r = _nat_range(li + 1, hi_i - 1)
+    if r is not None:
+        alts.append(r + "(?:\\.[0-9]+)?")
+    f = _frac_emit(_frac_le(hf, hix))
+    if f is not None:
+        alts.append(str(hi_i) + f)
+    return _alt(alts + _exponent_forms(lo, lox, hi, hix))
+
+
+def _exponent_forms(lo: Decimal, lox: bool, hi: Decimal | None, hix: bool) -> list[str]:
+    """Exponent spellings of magnitudes that lie in [lo, hi] whatever their digits: a
+    one-digit mantissa with a negative exponent is in [0, 1), with a positive one in
+    [10, inf). These cover what Python's float repr writes (1e-06, 1.5e+16)."""
+    out = []
+    if lo == 0 and (hi is None or hi >= 1):
+        mant = "(?:[1-9](?:\\.[0-9]+)?|0\\.[0-9]*[1-9][0-9]*)" if lox else "[0-9](?:\\.[0-9]+)?"
+        out.append(mant + "[eE]-0*[1-9][0-9]*")
+    if hi is None and (lo < 10 or (lo == 10 and not lox)):
+        out.append("[1-9](?:\\.[0-9]+)?[eE]\\+?0*[1-9][0-9]*")
+    return out
+
+
+def number_range_regex(lo: Decimal | None, lox: bool, hi: Decimal | None, hix: bool) -> str | None:
+    """Regex for JSON numbers in a range, exactly: every number it matches is in the range.
+
+    Bounds are any finite decimals; None means unbounded (both None: the full JSON
+    number syntax). Plain decimals are matched for every in-range value; exponent
+    spellings only where no digit choice can leave the range (see _exponent_forms).
+    Returns None for an empty range.
+    """
+    if lo is None and hi is None:
+        return NUMBER_REGEX
+    if lo is not None and hi is not None and (lo > hi or (lo == hi and (lox or hix))):
+        return None
+    zero = Decimal(0)
+    parts = []
+    if hi is None or hi > 0 or (hi == 0 and not hix):
+        low, lowx = (zero, False) if lo is None or lo < 0 else (lo, lox)
+        parts.append(_magnitude_range(low, lowx, hi, hix))
+    if lo is None or lo < 0:
+        mlo, mlox = (zero, True) if hi is None or hi >= 0 else (-hi, hix)
+        mhi, mhix = (None, False) if lo is None else (-lo, lox)
+        r = _magnitude_range(mlo, mlox, mhi, mhix)
+        if r is not None:
+            # _alt wraps alternations, so a plain prefix concatenates safely.
+            parts.append("-" + r)
+    return _alt(parts)
+
+
+def _dfa_to_regex(
+    n: int, start_edges: dict[int, str], edges: dict[tuple[int, int], str], accept: set[int]
+) -> str | None:
+    """State elimination (Brzozowski–McCluskey) for a DFA whose labels are regex atoms."""
+    S, F = n, n + 1
+    g: dict[tuple[int, int], str] = dict(edges)
+    for t, lab in start_edges.items():
+        g[(S, t)] = lab
+    for a in accept:
+        g[(a, F)] = ""
+
+    def union(x: str | None, y: str) -> str:
+        return y if x is None else "(?:" + x + "|" + y + ")"
+
+    merged: dict[tuple[int, int], str] = {}
+    for k, v in g.items():
+        merged[k] = v
+    g = merged
+    for q in range(n):
+        loop = g.pop((q, q), None)
+        ins = [(p, lab) for (p, t), lab in g.items() if t == q]
+        outs = [(t, lab) for (p, t), lab in g.items() if p == q]
+        for p, _ in ins:
+            del g[(p, q)]
+        for t, _ in outs:
+            del g[(q, t)]
+        mid = "" if loop is None else "(?:" + loop + ")*"
+        for p, a in ins:
+            for t, b in outs:
+                g[(p, t)] = union(g.get((p, t)), a + mid + b)
+        if sum(len(v) for v in g.values()) > DEFAULT_LIMITS.max_regex_chars:
+            return None
+    return g.get((S, F))
+
+
+def multiple_of_regex(k: int, max_states: int = DEFAULT_LIMITS.max_multiple_of_states) -> str | None:
+    """Regex for the JSON integers divisible by k (k >= 1), or None if it would be too large:
+    a residue automaton of more than `max_states` states is not even built (its regex
+    would be far past any size limit, and building it costs O(k))."""
+    if k < 1:
+        raise ValueError("k must be positive")
+    if k == 1:
+        return INTEGER_REGEX
+    a = b = 0
+    m = k
+    while m % 2 == 0:
+        m //= 2
+        a += 1
+    while m % 5 == 0:
+        m //= 5
+        b += 1
+    if m == 1:
+        # k divides 10^d: the last d digits decide.
+        d = max(a, b)
+        if 10**d // k <= 5000:
+            small = _literal_regex([str(r) for r in range(k, 10**d, k)])
+            suffix = _literal_regex([str(r).zfill(d) for r in range(0, 10**d, k)])
+            nonzero = _alt(["[1-9][0-9]*" + suffix] + ([small] if small else []))
+            return "(?:0|-?" + nonzero + ")"
+    # Residue DFA over the digits of a positive number (first digit 1-9).
+    if k > max_states:
+        return None
+    start: dict[int, list[int]] = {}
+    for dgt in range(1, 10):
+        start.setdefault(dgt % k, []).append(dgt)
+    trans: dict[tuple[int, int], list[int]] = {}
+    for r in range(k):
+        for dgt in range(10):
+            trans.setdefault((r, (10 * r + dgt) % k), []).append(dgt)
+
+    def label(ds: list[int]) -> str:
+        ds = sorted(ds)
+        if len(ds) == 1:
+            return str(ds[0])
+        if ds == list(range(ds[0], ds[-1] + 1)):
+            return f"[{ds[0]}-{ds[-1]}]"
+        return "[" + "".join(map(str, ds)) + "]"
+
+    body = _dfa_to_regex(
+        k,
+        {t: label(ds) for t, ds in start.items()},
+        {e: label(ds) for e, ds in trans.items()},
+        {0},
+    )
+    if body is None:
+        return None
+    return "(?:0|-?(?:" + body + "))"
+
+
+def _num_regex(n: _Num, where: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, bool] | None:
+    """(regex, extended) of the lexeme for a number schema; None if no number fits."""
+    if n in _num_cache:
+        return _num_cache[n]
+    bounded = n.lo is not None or n.hi is not None
+    conj: list[str] = []
+    suffix = ""
+    if n.integer or (n.mult is not None and Fraction(n.mult).denominator == 1):
+        lo = hi = None
+        if n.lo is not None:
+            c = n.lo.to_integral_value(rounding=ROUND_CEILING)
+            lo = int(c + 1 if n.lox and c == n.lo else c)
+        if n.hi is not None:
+            f = n.hi.to_integral_value(rounding=ROUND_FLOOR)
+            hi = int(f - 1 if n.hix and f == n.hi else f)
+        k = int(n.mult) if n.mult is not None else 1
+        if lo is not None and hi is not None and (hi - lo) // k <= 2000:
+            # Few values: list them (exact, and small even where a divisibility regex is not).
+            first = -((-lo) // k) * k
+            values = [
+                v for v in range(first, hi + 1, k)
+                if not any(v % int(m) == 0 for m in n.not_mult) and Decimal(v) not in n.excluded
+            ]
+            result = (_enum_numbers(values), False) if values else None
+            if result is not None:
+                # An integer may carry a zero fraction: 1.0 is the integer 1.
+                result = (result[0] + _ZERO_FRACTION, False)
+            _num_cache[n] = result
+            return result
+        rng = integer_range_regex(lo, hi) if bounded else INTEGER_REGEX
+        if rng is None:
+            _num_cache[n] = None
+            return None
+        conj.append(rng)
+        for m in ([k] if k != 1 else []):
+            mre = multiple_of_regex(m, limits.max_multiple_of_states)
+            if mre is None:
+                raise GrammarLimitExceeded(
+                    *_multiple_of_limit(m, limits),
+                    f"multipleOf {m} at {where}: the divisibility regex would be too large "
+                    "(bound the range with minimum/maximum to at most 2000 multiples)",
+                )
+            conj.append(mre)
+        # An integer (or an integer multiple) may carry a zero fraction: 1.0 is 1.
+        suffix = _ZERO_FRACTION
+    else:
+        rng = number_range_regex(n.lo, n.lox, n.hi, n.hix)
+        if rng is None:
+            _num_cache[n] = None
+            return None
+        conj.append(rng)
+        if n.fractional:
+            conj.append(_FRACTIONAL_REGEX)
+        if n.mult is not None:
+            f = Fraction(n.mult)
+            digits = round(math.log10(f.denominator)) if f.numerator == 1 else -1
+            if digits < 0 or 10**digits != f.denominator:
+                raise GrammarError(
+                    f"multipleOf {n.mult} at {where}: only integers and powers of ten (0.1, 0.01, ...) "
+                    "are supported for numbers"
+                )
+            conj.append("-?[0-9]+(?:\\.[0-9]{1," + str(digits) + "}0*)?")
+    negs = []
+    if n.excluded:
+        if not (n.integer or n.mult is not None):
+            # Every spelling of a value must be excluded; without exponents there are
+            # few (1, 1.0, 1.00, ...), so plain decimals only.
+            conj.append(_PLAIN_NUMBER_REGEX)
+        for x in n.excluded:
+            negs.append("~(?:" + _value_spellings(x) + ")")
+    for m in n.not_mult:
+        mre = multiple_of_regex(int(m), limits.max_multiple_of_states)
+        if mre is None:
+            raise GrammarLimitExceeded(
+                *_multiple_of_limit(int(m), limits),
+                f"not multipleOf {m} at {where}: the divisibility regex would be too large",
+            )
+        negs.append("~(?:" + mre + ")")
+    if len(conj) == 1 and not negs:
+        result = (conj[0] + suffix, False)
+    else:
+        result = ("(?:" + "&".join(["(?:" + c + ")" for c in conj] + negs) + ")" + suffix, True)
+    if len(_num_cache) > 4096:
+        _num_cache.clear()
+    _num_cache[n] = result
+    return result
+
+
+_ZERO_FRACTION = "(?:\\.0+)?"
+
+
+def _multiple_of_limit(k: int, limits: Limits) -> tuple[str, int]:
+    """The limit that stopped multiple_of_regex(k): the automaton's size or its regex's."""
+    if k > limits.max_multiple_of_states:
+        return "max_multiple_of_states", limits.max_multiple_of_states
+    return "max_regex_chars", DEFAULT_LIMITS.max_regex_chars
+
+
+def _enum_numbers(values: list[int]) -> str:
+    neg = _literal_regex([str(-v) for v in values if v < 0])
+    pos = _literal_regex([str(v) for v in values if v >= 0])
+    return _alt(([pos] if pos else []) + (["-" + neg] if neg else [])) or "(?:)"
+
+
+_PLAIN_NUMBER_REGEX = r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?"
+
+
+def _value_spellings(x: Decimal) -> str:
+    """Every exponent-free JSON spelling of the number x."""
+    ip, fp = _dec_parts(abs(x))
+    sign = "-?" if x == 0 else ("-" if x < 0 else "")
+    return sign + str(ip) + ("(?:\\.0+)?" if not fp else "\\." + fp + "0*")
+
+
+# Numbers with a non-zero fractional part: plain decimals, and exponent forms whose
+# value lies strictly between 0 and 1 in magnitude.
+_FRACTIONAL_REGEX = (
+    r"-?(?:(?:0|[1-9][0-9]*)\.[0-9]*[1-9][0-9]*"
+    r"|(?:[1-9](?:\.[0-9]+)?|0\.[0-9]*[1-9][0-9]*)[eE]-0*[1-9][0-9]*)"
+)
+
+
+_num_cache: dict[_Num, tuple[str, bool] | None] = {}

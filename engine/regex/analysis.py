@@ -1,0 +1,338 @@
+"""What an expression denotes, decided by looking at it: nullability, length bounds,
+clamped counts, emptiness (by exploring its derivatives under a state bound) and
+containment. A mixin of `ExprSet`, whose node arrays it reads."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..limits import LimitExceeded
+from .nodes import AND as _AND
+from .nodes import BYTES as _BYTES
+from .nodes import CONCAT as _CONCAT
+from .nodes import EPS as _EPS
+from .nodes import EXCL as _EXCL
+from .nodes import NOT as _NOT
+from .nodes import OR as _OR
+from .nodes import REPEAT as _REPEAT
+from .nodes import SUBSET_STATES as _SUBSET_STATES
+
+
+class _Analysis:
+    # Properties ------------------------------------------------------------------------
+    def nullable(self, expr: int) -> bool:
+        return self._nullable[expr]
+
+    def emptiness_is_trivial(self, expr: int) -> bool:
+        """Whether is_empty answers at once: without & and ~ only ∅ is empty."""
+        return not self._has_bool[expr]
+
+    def max_length(self, expr: int) -> int | None:
+        """An over-estimate of the longest match in bytes; None when unbounded."""
+        memo = self._maxlen
+        if expr in memo:
+            return memo[expr]
+        k = self._kind[expr]
+        a = self._args[expr]
+        r: int | None
+        if k <= _EPS:
+            r = 0
+        elif k == _BYTES:
+            r = 1
+        elif k == _CONCAT:
+            # Walk the chain: long literals are long chains.
+            r = 0
+            x = expr
+            while r is not None:
+                if self._kind[x] != _CONCAT:
+                    v = self.max_length(x)
+                    r = None if v is None else r + v
+                    break
+                h, x = self._args[x]
+                v = self.max_length(h)
+                r = None if v is None else r + v
+        elif k == _OR:
+            r = 0
+            for m in a:
+                v = self.max_length(m)
+                if v is None:
+                    r = None
+                    break
+                r = max(r, v)
+        elif k == _AND:
+            bounded = [v for v in (self.max_length(m) for m in a) if v is not None]
+            r = min(bounded) if bounded else None
+        elif k == _NOT:
+            r = None
+        elif k == _EXCL:
+            r = self.max_length(a[0])
+        else:
+            inner, _lo, hi = a
+            v = self.max_length(inner)
+            if v == 0:
+                r = 0
+            elif v is None or hi is None:
+                r = None
+            else:
+                r = v * hi
+        memo[expr] = r
+        return r
+
+    def has_count_above(self, pairs, depth: int) -> bool:
+        """Whether an expression of the (lexeme, expression) pairs repeats something a
+        fixed number of times above `depth` (what `clamped` would change)."""
+        counts = self._max_count
+        for _, e in pairs:
+            if counts[e] > depth:
+                return True
+        return False
+
+    def clamped(self, expr: int, depth: int) -> int:
+        """`expr` with every repeat count above `depth` clamped: an upper bound made
+        unbounded, a lower bound made depth+1. It matches the same strings of at most
+        `depth` bytes, as each repetition of a repeat takes a byte at least. Without & and
+        ~ it also has the same prefixes of at most `depth` bytes: every node then matches
+        something, so a prefix of j <= depth repetitions goes on to a match under either
+        bound. With & or ~ that fails (`a{0,300} & a{400,}` is empty, its clamped
+        form is not), so such expressions come back as they are.
+
+        A mask walk reads tokens of at most `depth` bytes: two lexer states whose
+        expressions clamp alike allow the same tokens inside the lexeme and end it at the
+        same trie nodes, so the count states of a long `maxLength` string share one walk."""
+        if self._max_count[expr] <= depth or self._has_bool[expr]:
+            return expr
+        memo = self._clamped.get(depth)
+        if memo is None:
+            memo = self._clamped[depth] = {}
+        r = memo.get(expr)
+        if r is not None:
+            return r
+        k, a = self._kind[expr], self._args[expr]
+        if k == _CONCAT:
+            # Iterative along the chain: long literals are long chains.
+            heads = []
+            x = expr
+            while self._kind[x] == _CONCAT:
+                h, x = self._args[x]
+                heads.append(self.clamped(h, depth))
+            r = self.clamped(x, depth)
+            for h in reversed(heads):
+                r = self._concat2(h, r)
+        elif k == _OR:
+            r = self.alt(*[self.clamped(m, depth) for m in a])
+        elif k == _REPEAT:
+            inner, lo, hi = a
+            r = self.repeat(self.clamped(inner, depth), min(lo, depth + 1),
+                            None if hi is None or hi > depth else hi)
+        else:
+            r = expr
+        memo[expr] = r
+        return r
+
+
+    # Emptiness -------------------------------------------------------------------------
+    def is_empty(self, expr: int, bound: int | None = None) -> bool:
+        """Is the language empty? Trivial without & and ~; otherwise explores the
+        derivative graph (raises LimitExceeded past `bound` states, by default
+        limits.max_lexer_states)."""
+        return self._is_empty(expr, self.limits.max_lexer_states if bound is None else bound)
+
+    def _is_empty(self, expr: int, bound: int) -> bool:
+        if expr == 0:
+            return True
+        if not self._has_bool[expr]:
+            return False
+        known = self._empty.get(expr)
+        if known is not None:
+            return known
+        nullable, has_bool, empty = self._nullable, self._has_bool, self._empty
+        if nullable[expr]:
+            empty[expr] = False
+            return False
+        kind = self._kind[expr]
+        if kind in (_CONCAT, _OR, _REPEAT):
+            # Only & and ~ need the derivative graph. Around them the language is empty
+            # exactly when a factor of a sequence, every branch of an alternation, or a
+            # repeat's body (lower bound > 0 here, as expr is not nullable) is, so decide
+            # the smaller parts: a lexer's `"(C* & ~E)"` then costs one nullable check
+            # instead of a derivative per byte class of the whole sequence.
+            args = self._args
+            if kind == _CONCAT:
+                r = False
+                x = expr
+                # Iterate along the right-nested chain: it can be far longer than the
+                # expression's height, which bounds the recursion through the heads.
+                while kind == _CONCAT:
+                    h, x = args[x]
+                    if self._is_empty(h, bound):
+                        r = True
+                        break
+                    if not has_bool[x]:
+                        break
+                    kind = self._kind[x]
+                else:
+                    r = self._is_empty(x, bound)
+            elif kind == _OR:
+                r = all(self._is_empty(m, bound) for m in args[expr])
+            else:
+                r = self._is_empty(args[expr][0], bound)
+            empty[expr] = r
+            return r
+        if kind == _EXCL:
+            inner = self._args[expr][0]
+            if not has_bool[inner] and self.max_length(inner) is None:
+                # Without & and ~ an unbounded length means infinitely many strings,
+                # and finitely many words cannot take them all.
+                empty[expr] = False
+                return False
+        seen = {expr}
+        stack = [expr]
+        while stack:
+            x = stack.pop()
+            if nullable[x]:
+                empty[expr] = False
+                return False
+            for rep in self._class_reps(x):
+                y = self.derivative(x, rep)
+                if y == 0 or y in seen:
+                    continue
+                k = empty.get(y)
+                if k is True:
+                    continue
+                if k is False or not has_bool[y] or nullable[y]:
+                    empty[expr] = False
+                    return False
+                seen.add(y)
+                if len(seen) > bound:
+                    raise LimitExceeded(
+                        "max_lexer_states", bound, f"deciding whether {self.to_str(expr, 200)} is empty"
+                    )
+                stack.append(y)
+        # Every state reachable from expr is non-accepting: all of them are empty.
+        for x in seen:
+            empty[x] = True
+        return True
+
+    def next_bytes(self, expr: int) -> np.ndarray:
+        """bool[256]: the bytes whose derivative is non-empty (read-only array)."""
+        r = self._next.get(expr)
+        if r is not None:
+            return r
+        out = np.zeros(256, dtype=bool)
+        cm = np.frombuffer(self.byte_classes(expr), dtype=np.uint8)
+        for rep in self._class_reps(expr):
+            d = self.derivative(expr, rep)
+            if d != 0 and not self.is_empty(d):
+                out |= cm == rep
+        out.flags.writeable = False
+        self._next[expr] = out
+        return out
+
+    # Containment -----------------------------------------------------------------------
+    def _surely_nonempty(self, expr: int, bound: int = _SUBSET_STATES) -> bool:
+        try:
+            return not self._is_empty(expr, bound)
+        except LimitExceeded:
+            return False
+
+    def _subset(self, y: int, x: int) -> bool:
+        """Y ⊆ X, or False when the check runs out of budget."""
+        if y == x or y == 0:
+            return True
+        key = (y, x)
+        r = self._subset_cache.get(key)
+        if r is not None:
+            return r
+        ky, kx = self._kind[y], self._kind[x]
+        if ky == _BYTES and kx == _BYTES:
+            r = (self._args[y][0] & ~self._args[x][0]) == 0
+        elif kx == _OR and y in self._args[x]:
+            r = True
+        else:
+            try:
+                r = self._is_empty(self.and_(y, self.not_(x)), _SUBSET_STATES)
+            except LimitExceeded:
+                r = False
+        self._subset_cache[key] = r
+        return r
+
+    def prefix_contains(self, s: int, l: int) -> bool:
+        """S ⊆ P(L) where P(L) = { w | ∃q. wq ∈ L } (seeds/what_makes_it_fast.md,
+        "Checking regex containment"). An under-approximation: False when unsure."""
+        key = (s, l)
+        r = self._prefix_cache.get(key)
+        if r is None:
+            r = self._prefix_contains(s, l)
+            self._prefix_cache[key] = r
+        return r
+
+    def _prefix_contains(self, s: int, l: int) -> bool:
+        kind, args = self._kind, self._args
+        if s == 0:
+            return True
+        if l == 0:
+            return False
+        if kind[l] == _OR:
+            # P(A|B) = P(A) ∪ P(B); containment in one branch is enough.
+            if any(self._prefix_contains(s, x) for x in args[l]):
+                return True
+        if kind[s] == _OR:
+            return all(self._prefix_contains(x, l) for x in args[s])
+        if s == 1:
+            return self._surely_nonempty(l)
+        # S = Y{m',n'} (a plain Y is Y{1,1}).
+        if kind[s] == _REPEAT:
+            y, _, n_s = args[s]
+        else:
+            y, n_s = s, 1
+        # L = H·T with T non-empty, so P(H) ⊆ P(L).
+        if kind[l] == _CONCAT:
+            head, tail = args[l]
+            if not self._surely_nonempty(tail):
+                return False
+            # A pattern string that is partly matched (`(rest of a match)·C* | C*·match`,
+            # then the closing quote) has an alternation or a sequence for H: asked of
+            # H whole, that would need the slice's words to be each one H-word. P(H) is
+            # the union of its branches' (or its own head's), and one of them may hold
+            # them all.
+            if kind[head] in (_OR, _CONCAT) and self._prefix_contains(s, head):
+                return True
+        else:
+            head = l
+        # The longest excluded string, -1 when nothing is excluded.
+        longest_excluded = -1
+        if kind[head] == _EXCL:
+            head, words = args[head]
+            longest_excluded = max(len(w) for w in words)
+        if kind[head] == _AND:
+            pos = []
+            for m in args[head]:
+                if kind[m] != _NOT:
+                    pos.append(m)
+                    continue
+                v = self.max_length(args[m][0])
+                if v is None:
+                    return False
+                longest_excluded = max(longest_excluded, v)
+            if len(pos) != 1:
+                return False
+            head = pos[0]
+        if kind[head] == _REPEAT:
+            x, _, n_l = args[head]
+        else:
+            x, n_l = head, 1
+        if longest_excluded >= 0:
+            # P(X{m,n} & ~E) = P(X{m,n}) when n > max|E| and X has a non-empty word.
+            if n_l is not None and n_l <= longest_excluded:
+                return False
+            try:
+                if not self.next_bytes(x).any():
+                    return False
+            except LimitExceeded:
+                return False
+        if not self._surely_nonempty(x):
+            return False
+        if n_l is not None and (n_s is None or n_s > n_l):
+            return False
+        return self._subset(y, x)
+

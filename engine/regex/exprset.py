@@ -1,0 +1,657 @@
+"""Regular expressions over bytes, matched by Brzozowski derivatives.
+
+The derivative of a language L by a byte c is `{ s | cs ∈ L }`; a regular
+expression's derivative is again a regular expression, so an expression is a DFA
+state and its derivatives are the transitions (seeds/what_makes_it_fast.md,
+"Lexer construction"). The state is accepting when the expression is nullable
+(matches the empty string). Nothing is compiled up front: `LazyDFA` computes a
+transition the first time it is needed and keeps it in a flat table.
+
+Every expression lives in one `ExprSet` and is hash-consed to a small int, so
+equal expressions are equal ints, derivatives can be memoized in a dict, and the
+DFA stays small because the smart constructors normalise as they build
+(flattened, sorted, deduplicated alternations and intersections, ∅ and ε laws,
+`(R*)* = R*`, `~~R = R`, ...). Bounded repeats stay symbolic:
+`d(R{m,n}) = d(R)·R{m-1,n-1}`, so `{1,10000}` costs one node, not ten thousand.
+
+Alongside the usual operators there are intersection `&` and complement `~`
+(w.r.t. all byte strings). With them an expression may denote the empty language
+without being ∅ syntactically; `is_empty` decides that by exploring the derivative
+graph under a state bound.
+
+Matching is over UTF-8 bytes: character classes compile to alternations of byte
+sequences that are valid UTF-8 only (the standard split of a code point range
+into ranges whose encodings share a shape), so invalid UTF-8 never matches `.`
+or a class. Matching is whole-string, like `re.fullmatch`.
+
+To keep derivative work small, each expression knows the partition of the 256
+bytes into classes that it cannot tell apart (the refinement of the byte sets at
+its first positions); a derivative is computed once per class.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+import numpy as np
+
+from ..limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
+from . import charset
+from .analysis import _Analysis
+from .derivatives import _Derivatives
+from .nodes import AND as _AND
+from .nodes import BYTES as _BYTES
+from .nodes import CONCAT as _CONCAT
+from .nodes import EPS as _EPS
+from .nodes import EXCL as _EXCL
+from .nodes import EXCL_MAX_LENGTH as _EXCL_MAX_LENGTH
+from .nodes import EXCL_MAX_WORDS as _EXCL_MAX_WORDS
+from .nodes import FULL as _FULL
+from .nodes import MAX_HEIGHT
+from .nodes import NOT as _NOT
+from .nodes import NOTHING as _NOTHING
+from .nodes import OR as _OR
+from .nodes import REPEAT as _REPEAT
+from .nodes import bits as _bits
+from .nodes import range_mask as _range_mask
+from .parser import _Parser
+from .printer import regex_escape_bytes, to_str
+
+
+class ExprSet(_Analysis, _Derivatives):
+    """Hash-consed regular expressions over bytes with memoized derivatives."""
+
+    NOTHING = 0  # ∅, the empty language
+    EPSILON = 1  # ε, the empty string
+
+    # One set per Limits shared by every lexer in the process (see `shared`).
+    _shared: "dict[Limits, ExprSet]" = {}
+    # A shared set is replaced once it holds this share of max_regex_nodes, so a new
+    # grammar always has most of its node budget and memory stays bounded.
+    SHARED_ROLLOVER_FRACTION = 0.05
+
+    @classmethod
+    def shared(cls, limits: Limits = DEFAULT_LIMITS) -> "ExprSet":
+        """A process-wide set for `limits`. Grammars repeat lexemes (JSON strings,
+        numbers, formats), so parses, derivatives, byte classes and emptiness checks
+        computed for one grammar are cache hits for the next. Like recognizers, it is
+        meant for the one thread that computes masks."""
+        es = cls._shared.get(limits)
+        if es is None or len(es) > limits.max_regex_nodes * cls.SHARED_ROLLOVER_FRACTION:
+            es = cls(limits)
+            cls._shared[limits] = es
+        return es
+
+    def __init__(self, limits: Limits = DEFAULT_LIMITS):
+        self.limits = limits
+        # Parallel per-node arrays.
+        self._kind: list[int] = []
+        self._args: list[tuple] = []
+        self._nullable: list[bool] = []
+        self._height: list[int] = []
+        # Contains & or ~ (other than ~∅): only then can a non-∅ node be empty.
+        self._has_bool: list[bool] = []
+        # The largest finite repeat count in the node, lower or upper: `clamped` leaves a
+        # node whose count is within its depth alone without looking inside.
+        self._max_count: list[int] = []
+        self._ids: dict[tuple, int] = {}
+
+        self._deriv: dict[int, int] = {}
+        self._first_masks: dict[int, tuple[int, ...]] = {}
+        self._masks_interned: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._classmap_by_masks: dict[tuple[int, ...], bytes] = {}
+        self._combined: dict[frozenset, tuple[np.ndarray, tuple[int, ...]]] = {}
+        self._first_bytes: dict[int, int] = {}
+        self._or_firsts: dict[int, tuple[int, ...]] = {}
+        self._classmap: dict[int, bytes] = {}
+        self._empty: dict[int, bool] = {}
+        self._next: dict[int, np.ndarray] = {}
+        self._maxlen: dict[int, int | None] = {}
+        # depth -> expression -> its clamped form: see `clamped`.
+        self._clamped: dict[int, dict[int, int]] = {}
+        self._parsed: dict[tuple, int] = {}
+        # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
+        self._groups: dict[tuple, int] = {}
+        self._literals: dict[bytes, int] = {}
+        # The words of each finite expression, sorted, or None: see `_finite_words`.
+        self._words_of: dict[int, tuple[bytes, ...] | None] = {}
+        # The node of each single byte, once made (literal() reads it per byte).
+        self._byte_nodes: list[int] = [-1] * 256
+        self._class_cache: dict[tuple, int] = {}
+        # Multibyte classes by node, so to_str can print them as code point classes.
+        self._class_of: dict[int, tuple] = {}
+        self._subset_cache: dict[tuple[int, int], bool] = {}
+        self._prefix_cache: dict[tuple[int, int], bool] = {}
+        # (guard bytes, shadow) per expression with & and ~, or None: see `shadow`.
+        self._shadows: dict[int, tuple[int, int] | None] = {}
+        # (shadow's class map, guard) -> that map with each guard byte a class of its own:
+        # key states whose remaining keys start with the same bytes share one.
+        self._split_maps: dict[tuple[bytes, int], bytes] = {}
+
+        self._new(_NOTHING, (), (), False, 0, False)
+        self._new(_EPS, (), (), True, 0, False)
+        # All byte strings; ~∅. It is non-empty, hence has_bool False.
+        self.ALL = self._new(_NOT, (_NOT, 0), (0,), True, 1, False)
+
+    # Node storage ----------------------------------------------------------------------
+    def _new(self, kind: int, key: tuple, args: tuple, nullable: bool, height: int, has_bool: bool) -> int:
+        if height > MAX_HEIGHT:
+            raise LimitExceeded("max_regex_height", MAX_HEIGHT, "regular expression nested too deeply")
+        i = len(self._kind)
+        if i >= self.limits.max_regex_nodes:
+            raise LimitExceeded("max_regex_nodes", self.limits.max_regex_nodes, "too many distinct regular expressions")
+        # Everything that can fail (a RecursionError deep in a caller included) comes
+        # before the first append: the parallel arrays of a shared set stay aligned.
+        counts = self._max_count
+        if kind == _CONCAT:
+            count = max(counts[args[0]], counts[args[1]])
+        elif kind == _OR or kind == _AND:
+            count = max([counts[x] for x in args])
+        elif kind == _REPEAT:
+            count = max(counts[args[0]], args[1], args[2] or 0)
+        elif kind == _NOT or kind == _EXCL:
+            count = counts[args[0]]
+        else:
+            count = 0
+        self._kind.append(kind)
+        self._args.append(args)
+        self._nullable.append(nullable)
+        self._height.append(height)
+        self._has_bool.append(has_bool)
+        counts.append(count)
+        if key:
+            self._ids[key] = i
+        return i
+
+    def __len__(self) -> int:
+        return len(self._kind)
+
+    def kind_name(self, expr: int) -> str:
+        return ("nothing", "epsilon", "bytes", "concat", "or", "and", "not", "repeat", "exclude")[self._kind[expr]]
+
+    # Smart constructors ----------------------------------------------------------------
+    def _bytes(self, mask: int) -> int:
+        if mask == 0:
+            return 0
+        key = (_BYTES, mask)
+        i = self._ids.get(key)
+        if i is None:
+            i = self._new(_BYTES, key, (mask,), False, 0, False)
+        return i
+
+    def byte_set(self, allowed: Iterable[int]) -> int:
+        """A set of single bytes."""
+        mask = 0
+        for b in allowed:
+            if not (0 <= b <= 255):
+                raise ValueError(f"byte value {b} out of range 0..255")
+            mask |= 1 << b
+        return self._bytes(mask)
+
+    def literal(self, data: bytes) -> int:
+        if not isinstance(data, (bytes, bytearray, memoryview)):
+            raise TypeError(f"literal() takes bytes, got {type(data).__name__}")
+        data = bytes(data)
+        r = self._literals.get(data)
+        if r is not None:
+            return r
+        # Grammars repeat literals (keys, enum values, punctuation) and their tails, so
+        # look each link up first. A new link is made here directly unless it repeats
+        # the byte after it (`aa` is a{2}: _concat2's merge): a chain built from the end
+        # has only byte sets and their repeats at its heads. Every schema's keys come
+        # through here, in its time to first mask: node storage is appended inline.
+        ids, kind, args, height, has_bool = self._ids, self._kind, self._args, self._height, self._has_bool
+        ids_get = ids.get
+        max_count = self._max_count
+        byte_nodes = self._byte_nodes
+        max_nodes = self.limits.max_regex_nodes
+        concat, repeat = _CONCAT, _REPEAT
+        r = 1
+        for b in reversed(data):
+            h = byte_nodes[b]
+            if h < 0:
+                h = byte_nodes[b] = self._bytes(1 << b)
+            if r == 1:
+                r = h
+                continue
+            key = (concat, h, r)
+            i = ids_get(key)
+            if i is None:
+                head = args[r][0] if kind[r] == concat else r
+                if head == h or (kind[head] == repeat and args[head][0] == h):
+                    i = self._concat2(h, r)
+                else:
+                    # _new's work for a byte head (height 0, no & or ~) and a tail r.
+                    i = len(kind)
+                    if i >= max_nodes:
+                        raise LimitExceeded("max_regex_nodes", max_nodes, "too many distinct regular expressions")
+                    kind.append(concat)
+                    args.append((h, r))
+                    self._nullable.append(False)
+                    height.append(height[r] or 1)
+                    has_bool.append(has_bool[r])
+                    max_count.append(max_count[r])
+                    ids[key] = i
+            r = i
+        if len(self._literals) < self.limits.max_regex_nodes:
+            self._literals[data] = r
+        return r
+
+    def char_class(self, ranges: Iterable[tuple[int, int]], negate: bool = False) -> int:
+        """Code point ranges as UTF-8: an alternation of byte-range sequences."""
+        norm = charset.normalize(ranges)
+        if negate:
+            norm = charset.complement(norm)
+        key = norm
+        r = self._class_cache.get(key)
+        if r is not None:
+            return r
+        # Sequences sharing a tail become one sequence with a merged first byte
+        # set, built from the end so tails are shared nodes.
+        branches = []
+        for seq in charset.utf8_sequences(norm):
+            tail = 1
+            for lo, hi in reversed(seq):
+                tail = self._concat2(self._bytes(_range_mask(lo, hi)), tail)
+            branches.append(tail)
+        r = self.alt(*branches)
+        self._class_cache[key] = r
+        if self._kind[r] == _OR:
+            self._class_of.setdefault(r, key)
+        return r
+
+    def concat(self, *exprs: int) -> int:
+        r = 1
+        for e in reversed(exprs):
+            r = self._concat2(e, r)
+        return r
+
+    def _concat2(self, a: int, b: int) -> int:
+        if a == 0 or b == 0:
+            return 0
+        if a == 1:
+            return b
+        if b == 1:
+            return a
+        kind = self._kind
+        if kind[a] == _CONCAT:
+            # Keep concatenations right-nested: head is never a concatenation.
+            items = []
+            while kind[a] == _CONCAT:
+                h, a = self._args[a]
+                items.append(h)
+            items.append(a)
+            r = b
+            for x in reversed(items):
+                r = self._concat2(x, r)
+            return r
+        key = (_CONCAT, a, b)
+        i = self._ids.get(key)
+        if i is None:
+            # R{a,b}·R{c,d} = R{a+c,b+d}: keeps `a?a?a?...` and `xx*` one node, and
+            # spares the derivative of `a?`*n from being an n-way alternation.
+            b_head, b_tail = self._args[b] if kind[b] == _CONCAT else (b, 1)
+            ra, la, ha = self._repeat_view(a)
+            rb, lb, hb = self._repeat_view(b_head)
+            if ra == rb:
+                merged = self.repeat(ra, la + lb, None if ha is None or hb is None else ha + hb)
+                return self._concat2(merged, b_tail)
+            i = self._new(
+                _CONCAT,
+                key,
+                (a, b),
+                self._nullable[a] and self._nullable[b],
+                max(self._height[a] + 1, self._height[b]),
+                self._has_bool[a] or self._has_bool[b],
+            )
+        return i
+
+    def _repeat_view(self, x: int) -> tuple[int, int, int | None]:
+        """x as R{lo,hi}: a repeat node, R|ε as R{0,1}, anything else as x{1,1}."""
+        k = self._kind[x]
+        if k == _REPEAT:
+            return self._args[x]
+        if k == _OR and self._args[x][0] == 1:
+            rest = self._args[x][1:]
+            r = rest[0] if len(rest) == 1 else self._ids.get((_OR, rest))
+            if r is not None:
+                return r, 0, 1
+        return x, 1, 1
+
+    def alt(self, *exprs: int) -> int:
+        kind, args = self._kind, self._args
+        items: set[int] = set()
+        for e in exprs:
+            if kind[e] == _OR:
+                items.update(args[e])
+            else:
+                items.add(e)
+        items.discard(0)
+        if len(items) <= 1:
+            return items.pop() if items else 0
+        if self.ALL in items:
+            return self.ALL
+        # Byte sets with the same continuation merge into one byte set.
+        groups: dict[int, int] = {}
+        n_grouped = 0
+        rest = []
+        for e in items:
+            k = kind[e]
+            if k == _BYTES:
+                groups[1] = groups.get(1, 0) | args[e][0]
+                n_grouped += 1
+            elif k == _CONCAT and kind[args[e][0]] == _BYTES:
+                h, t = args[e]
+                groups[t] = groups.get(t, 0) | args[h][0]
+                n_grouped += 1
+            else:
+                rest.append(e)
+        if n_grouped > len(groups):
+            for t, m in groups.items():
+                rest.append(self._concat2(self._bytes(m), t))
+            items = set(rest)
+            if len(items) == 1:
+                return items.pop()
+            if self.ALL in items:
+                return self.ALL
+        nullable = self._nullable
+        if 1 in items and any(nullable[x] for x in items if x != 1):
+            items.discard(1)
+        for x in items:
+            if kind[x] == _NOT and args[x][0] in items:
+                return self.ALL
+        if len(items) == 1:
+            return items.pop()
+        members = tuple(sorted(items))
+        key = (_OR, members)
+        i = self._ids.get(key)
+        if i is None:
+            i = self._new(
+                _OR,
+                key,
+                members,
+                any(nullable[x] for x in members),
+                1 + max(self._height[x] for x in members),
+                any(self._has_bool[x] for x in members),
+            )
+        return i
+
+    def and_(self, *exprs: int) -> int:
+        kind, args = self._kind, self._args
+        items: set[int] = set()
+        for e in exprs:
+            if kind[e] == _AND:
+                items.update(args[e])
+            else:
+                items.add(e)
+        if 0 in items:
+            return 0
+        items.discard(self.ALL)
+        if not items:
+            return self.ALL
+        nullable = self._nullable
+        if 1 in items:
+            return 1 if all(nullable[x] for x in items) else 0
+        excluded = self._excluded_words(items)
+        if excluded is not None:
+            kept, words = excluded
+            return self._exclude(self.and_(*kept), words)
+        byte_sets = [x for x in items if kind[x] == _BYTES]
+        if len(byte_sets) > 1:
+            m = _FULL
+            for x in byte_sets:
+                m &= args[x][0]
+                items.discard(x)
+            if m == 0:
+                return 0
+            items.add(self._bytes(m))
+        for x in items:
+            if kind[x] == _NOT and args[x][0] in items:
+                return 0
+        if len(items) == 1:
+            return items.pop()
+        members = tuple(sorted(items))
+        key = (_AND, members)
+        i = self._ids.get(key)
+        if i is None:
+            i = self._new(
+                _AND,
+                key,
+                members,
+                all(nullable[x] for x in members),
+                1 + max(self._height[x] for x in members),
+                True,
+            )
+        return i
+
+    def _excluded_words(self, items: set[int]) -> tuple[list[int], set[bytes]] | None:
+        """The members of an intersection that are not finite exclusions, and the words
+        those exclude; None when there are no such exclusions or nothing else to
+        exclude them from (`~W` alone stays a complement)."""
+        kind, args = self._kind, self._args
+        kept: list[int] = []
+        words: set[bytes] | None = None
+        for x in items:
+            k = kind[x]
+            if k == _EXCL:
+                kept.append(args[x][0])
+                words = set(args[x][1]) if words is None else words.union(args[x][1])
+                continue
+            if k == _NOT:
+                w = self._finite_words(args[x][0])
+                if w is not None:
+                    words = set(w) if words is None else words.union(w)
+                    continue
+            kept.append(x)
+        if words is None or not kept:
+            return None
+        return kept, words
+
+    def _exclude(self, expr: int, words: Iterable[bytes]) -> int:
+        """`expr & ~(w1|w2|...)` as one node: a JSON object's keys other than its listed
+        ones. Its derivative by a byte is the exclusion of the words that go on with
+        that byte from the body's derivative, one new node, where `&` and `~` of an
+        alternation built four (and the alternation's own classes) in Python."""
+        return self._exclude_sorted(expr, tuple(sorted(set(words))))
+
+    def _exclude_sorted(self, expr: int, words: tuple[bytes, ...]) -> int:
+        """`_exclude` for words already sorted and distinct (a derivative's are)."""
+        if expr == 0:
+            return 0
+        if self._kind[expr] == _EXCL:
+            inner, more = self._args[expr]
+            return self._exclude(inner, words + more)
+        if not words:
+            return expr
+        own = self._finite_words(expr)
+        if own is not None or expr == self.ALL:
+            # A finite body leaves a finite set, and ~∅ leaves ~W: plain expressions say
+            # either, so an exclusion node is never the second spelling of one.
+            if own is None:
+                return self.not_(self.alt(*map(self.literal, words)))
+            return self.alt(*map(self.literal, sorted(set(own).difference(words))))
+        key = (_EXCL, expr, words)
+        i = self._ids.get(key)
+        if i is None:
+            i = self._new(
+                _EXCL,
+                key,
+                (expr, words),
+                self._nullable[expr] and words[0] != b"",
+                self._height[expr] + 1,
+                True,
+            )
+        return i
+
+    def _finite_words(self, expr: int) -> tuple[bytes, ...] | None:
+        """Every string `expr` matches, sorted, when they are few and short (at most
+        _EXCL_MAX_WORDS of at most _EXCL_MAX_LENGTH bytes, built from byte sets,
+        sequences, alternations and bounded repeats); None otherwise."""
+        memo = self._words_of
+        if expr in memo:
+            return memo[expr]
+        kind, args = self._kind, self._args
+        k = kind[expr]
+        acc: set[bytes] | None
+        longest = self.max_length(expr)
+        if k in (_AND, _NOT, _EXCL) or longest is None or longest > _EXCL_MAX_LENGTH:
+            acc = None
+        elif k == _NOTHING:
+            acc = set()
+        elif k == _EPS:
+            acc = {b""}
+        elif k == _BYTES:
+            acc = {bytes((c,)) for c in _bits(args[expr][0])}
+        elif k == _CONCAT:
+            # A literal is a long chain of single bytes: spell it out as one word before
+            # forming any products.
+            prefix = bytearray()
+            words: set[bytes] | None = None
+            x: int | None = expr
+            failed = False
+            while x is not None:
+                h, x = args[x] if kind[x] == _CONCAT else (x, None)
+                part = self._finite_words(h)
+                if part is not None and words is None and len(part) == 1:
+                    prefix += part[0]
+                    continue
+                words = self._product({bytes(prefix)} if words is None else words, part)
+                if words is None:
+                    failed = True
+                    break
+            acc = None if failed else {bytes(prefix)} if words is None else words
+        elif k == _OR:
+            acc = set()
+            for m in args[expr]:
+                w = self._finite_words(m)
+                if w is None or len(acc) + len(w) > _EXCL_MAX_WORDS:
+                    acc = None
+                    break
+                acc.update(w)
+        elif k == _REPEAT:
+            inner, lo, hi = args[expr]
+            once = None if hi is None else self._finite_words(inner)
+            acc = set() if once is not None else None
+            run: set[bytes] = {b""}
+            for n in range(hi + 1 if acc is not None else 0):
+                if n >= lo:
+                    acc.update(run)
+                    if len(acc) > _EXCL_MAX_WORDS:
+                        acc = None
+                        break
+                if n == hi:
+                    break
+                following = self._product(run, once)
+                if following is None:
+                    acc = None
+                    break
+                if following == run and n >= lo:
+                    break  # ε in the body: every later round is this one again
+                run = following
+        else:
+            acc = None
+        r = None if acc is None else tuple(sorted(acc))
+        memo[expr] = r
+        return r
+
+    @staticmethod
+    def _product(left: set[bytes], right: tuple[bytes, ...] | None) -> set[bytes] | None:
+        if right is None or len(left) * len(right) > _EXCL_MAX_WORDS:
+            return None
+        return {a + b for a in left for b in right}
+
+    def not_(self, expr: int) -> int:
+        """Complement with respect to all byte strings."""
+        if self._kind[expr] == _NOT:
+            return self._args[expr][0]
+        key = (_NOT, expr)
+        i = self._ids.get(key)
+        if i is None:
+            i = self._new(_NOT, key, (expr,), not self._nullable[expr], self._height[expr] + 1, True)
+        return i
+
+    def star(self, expr: int) -> int:
+        return self.repeat(expr, 0, None)
+
+    def repeat(self, expr: int, lo: int, hi: int | None) -> int:
+        """`expr{lo,hi}`; hi=None means unbounded."""
+        if lo < 0 or (hi is not None and hi < lo):
+            raise GrammarError(f"invalid repetition bounds {{{lo},{'' if hi is None else hi}}}")
+        if hi == 0 or expr == 1:
+            return 1
+        if expr == 0:
+            return 1 if lo == 0 else 0
+        if self._nullable[expr]:
+            # Missing repetitions can be ε, so the lower bound says nothing, and
+            # an ε branch of the body says nothing either: (R|ε){0,n} = R{0,n}.
+            lo = 0
+            if self._kind[expr] == _OR and 1 in self._args[expr]:
+                expr = self.alt(*[m for m in self._args[expr] if m != 1])
+        if hi == 1:
+            # R? is kept as R|ε: one spelling for both, and no repeat node.
+            return expr if lo == 1 or self._nullable[expr] else self.alt(expr, 1)
+        if expr == self.ALL:
+            return self.ALL
+        kind = self._kind[expr]
+        if kind == _REPEAT:
+            inner, lo2, hi2 = self._args[expr]
+            if lo2 == 0 and lo == 0:
+                # R{0,a}{0,b} = R{0,a·b}: a count up to a·b splits into b chunks of at most a.
+                return self.repeat(inner, 0, None if hi is None or hi2 is None else hi * hi2)
+        elif kind == _BYTES and self._args[expr][0] == _FULL and lo == 0 and hi is None:
+            return self.ALL
+        key = (_REPEAT, expr, lo, hi)
+        i = self._ids.get(key)
+        if i is None:
+            i = self._new(_REPEAT, key, (expr, lo, hi), lo == 0, self._height[expr] + 1, self._has_bool[expr])
+        return i
+
+
+    # Parsing ---------------------------------------------------------------------------
+    def parse(self, pattern: str, flags: str = "", *, extended: bool = False) -> int:
+        """Compile a pattern in Python `re` syntax (without backreferences,
+        lookaround, conditionals or anchors); `extended` adds `&` and `~`."""
+        key = (pattern, flags, extended)
+        r = self._parsed.get(key)
+        if r is None:
+            r = _Parser(self, pattern, flags, extended).parse()
+            self._parsed[key] = r
+        return r
+
+    def parse_excluding(self, quote: str, body: str, words: Iterable[bytes]) -> str:
+        """The extended pattern `Q(?:(?:body)&~(?:w1|w2|...))Q`, Q being the character
+        `quote` and each word escaped: strings of `body` other than `words`, between
+        quotes (a JSON object's keys other than its listed ones). Its expression is
+        built from the parts and remembered as that pattern's parse, so `parse` of the
+        text is a lookup: parsing it back cost a new schema about a tenth of its time
+        to first mask. The parts are combined as the parser combines them, into the
+        very same (hash-consed) expression. A ValueError for what has no such pattern:
+        a quote that does not stand for itself, a word that is not UTF-8, or no words
+        (`(?:)` would be the empty string)."""
+        words = list(words)
+        if not words:
+            raise ValueError("parse_excluding needs at least one word")
+        for w in words:
+            try:
+                w.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"word {w!r} is not UTF-8: no pattern spells it") from None
+        quoted = self.literal(quote.encode("utf-8"))
+        if len(quote) != 1 or self.parse(quote, extended=True) != quoted:
+            raise ValueError(f"quote {quote!r} is not one character that stands for itself in a pattern")
+        pattern = quote + "(?:(?:" + body + ")&~(?:" + "|".join(map(regex_escape_bytes, words)) + "))" + quote
+        key = (pattern, "", True)
+        if key not in self._parsed:
+            # What the parser makes of it: the group `(?:body)` (a group cache hit after
+            # the first schema) less the words, which `and_` would find in `~(?:w1|...)`,
+            # here known without building their alternation; then the sequence quote,
+            # group, quote.
+            inside = self._exclude(self.parse("(?:" + body + ")", extended=True), words)
+            self._parsed[key] = self.concat(quoted, self.alt(inside), quoted)
+        return pattern
+
+
+    # Printing --------------------------------------------------------------------------
+    def to_str(self, expr: int, max_chars: int = 2000) -> str:
+        """A readable regex-like rendering (bytes >= 0x80 as \\xNN), cut at max_chars."""
+        return to_str(self, expr, max_chars)

@@ -1,0 +1,140 @@
+"""key_order "any": an object's keys in any order, each listed key at most once."""
+
+import itertools
+import json
+
+import pytest
+
+from midword.engine.jsonschema import compile_json_schema
+from midword.engine.limits import Limits
+from midword.engine.recognizer import grammar_accepts
+
+
+def accepts(g, value) -> bool:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return grammar_accepts(g, text.encode())
+
+
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "version": {"type": "string"}, "n": {"type": "integer"}},
+    "required": ["name", "version"],
+    "additionalProperties": False,
+}
+
+
+def test_every_order_of_listed_keys_is_accepted_and_required_still_enforced():
+    g = compile_json_schema(SCHEMA)
+    assert g.warnings == []
+    members = [("name", "x"), ("version", "1"), ("n", 3)]
+    for k in (2, 3):
+        for perm in itertools.permutations(members, k):
+            doc = dict(perm)
+            assert accepts(g, doc) == ({"name", "version"} <= doc.keys()), doc
+    assert accepts(g, '{"version": "1", "name": "x"}')  # the issue's package.json shape
+    assert not accepts(g, '{"name":"x","version":"1","name":"y"}')  # a key twice
+    assert not accepts(g, '{"n":1,"version":"1","n":2,"name":"x"}')
+    assert not accepts(g, '{"version":"1","name":"x","extra":1}')  # additionalProperties false
+    assert not accepts(g, '{"version":1,"name":"x"}')  # each value keeps its schema
+    assert not accepts(g, "{}")
+
+
+def test_schema_order_is_kept_on_request():
+    g = compile_json_schema(SCHEMA, key_order="schema")
+    assert accepts(g, '{"name":"x","version":"1"}')
+    assert not accepts(g, '{"version":"1","name":"x"}')
+    with pytest.raises(ValueError, match="key_order"):
+        compile_json_schema(SCHEMA, key_order="sorted")
+
+
+def test_additional_pattern_properties_and_property_names_beside_any_order():
+    schema = {
+        "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
+        "patternProperties": {"^x-": {"type": "boolean"}},
+        "additionalProperties": {"type": "null"},
+        "propertyNames": {"maxLength": 3},
+        "required": ["b"],
+    }
+    g = compile_json_schema(schema)
+    assert accepts(g, '{"x-1": true, "b": "s", "zz": null, "a": 1}')
+    assert accepts(g, '{"zz": null, "b": "s"}')
+    assert not accepts(g, '{"x-1": 1, "b": "s"}')  # a pattern property's schema
+    assert not accepts(g, '{"zz": 1, "b": "s"}')  # additionalProperties' schema
+    assert not accepts(g, '{"long": null, "b": "s"}')  # propertyNames
+    assert not accepts(g, '{"a": 1, "b": "s", "a": 2}')
+    assert not accepts(g, '{"a": 1, "zz": null}')  # required b
+
+
+def test_min_and_max_properties_count_members_in_any_order():
+    schema = {"properties": {k: {"type": "integer"} for k in "abcd"}, "additionalProperties": False,
+              "minProperties": 2, "maxProperties": 3}
+    g = compile_json_schema(schema)
+    assert accepts(g, '{"d":1,"a":2}') and accepts(g, '{"c":1,"b":2,"a":3}')
+    assert not accepts(g, '{"d":1}') and not accepts(g, '{"d":1,"c":1,"b":2,"a":3}')
+
+
+def test_many_optional_keys_stay_bounded_and_say_what_they_relax():
+    n = 300
+    props = {f"k{i}": {"type": "integer"} for i in range(n)}
+    schema = {"type": "object", "properties": props, "required": ["k7", "k250"], "additionalProperties": False}
+    g = compile_json_schema(schema)
+    # Two required keys tracked (4 sets), the optional ones through one shared member.
+    assert g.size() < 10 * n
+    assert any("may repeat" in w for w in g.warnings)
+    assert accepts(g, '{"k250": 1, "k3": 2, "k7": 3, "k299": 4}')
+    assert not accepts(g, '{"k250": 1, "k3": 2}')
+    assert not accepts(g, '{"k250": 1, "k7": 2, "k250": 3}')  # a required key twice
+    assert not accepts(g, '{"k250": 1, "k7": 2, "k300": 3}')
+    assert not accepts(g, '{"k250": 1, "k7": 2, "k3": "s"}')
+
+
+def test_max_properties_counts_members_as_written_past_the_key_set_budget():
+    props = {f"k{i}": {"type": "integer"} for i in range(8)}
+    schema = {"properties": props, "required": ["k1"], "maxProperties": 3}
+    g = compile_json_schema(schema, limits=Limits(max_key_set_states=16))
+    assert any("may repeat" in w for w in g.warnings)
+    assert accepts(g, '{"k5": 1, "k1": 2, "zz": 3}')
+    assert not accepts(g, '{"k5": 1, "k1": 2, "zz": 3, "k0": 4}')
+    assert not accepts(g, '{"k5": 1, "k0": 2}')
+
+
+def test_many_required_keys_come_in_required_or_properties_order():
+    props = {f"k{i}": {"type": "integer"} for i in range(12)}
+    required = [f"k{i}" for i in reversed(range(12))]
+    schema = {"properties": {**props, "opt": {"type": "string"}}, "required": required,
+              "additionalProperties": False}
+    g = compile_json_schema(schema, limits=Limits(max_key_set_states=256))
+    assert any("order of `required` or `properties`" in w for w in g.warnings)
+
+    def doc(order, opt_at=None):
+        members = [f'"k{i}":{i}' for i in order]
+        if opt_at is not None:
+            members.insert(opt_at, '"opt":"s"')
+        return "{" + ",".join(members) + "}"
+
+    assert accepts(g, doc(range(12))) and accepts(g, doc(reversed(range(12))))
+    assert accepts(g, doc(range(12), opt_at=5)) and accepts(g, doc(reversed(range(12)), opt_at=0))
+    assert not accepts(g, doc([1, 0] + list(range(2, 12))))  # neither order
+    assert not accepts(g, doc(range(11)))  # k11 missing
+    assert not accepts(g, doc(list(range(12)) + [3]))  # a required key twice
+    # Within the budget the same schema takes any order exactly.
+    g = compile_json_schema(schema, limits=Limits(max_key_set_states=1 << 13))
+    assert g.warnings == []
+    assert accepts(g, doc([1, 0] + list(range(2, 12)), opt_at=3))
+
+
+def test_bundled_package_json_schema_takes_keys_in_the_authors_order():
+    from pathlib import Path
+
+    import midword.grammars as grammars
+
+    schema = json.loads((Path(grammars.__file__).parent / "schemas" / "package.json").read_text())
+    g = compile_json_schema(schema)
+    order = list(schema["properties"])
+    assert order.index("name") < order.index("version") < order.index("scripts")
+    doc = {"scripts": {"test": "jest"}, "version": "1.0.0", "description": "x", "name": "pkg",
+           "dependencies": {"a": "^1.0.0"}}
+    assert accepts(g, json.dumps(doc, indent=2))
+    assert not accepts(g, json.dumps({**doc, "version": 1}))
+    # 37 optional keys are past the key-set budget: a repeat is let through, and said.
+    assert any("may repeat" in w for w in g.warnings)
