@@ -76,10 +76,7 @@ class _Source:
         src_line = self.text[start : end if end >= 0 else len(self.text)]
         where = f"{line}:{col}" if self.name == "grammar" else f"{self.name} {line}:{col}"
         caret = " " * (col - 1) + "^"
-        err = GrammarError(f"{where}: {message}\n    {src_line}\n    {caret}")
-        err.line = line
-        err.column = col
-        return err
+        return GrammarError(f"{where}: {message}\n    {src_line}\n    {caret}", line=line, column=col)
 
 
 # ---------------------------------------------------------------------------------------
@@ -352,7 +349,7 @@ class _Alt:
 
 @dataclass
 class _Repeat:
-    item: object
+    item: _Node
     lo: int
     hi: int | None
     pos: int
@@ -576,6 +573,8 @@ class _Parser:
     def expr(self, depth: int, kind: str) -> _Node:
         atom = self.atom(depth, kind)
         tok = self.peek(depth)
+        lo: int
+        hi: int | None
         if self.is_op(tok, "*", "+", "?"):
             self.next(depth)
             lo, hi = {"*": (0, None), "+": (1, None), "?": (0, 1)}[tok.value]
@@ -596,7 +595,7 @@ class _Parser:
             lo = 0
             if not self.is_op(first, ","):
                 lo = self.number(depth + 1, "a repetition count after '{'")
-            hi: int | None = lo
+            hi = lo
             if self.is_op(self.peek(depth + 1), ","):
                 self.next(depth + 1)
                 hi = None

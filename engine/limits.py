@@ -15,7 +15,13 @@ class GrammarError(ValueError):
     """A grammar (Lark text, regex, JSON Schema) that cannot be compiled.
 
     The message names the place: a line and column, a regex offset or a JSON pointer.
+    Errors in grammar text also carry that place as `line` and `column` (1-based).
     """
+
+    def __init__(self, message: str, *, line: int | None = None, column: int | None = None):
+        super().__init__(message)
+        self.line = line
+        self.column = column
 
 
 class LimitExceeded(RuntimeError):

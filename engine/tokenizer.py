@@ -355,6 +355,8 @@ class _HFSpec:
         self.mode = _mode_of(j)
         self.regex = _regex_of(j)
         vocab_raw = model.get("vocab")
+        if not isinstance(vocab_raw, (list, dict)):
+            raise ValueError(f"{where}: the tokenizer model has no vocabulary")
         if mtype == "Unigram":
             vocab = {entry[0]: i for i, entry in enumerate(vocab_raw)}
         else:
@@ -376,13 +378,16 @@ class _HFSpec:
             special.add(model["unk_id"])
         if unk is not None and unk in vocab:
             special.add(vocab[unk])
+        filled: list[bytes] = []
         for i, b in enumerate(table):
             if b is None:
-                table[i] = b""
                 special.add(i)
-        self.table = table
+            filled.append(b"" if b is None else b)
+        self.table = filled
         self.special = frozenset(special)
-        self.byte_ids = byte_ids if all(b is not None for b in byte_ids) else None
+        self.byte_ids: list[int] | None = (
+            [b for b in byte_ids if b is not None] if all(b is not None for b in byte_ids) else None
+        )
         if self.mode == "byte_level":
             self.byte_ids = None
         by_text = {table[i]: i for i in sorted(special)}
@@ -766,6 +771,7 @@ class Tokenizer:
         if self._backend_obj is None:
             with self._lock:
                 if self._backend_obj is None:
+                    assert self._backend_loader is not None  # one of the two is always set
                     self._backend_obj = self._backend_loader()
         return self._backend_obj
 
@@ -828,7 +834,7 @@ class Tokenizer:
             raw = _as_bytes(item, "encode")
             raws.append(raw)
             s = raw.decode("utf-8", "surrogateescape")
-            plan = []
+            plan: list[tuple[int | None, str | None]] = []
             pos = 0
             for m in backend.opaque.finditer(s):
                 if m.start() > pos:
@@ -849,7 +855,7 @@ class Tokenizer:
                 if text_index is not None:
                     ids.extend(encoded[text_index])
                     offset += len(texts[text_index].encode("utf-8"))
-                else:
+                elif opaque is not None:
                     chunk = opaque.encode("utf-8", "surrogateescape")
                     ids.extend(backend.encode_opaque(chunk, offset))
                     offset += len(chunk)
