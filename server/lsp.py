@@ -48,7 +48,8 @@ from midword.completion.types import Completion, CompletionRequest
 from .cache import CompletionCache, answer_may_serve, request_key
 from .documents import Document, DocumentWorkspace
 from .editing import first_line, fit_to_line, wants_multiline
-from .grammar_choice import GrammarResolver, document_language, is_json_document, uri_to_path
+from .grammar_choice import (Choice, GrammarResolver, document_language, fallback_grammar, is_json_document,
+                             uri_to_path)
 from .positions import choose_encoding
 from .settings import SECTION, Settings, parse_settings, section_of
 from .worker import EngineFactory, Event, ModelWorker, Outcome
@@ -75,6 +76,8 @@ TRIGGERS_JSON = ('"', ":")
 TRIGGERS_CODE = (".",)
 ALL_TRIGGERS = [".", '"', ":"]
 MAX_LABEL = 80
+# Choosing a grammar may read a file (a `$schema`): past this the default grammar is used.
+GRAMMAR_CHOICE_TIMEOUT_S = 2.0
 
 
 class Answer(NamedTuple):
@@ -333,12 +336,30 @@ class MidwordServer(LanguageServer):
 
     # -- completing --------------------------------------------------------------------------
 
-    def build_request(self, doc: Document, offset: int, *, single_line: bool) -> CompletionRequest:
-        text = doc.source
+    def workspace_roots(self) -> list[str]:
+        """The workspace folders' paths (where grammar and schema files may be read)."""
+        roots = [uri_to_path(uri) for uri in self.workspace.folders]
+        return [r for r in roots if r]
+
+    async def choose_grammar(self, doc: Document, path: str | None) -> Choice:
+        """The document's grammar, chosen on a thread (it may read a file) within
+        GRAMMAR_CHOICE_TIMEOUT_S; past that, or on any failure, the fallback grammar."""
+        choose = functools.partial(self.grammars.choose, path=path, language_id=doc.language_id, text=doc.source,
+                                   settings=self.settings, root=self.workspace.root_path,
+                                   roots=self.workspace_roots())
+        try:
+            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, choose),
+                                          GRAMMAR_CHOICE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            note = f"choosing the grammar took over {GRAMMAR_CHOICE_TIMEOUT_S:g} s (a slow grammar file?)"
+        except Exception as e:  # noqa: BLE001 - a bad grammar file never takes completions down
+            note = f"choosing the grammar failed: {type(e).__name__}: {e}"
+        return Choice(fallback_grammar(doc.language_id, path), "fallback", f"{note}; using the default grammar")
+
+    async def build_request(self, doc: Document, offset: int, *, single_line: bool) -> CompletionRequest:
+        text = doc.source  # as it is now: the request's version is checked after the model ran
         path = uri_to_path(doc.uri)
-        root = self.workspace.root_path
-        choice = self.grammars.choose(path=path, language_id=doc.language_id, text=text,
-                                      settings=self.settings, root=root)
+        choice = await self.choose_grammar(doc, path)
         if choice.note:
             self.log_once(doc.uri, f"{doc.uri}: {choice.note}", types.MessageType.Warning)
         s = self.settings
@@ -363,7 +384,9 @@ class MidwordServer(LanguageServer):
         if not self.settings.enable or self.worker is None or not self.worker.ready:
             self.stats.not_ready += 1
             return Answer(None, "not_ready")
-        request = self.build_request(doc, offset, single_line=single_line)
+        version = doc.version
+        request = await self.build_request(doc, offset, single_line=single_line)
+        self._check_version(doc.uri, version)
         hit = self.cache.get(doc.uri, request)
         if hit is not None:
             completion, entry = hit
@@ -375,7 +398,6 @@ class MidwordServer(LanguageServer):
                 self._schedule_prefetch(doc.uri, doc.version, replace(request, prefix=entry.target, single_line=False))
             return Answer(fit_to_line(completion, request.prefix), "prefetch" if entry.origin == "prefetch" else "cache")
 
-        version = doc.version
         key = request_key(request)
         running = self.worker.join(doc.uri, lambda job: (
             not job.prefetch and request_key(job.request) == key and (request.single_line or not job.request.single_line)
