@@ -21,7 +21,7 @@ DEFAULT_ENGINE = "midword.completion.engine:CompletionEngine"
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     transport = parser.add_mutually_exclusive_group()
     transport.add_argument("--stdio", action="store_true", help="speak LSP over stdin/stdout (the default)")
-    transport.add_argument("--tcp", metavar="HOST:PORT", help="listen for one LSP client on a TCP port instead")
+    transport.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP port instead (one client at a time, each its own session)")
     parser.add_argument("--model", default=None, help="model to load unless the client's settings name one (default: gemma3)")
     parser.add_argument("--engine", default=DEFAULT_ENGINE, metavar="MODULE:ATTR",
                         help="completion engine class or factory, called as ATTR(model=...) (for tests)")
@@ -77,12 +77,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if factory is None and args.weights != "int8":
         factory = functools.partial(default_engine_factory, weights=args.weights)
-    server = create_server(factory, default_model=args.model)
+    from .transport import serve_stdio, serve_tcp
+
     if hostport is not None:
-        server.start_tcp(*hostport)
-    else:
-        server.start_io()
-    return 0
+        return serve_tcp(lambda: create_server(factory, default_model=args.model), *hostport)
+    return serve_stdio(create_server(factory, default_model=args.model))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -122,6 +122,12 @@ class MidwordProtocol(LanguageServerProtocol):
         )
         return result
 
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args):
+        """Ends the session (`server.transport` reads `exit_code`): 0 after shutdown, else 1."""
+        self.exit_code = 0 if self._shutdown else 1
+        yield from ()
+
 
 class MidwordServer(LanguageServer):
     def __init__(self, engine_factory: EngineFactory, *, default_model: str | None = None):
@@ -213,6 +219,18 @@ class MidwordServer(LanguageServer):
         self._cancel_prefetch()
         if self.worker is not None:
             self.worker.close()
+
+    def end_session(self) -> None:
+        """The client is gone (exit, or its connection closed): stop everything the
+        session started, so a server that goes on listening holds none of it."""
+        self.on_shutdown()
+        self.worker = None
+        if self._progress_task is not None:
+            self._progress_task.cancel()
+            self._progress_task = None
+        self.cache.forget()
+        if self._thread_pool is not None:
+            self._thread_pool.shutdown(wait=False)
 
     # -- settings --------------------------------------------------------------------------
 
