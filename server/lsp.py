@@ -43,7 +43,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from midword import __version__
-from midword.completion.types import Completion, CompletionRequest
+from midword.completion.types import Completion, CompletionRequest, GrammarSpec
 
 from .cache import CompletionCache, answer_may_serve, request_key
 from .documents import Document, DocumentWorkspace
@@ -78,6 +78,8 @@ ALL_TRIGGERS = [".", '"', ":"]
 MAX_LABEL = 80
 # Choosing a grammar may read a file (a `$schema`): past this the default grammar is used.
 GRAMMAR_CHOICE_TIMEOUT_S = 2.0
+# A request's deadline beyond its time budget: prefilling a long new prompt on a CPU.
+REQUEST_DEADLINE_SLACK_S = 60.0
 
 
 class Answer(NamedTuple):
@@ -150,6 +152,8 @@ class MidwordServer(LanguageServer):
         self._progress_ids = itertools.count(1)
         self._config_from_client = False
         self._progress_task: asyncio.Task | None = None
+        # grammars whose compilation or use failed -> the message shown; they fall back
+        self._broken_grammars: dict[GrammarSpec, str] = {}
 
     # -- documents -------------------------------------------------------------------------
 
@@ -197,6 +201,9 @@ class MidwordServer(LanguageServer):
         self.settings, self._pending_problems = parse_settings(raw, self.settings)
 
     async def on_initialized(self) -> None:
+        if self.worker is not None:  # a second `initialized`: the session has its model already
+            self.log("midword: ignored a second `initialized` notification", types.MessageType.Warning)
+            return
         self.loop = asyncio.get_running_loop()
         self._progress_queue = asyncio.Queue()
         self._progress_task = asyncio.ensure_future(self._progress_pump())
@@ -378,6 +385,9 @@ class MidwordServer(LanguageServer):
         text = doc.source  # as it is now: the request's version is checked after the model ran
         path = uri_to_path(doc.uri)
         choice = await self.choose_grammar(doc, path)
+        broken = self._broken_grammars.get(choice.spec)
+        if broken is not None:
+            choice = Choice(fallback_grammar(doc.language_id, path), "fallback", broken)
         if choice.note:
             self.log_once(doc.uri, f"{doc.uri}: {choice.note}", types.MessageType.Warning)
         s = self.settings
@@ -414,7 +424,7 @@ class MidwordServer(LanguageServer):
             self._latency(started)
             if self.settings.prefetch:  # typing through it: the end of it is where the user goes next
                 self._schedule_prefetch(doc.uri, doc.version, replace(request, prefix=entry.target, single_line=False))
-            return Answer(fit_to_line(completion, request.prefix), "prefetch" if entry.origin == "prefetch" else "cache")
+            return Answer(fit_to_line(completion, request.prefix, single_line=request.single_line), "prefetch" if entry.origin == "prefetch" else "cache")
 
         key = request_key(request)
         running = self.worker.join(doc.uri, lambda job: (
@@ -433,7 +443,7 @@ class MidwordServer(LanguageServer):
                 completion, entry = hit
                 if self.settings.prefetch:
                     self._schedule_prefetch(doc.uri, version, replace(request, prefix=entry.target, single_line=False))
-                return Answer(fit_to_line(completion, request.prefix), "model")
+                return Answer(fit_to_line(completion, request.prefix, single_line=request.single_line), "model")
         job = self.worker.submit(doc.uri, version, request)
         # Runs on if the user types what it predicts, after this request is gone.
         job.future.add_done_callback(lambda future: self._call_soon(self._store, job))
@@ -448,6 +458,8 @@ class MidwordServer(LanguageServer):
         if outcome.status == "error":
             self.stats.errors += 1
             self.log(f"completion failed in {doc.uri}: {outcome.error}", types.MessageType.Error)
+            if self._grammar_failed(doc, request, outcome.error):
+                return await self.complete(doc, offset, single_line=single_line)
             return Answer(None, "error")
         if outcome.status != "done" or outcome.completion is None:
             self.stats.superseded += outcome.status == "superseded"
@@ -459,11 +471,39 @@ class MidwordServer(LanguageServer):
             self.log_once(doc.uri, f"{doc.uri}: {note}", types.MessageType.Warning)
         if target is not None and self.settings.prefetch:
             self._schedule_prefetch(doc.uri, version, replace(request, prefix=target, single_line=False))
-        return Answer(fit_to_line(outcome.completion, request.prefix), "model")
+        return Answer(fit_to_line(outcome.completion, request.prefix, single_line=request.single_line), "model")
+
+    def _grammar_failed(self, doc: Document, request: CompletionRequest, error: str | None) -> bool:
+        """After a failed completion with a grammar of the document's own (a schema, a
+        Lark file, a regex): whatever the engine raised while compiling or using it, the
+        document goes on with the fallback grammar (plain JSON, or the code grammar),
+        and the user is told once. True when the request is worth asking again."""
+        spec = request.grammar
+        if spec.kind not in ("json_schema", "lark", "regex") or spec in self._broken_grammars:
+            return False
+        fallback = fallback_grammar(doc.language_id, uri_to_path(doc.uri))
+        if spec == fallback:
+            return False
+        if len(self._broken_grammars) >= 64:
+            self._broken_grammars.clear()
+        what = "plain JSON" if fallback.kind == "lark" else "the code grammar"
+        message = f"midword: the grammar of {doc.uri} could not be used ({error}); using {what}"
+        self._broken_grammars[spec] = message
+        self.show(message, types.MessageType.Warning)
+        self.set_status(self.status_state, f"grammar not used: {error}")
+        return True
 
     async def _wait(self, job) -> Outcome:
+        """The job's outcome, within its deadline: the time budget plus what prefilling a
+        new prompt may take. Past it the job is stopped and the request answered with
+        an error outcome, so no request waits on a stuck model."""
+        deadline = job.request.time_budget_s + REQUEST_DEADLINE_SLACK_S
         try:
-            return await asyncio.shield(asyncio.wrap_future(job.future))
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.future)), deadline)
+        except asyncio.TimeoutError:
+            self.worker.release(job)
+            job.stop("deadline")
+            return Outcome("error", error=f"no answer within the request deadline of {deadline:g} s")
         except asyncio.CancelledError:
             self.worker.release(job)
             self.stats.cancelled += 1

@@ -16,7 +16,9 @@ One line when `single_line`, else up to three. Text comes out in "tokens" of thr
 characters, one every `step_ms`, so tests can see cancellation mid-way.
 
 Configured through the model name, since the server only passes `model`:
-`fake?step_ms=20&load_s=0.5&fail=load|complete&log=/tmp/calls.jsonl` (all optional).
+`fake?step_ms=20&load_s=0.5&fail=load|complete|schema|crash&log=/tmp/calls.jsonl` (all optional;
+`schema` raises RecursionError for a JSON Schema grammar, `crash` a BaseException when
+the prefix holds `CRASH`).
 `log` appends one JSON line per `complete` call with what the engine received.
 """
 
@@ -35,6 +37,10 @@ TOKEN_CHARS = 3
 
 class FakeModelUnavailable(RuntimeError):
     pass
+
+
+class FakeCrash(BaseException):
+    """Not an Exception: escapes the worker's handlers and ends the model thread."""
 
 
 def parse_model(model: str) -> dict[str, str]:
@@ -89,6 +95,10 @@ class FakeEngine:
                 f.write(json.dumps(record) + "\n")
         if self.fail == "complete":
             raise RuntimeError("fake engine failure while completing")
+        if self.fail == "schema" and request.grammar.kind == "json_schema":
+            raise RecursionError("maximum recursion depth exceeded (fake schema compilation)")
+        if self.fail == "crash" and "CRASH" in request.prefix:
+            raise FakeCrash("the fake model thread dies")
         started = time.perf_counter()
         text, rs = propose(request)
         out = ""
