@@ -215,6 +215,9 @@ class Session:
         if not isinstance(data, dict) or data.get("jsonrpc") != "2.0":
             self._error(INVALID_REQUEST, "not a JSON-RPC 2.0 message object", _id_of(data))
             return
+        if "method" not in data and not ("id" in data and ("result" in data or "error" in data)):
+            self._error(INVALID_REQUEST, "neither a request, a notification nor a response", _id_of(data))
+            return
         msg_id = data.get("id")
         if "id" in data and (isinstance(msg_id, bool) or not isinstance(msg_id, (int, str, type(None)))):
             self._error(INVALID_REQUEST, "a message id must be an integer or a string")
