@@ -174,6 +174,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     cpc = bsub.add_parser("cpc", help="character prefix conditioning: word/line exact match per mode")
     lsp = bsub.add_parser("lsp", help="replay typing a file through a real LSP session; completion latency")
     start = bsub.add_parser("start", help="process start to first mask, cold and warm numba cache")
+    soak = bsub.add_parser("soak", help="many completions over one session of edits; the server's RSS growth")
     ab = bsub.add_parser("ab", help="MaskBench: this checkout's engine against another git revision's, in one process")
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     wanted = argv or []
@@ -197,6 +198,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
         add_start_arguments(start)
         start.set_defaults(func=run_start_bench)
+    if wanted[:2] == ["bench", "soak"]:
+        from midword.bench.soak import add_soak_arguments, run_soak
+
+        add_soak_arguments(soak)
+        soak.set_defaults(func=run_soak)
     if wanted[:1] == ["serve"]:
         from midword.server.cli import add_serve_arguments, run_serve
 

@@ -124,6 +124,16 @@ class MidwordProtocol(LanguageServerProtocol):
         )
         return result
 
+    def handle_message(self, message):
+        super().handle_message(message)
+        # pygls files every notification's future under a fresh id that nothing removes
+        # (only requests' futures are popped when answered): a long session of edits
+        # would keep one per keystroke forever. Finished ones are dropped in batches.
+        futures = self._request_futures
+        if len(futures) > 256:
+            for key in [k for k, f in futures.items() if f.done()]:
+                del futures[key]
+
     @lsp_method(types.EXIT)
     def lsp_exit(self, *args):
         """Ends the session (`server.transport` reads `exit_code`): 0 after shutdown, else 1."""

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 import threading
 import time
 from urllib.parse import parse_qsl
@@ -59,7 +60,8 @@ class FakeEngine:
         self.fail = options.get("fail", "")
         self.log_path = options.get("log")
         self.settings = settings
-        self.calls: list[CompletionRequest] = []
+        # the latest requests (bounded: the soak bench makes tens of thousands)
+        self.calls: deque[CompletionRequest] = deque(maxlen=1000)
         self._ready = False
         self._lock = threading.Lock()
 

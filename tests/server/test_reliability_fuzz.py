@@ -287,3 +287,34 @@ def test_framing_faults_never_lose_the_stream(faults):
     replies = run_stream(stream, set(good) | {"init"})
     answered = {m.get("id") for m in replies if "method" not in m and "result" in m}
     assert set(good) <= answered, (faults, answered)
+
+
+def test_notification_futures_do_not_pile_up():
+    """pygls keeps a future per notification under an id nothing removes; a session of
+    thousands of keystrokes must not keep them all (found by `midword bench soak`)."""
+    server = create_server(lambda **kw: FakeEngine(**kw))
+    stream = b"".join(frame(m) for m in INIT)
+    for version in range(2, 1500):
+        stream += frame({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
+            "textDocument": {"uri": "file:///w/a.py", "version": version},
+            "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+                                "text": "x"}]}})
+    stream += frame({"jsonrpc": "2.0", "id": "last", "method": "midword/stats", "params": {}})
+    written = []
+
+    class Writer:
+        def write(self, chunk):
+            written.append(chunk)
+
+        def close(self):
+            pass
+
+    async def main():
+        server.protocol.set_writer(Writer())
+        done = lambda: any(m.get("id") == "last" for m in parse_frames(b"".join(written)))  # noqa: E731
+        await Session(server.protocol, BytesReader(stream, done), Writer().write).run()
+        pending = len(server.protocol._request_futures)
+        server.end_session()
+        return pending
+
+    assert asyncio.run(main()) <= 300
