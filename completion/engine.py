@@ -35,11 +35,10 @@ from .types import MODES, Completion, CompletionRequest, GrammarSpec, Timings
 DEFAULT_WEIGHTS = "int8"
 MAX_PROMPT_TOKENS = 1536
 PROMPT_CUT_STEP = 256  # the prompt's start moves in steps, so consecutive keystrokes share a KV prefix
-# Bytes of the prefix tokenized for the prompt (a token is rarely over 16 bytes), and
-# the step its start moves in; the open brackets are read from as many characters.
-PROMPT_WINDOW_BYTES = MAX_PROMPT_TOKENS * 16
-PROMPT_WINDOW_STEP = 4096
-OPEN_CONTEXT_CHARS = PROMPT_WINDOW_BYTES
+# Characters of the prefix tokenized for the prompt (code averages 3 to 5 a token), and
+# the step its start moves in; the open brackets are read from the same window.
+PROMPT_WINDOW_CHARS = MAX_PROMPT_TOKENS * 6
+PROMPT_WINDOW_STEP = 2048
 _IDENT_TAIL = re.compile(r"[\w]*\Z")
 JSON_LANGUAGES = {"json", "jsonc", "json5"}
 
@@ -190,12 +189,13 @@ class CompletionEngine:
             raise ValueError(f"unknown mode {request.mode!r}: expected one of {', '.join(MODES)}")
         model, tok = self.model, self.tokenizer
         timings = Timings()
-        prefix = request.prefix.encode("utf-8")
         grammar, whole_document, note = self.grammar_for(request)
         constraint = self._constraint(grammar)
-        back = backoff(tok, prompt_window(prefix), request.mode)
+        window = prompt_window(request.prefix)
+        back = backoff(tok, window.encode("utf-8"), request.mode)
         try:
-            gstate = self._grammar_state(constraint, grammar, prefix) if grammar is not None and whole_document else None
+            gstate = (self._grammar_state(constraint, grammar, request.prefix.encode("utf-8"))
+                      if grammar is not None and whole_document else None)
             state = constraint.initial(back.typed) if gstate is None else None
             if state is None:
                 from .constraint import DecodeState
@@ -227,7 +227,7 @@ class CompletionEngine:
                 initial = cover.left + [cover.token]
                 for t in initial:
                     state = constraint.advance(state, t)
-        word = _IDENT_TAIL.search(request.prefix).group(0)
+        word = _IDENT_TAIL.search(window).group(0)  # (a search of the whole prefix tries every offset)
         replace_start = len(request.prefix) - len(word)
 
         def on_text(inserted: bytes) -> None:
@@ -262,20 +262,16 @@ class CompletionEngine:
         return ([bos] if bos is not None else []) + list(stable)
 
 
-def prompt_window(prefix: bytes) -> bytes:
-    """The end of `prefix` that can reach the prompt (MAX_PROMPT_TOKENS tokens are at
-    least this many bytes' worth): only it is tokenized, so a keystroke in a large file
-    costs what one in a small file does. Its start moves in steps, at a line start, so
-    consecutive keystrokes tokenize the same text and share the KV cache."""
-    if len(prefix) <= PROMPT_WINDOW_BYTES:
+def prompt_window(prefix: str) -> str:
+    """The end of `prefix` that can reach the prompt (MAX_PROMPT_TOKENS tokens are
+    rarely more characters than this): only it is encoded and tokenized, so a keystroke
+    in a large file costs what one in a small file does. Its start moves in steps, at a
+    line start, so consecutive keystrokes tokenize the same text and share the KV cache."""
+    if len(prefix) <= PROMPT_WINDOW_CHARS:
         return prefix
-    cut = (len(prefix) - PROMPT_WINDOW_BYTES) // PROMPT_WINDOW_STEP * PROMPT_WINDOW_STEP
-    newline = prefix.find(b"\n", cut, cut + PROMPT_WINDOW_STEP)
-    if newline >= 0:
-        return prefix[newline + 1:]
-    while prefix[cut] & 0xC0 == 0x80:  # not inside a UTF-8 character
-        cut += 1
-    return prefix[cut:]
+    cut = (len(prefix) - PROMPT_WINDOW_CHARS) // PROMPT_WINDOW_STEP * PROMPT_WINDOW_STEP
+    newline = prefix.find("\n", cut, cut + PROMPT_WINDOW_STEP)
+    return prefix[newline + 1 if newline >= 0 else cut:]
 
 
 def _open_context(request: CompletionRequest, language: str) -> str:
@@ -283,12 +279,7 @@ def _open_context(request: CompletionRequest, language: str) -> str:
 
     # The brackets open at the cursor, from the same window as the prompt (at a line
     # start): a scan of the whole prefix would cost every keystroke the file's size.
-    prefix = request.prefix
-    if len(prefix) > OPEN_CONTEXT_CHARS:
-        cut = (len(prefix) - OPEN_CONTEXT_CHARS) // PROMPT_WINDOW_STEP * PROMPT_WINDOW_STEP
-        newline = prefix.find("\n", cut, cut + PROMPT_WINDOW_STEP)
-        prefix = prefix[newline + 1 if newline >= 0 else cut:]
-    return open_context_at(prefix, language or None)
+    return open_context_at(prompt_window(request.prefix), language or None)
 
 
 def _document_grammar(g: Grammar) -> Grammar:

@@ -23,11 +23,19 @@ from midword.completion.types import Completion
 _WORD_TAIL = re.compile(r"[\w$]*\Z")
 _EOL = re.compile(r"\r\n|\r|\n")
 BLOCK_OPENERS = (":", "{", "(", "[", "=>", "->")
+WORD_SEARCH_CHARS = 256
 
 
 def word_start(prefix: str) -> int:
     """Start of the word the cursor (at the end of `prefix`) is in, or len(prefix)."""
-    return _WORD_TAIL.search(prefix).start()
+    # Searched from near the end: the pattern is anchored at the end, but a search of the
+    # whole prefix would try every offset of a large document.
+    start = max(0, len(prefix) - WORD_SEARCH_CHARS)
+    found = _WORD_TAIL.search(prefix, start)
+    while found.start() == start and start > 0:  # a word longer than the stretch searched
+        start = max(0, start - WORD_SEARCH_CHARS)
+        found = _WORD_TAIL.search(prefix, start)
+    return found.start()
 
 
 def line_start(text: str, offset: int | None = None) -> int:
