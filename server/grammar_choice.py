@@ -396,6 +396,8 @@ def _schema_problem(source: str) -> str | None:
         value = json.loads(source)
     except json.JSONDecodeError as e:
         return f"is not valid JSON ({e.msg} at line {e.lineno}:{e.colno})"
+    except RecursionError:
+        return "is nested too deeply to read"
     if not isinstance(value, (dict, bool)):
         return "is not a JSON Schema (an object or a boolean)"
     return None

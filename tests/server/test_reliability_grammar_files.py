@@ -110,3 +110,9 @@ def test_not_utf8_is_named(tmp_path):
     (tmp_path / "s.json").write_bytes(b'{"type": "\xff"}')
     c = _choose("./s.json", tmp_path / "d.json", tmp_path)
     assert c.spec == PLAIN_JSON and "not UTF-8" in c.note
+
+
+def test_a_schema_nested_too_deeply_falls_back_with_a_note(tmp_path):
+    (tmp_path / "deep.json").write_text('{"items": ' * 5000 + "{}" + "}" * 5000)
+    c = _choose("./deep.json", tmp_path / "d.json", tmp_path)
+    assert c.spec == PLAIN_JSON and "nested too deeply" in c.note
