@@ -36,6 +36,10 @@ from .types import MODES, Completion, CompletionRequest, GrammarSpec, Timings
 DEFAULT_WEIGHTS = "int8"
 MAX_PROMPT_TOKENS = 1536
 PROMPT_CUT_STEP = 256  # the prompt's start moves in steps, so consecutive keystrokes share a KV prefix
+# Characters of the prefix tokenized for the prompt (code averages 3 to 5 a token), and
+# the step its start moves in; the open brackets are read from the same window.
+PROMPT_WINDOW_CHARS = MAX_PROMPT_TOKENS * 6
+PROMPT_WINDOW_STEP = 2048
 _IDENT_TAIL = re.compile(r"[\w]*\Z")
 JSON_LANGUAGES = {"json", "jsonc", "json5"}
 # Re-anchoring a schema's constraint inside a document that breaks it (json_recovery.py):
@@ -234,12 +238,13 @@ class CompletionEngine:
             raise ValueError(f"unknown mode {request.mode!r}: expected one of {', '.join(MODES)}")
         model, tok = self.model, self.tokenizer
         timings = Timings()
-        prefix = request.prefix.encode("utf-8")
         grammar, whole_document, note = self.grammar_for(request)
         constraint = self._constraint(grammar)
-        back = backoff(tok, prefix, request.mode)
+        window = prompt_window(request.prefix)
+        back = backoff(tok, window.encode("utf-8"), request.mode)
         try:
-            gstate = self._grammar_state(constraint, grammar, prefix) if grammar is not None and whole_document else None
+            gstate = (self._grammar_state(constraint, grammar, request.prefix.encode("utf-8"))
+                      if grammar is not None and whole_document else None)
             state = constraint.initial(back.typed) if gstate is None else None
             if state is None:
                 from .constraint import DecodeState
@@ -276,7 +281,7 @@ class CompletionEngine:
                 initial = cover.left + [cover.token]
                 for t in initial:
                     state = constraint.advance(state, t)
-        word = _IDENT_TAIL.search(request.prefix).group(0)
+        word = _IDENT_TAIL.search(window).group(0)  # (a search of the whole prefix tries every offset)
         replace_start = len(request.prefix) - len(word)
 
         def on_text(inserted: bytes) -> None:
@@ -311,10 +316,24 @@ class CompletionEngine:
         return ([bos] if bos is not None else []) + list(stable)
 
 
+def prompt_window(prefix: str) -> str:
+    """The end of `prefix` that can reach the prompt (MAX_PROMPT_TOKENS tokens are
+    rarely more characters than this): only it is encoded and tokenized, so a keystroke
+    in a large file costs what one in a small file does. Its start moves in steps, at a
+    line start, so consecutive keystrokes tokenize the same text and share the KV cache."""
+    if len(prefix) <= PROMPT_WINDOW_CHARS:
+        return prefix
+    cut = (len(prefix) - PROMPT_WINDOW_CHARS) // PROMPT_WINDOW_STEP * PROMPT_WINDOW_STEP
+    newline = prefix.find("\n", cut, cut + PROMPT_WINDOW_STEP)
+    return prefix[newline + 1 if newline >= 0 else cut:]
+
+
 def _open_context(request: CompletionRequest, language: str) -> str:
     from midword.engine.brackets import open_context_at
 
-    return open_context_at(request.prefix, language or None)
+    # The brackets open at the cursor, from the same window as the prompt (at a line
+    # start): a scan of the whole prefix would cost every keystroke the file's size.
+    return open_context_at(prompt_window(request.prefix), language or None)
 
 
 def _document_grammar(g: Grammar) -> Grammar:

@@ -65,7 +65,7 @@ def answer_may_serve(job_request: CompletionRequest, partial: tuple[int, str] | 
     start = job_request.prefix
     if not prefix.startswith(start):
         return ahead and start.startswith(prefix)
-    if job_request.single_line and "\n" in prefix[len(start):]:
+    if job_request.single_line and ("\n" in prefix[len(start):] or "\r" in prefix[len(start):]):
         return False  # typed onto a new line, which a one-line answer cannot reach
     if partial is None:
         return True

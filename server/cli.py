@@ -22,7 +22,7 @@ DEFAULT_ENGINE = "midword.completion.engine:CompletionEngine"
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     transport = parser.add_mutually_exclusive_group()
     transport.add_argument("--stdio", action="store_true", help="speak LSP over stdin/stdout (the default)")
-    transport.add_argument("--tcp", metavar="HOST:PORT", help="listen for one LSP client on a TCP port instead")
+    transport.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP port instead (one client at a time, each its own session)")
     transport.add_argument("--http", metavar="[HOST:]PORT", nargs="?", const="",
                            help="serve the HTTP completion API (llama.cpp /infill, OpenAI and Tabby /v1/completions) "
                                 "instead of LSP (default 127.0.0.1:8012)")
@@ -87,12 +87,11 @@ def run_serve(args: argparse.Namespace) -> int:
 
     if factory is None and args.weights != "int8":
         factory = functools.partial(default_engine_factory, weights=args.weights)
-    server = create_server(factory, default_model=args.model)
+    from .transport import serve_stdio, serve_tcp
+
     if hostport is not None:
-        server.start_tcp(*hostport)
-    else:
-        server.start_io()
-    return 0
+        return serve_tcp(lambda: create_server(factory, default_model=args.model), *hostport)
+    return serve_stdio(create_server(factory, default_model=args.model))
 
 
 def _run_http(args: argparse.Namespace) -> int:

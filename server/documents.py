@@ -4,19 +4,34 @@ pygls stores each open document and applies incremental edits itself, but it spl
 lines with `str.splitlines`, which also breaks at form feeds, NEL and U+2028; a
 Python file with a `\\f` or a JavaScript string with a U+2028 would then have every
 later edit land on the wrong line. `Document` applies edits with the protocol's own
-line breaks and the negotiated position encoding (`server.positions`), and
+line breaks and the negotiated position encoding (`server.positions`), keeps its line
+index up to date edit by edit, replaces lone surrogates (`scrub`), and
 `DocumentWorkspace` makes the workspace create such documents. The workspace stays
 the one place where document text and versions live.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Sequence
 
 from lsprotocol import types
 from pygls.workspace import TextDocument, Workspace
 
 from .positions import UTF16, LineIndex, lsp_lines
+
+
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def scrub(text: str) -> str:
+    """`text` with lone surrogates replaced by U+FFFD. A client may send `\\ud800`
+    alone in JSON; no encoder takes it, and one in a document would fail every
+    completion there. One for one, in every position encoding's units too (a lone
+    surrogate and U+FFFD are both one UTF-16 unit, three bytes), so positions stay."""
+    if text.isascii():
+        return text
+    return _LONE_SURROGATE.sub("\ufffd", text)
 
 
 class Document(TextDocument):
@@ -35,7 +50,8 @@ class Document(TextDocument):
 
     @property
     def index(self) -> LineIndex:
-        """Line index of the current text (rebuilt after each edit, on demand)."""
+        """Line index of the current text (updated by each incremental edit; rebuilt
+        when the text was replaced another way)."""
         source = self.source
         if self._index is None or self._index.text is not source:
             self._index = LineIndex(source)
@@ -55,7 +71,15 @@ class Document(TextDocument):
         if end < start:  # a reversed range still names the same span
             start, end = end, start
         source = index.text
-        self._source = source[:start] + change.text + source[end:]
+        inserted = scrub(change.text)
+        new = source[:start] + inserted + source[end:]
+        self._source = new
+        # The edit moves the line starts after it and changes those around it: splice
+        # them rather than rescan the whole text on every keystroke.
+        self._index = index.edited(new, start, end, len(inserted))
+
+    def _apply_full_change(self, change) -> None:
+        self._source = scrub(change.text)
 
 
 class DocumentWorkspace(Workspace):
@@ -64,7 +88,7 @@ class DocumentWorkspace(Workspace):
     def _create_text_document(self, doc_uri, source=None, version=None, language_id=None):
         return Document(
             doc_uri,
-            source=source,
+            source=None if source is None else scrub(source),
             version=version,
             language_id=language_id,
             sync_kind=self._sync_kind,

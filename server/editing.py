@@ -21,12 +21,21 @@ from dataclasses import replace
 from midword.completion.types import Completion
 
 _WORD_TAIL = re.compile(r"[\w$]*\Z")
+_EOL = re.compile(r"\r\n|\r|\n")
 BLOCK_OPENERS = (":", "{", "(", "[", "=>", "->")
+WORD_SEARCH_CHARS = 256
 
 
 def word_start(prefix: str) -> int:
     """Start of the word the cursor (at the end of `prefix`) is in, or len(prefix)."""
-    return _WORD_TAIL.search(prefix).start()
+    # Searched from near the end: the pattern is anchored at the end, but a search of the
+    # whole prefix would try every offset of a large document.
+    start = max(0, len(prefix) - WORD_SEARCH_CHARS)
+    found = _WORD_TAIL.search(prefix, start)
+    while found.start() == start and start > 0:  # a word longer than the stretch searched
+        start = max(0, start - WORD_SEARCH_CHARS)
+        found = _WORD_TAIL.search(prefix, start)
+    return found.start()
 
 
 def line_start(text: str, offset: int | None = None) -> int:
@@ -48,9 +57,15 @@ def wants_multiline(prefix: str, suffix: str = "") -> bool:
     return line.rstrip().endswith(BLOCK_OPENERS)
 
 
-def fit_to_line(completion: Completion, prefix: str) -> Completion | None:
+def fit_to_line(completion: Completion, prefix: str, *, single_line: bool = False) -> Completion | None:
     """The completion with its replaced span on the cursor's line, or None if it
-    cannot be (its text would not re-spell the earlier lines it replaces)."""
+    cannot be (its text would not re-spell the earlier lines it replaces). With
+    `single_line`, its text is cut at its first line break, whichever of `\n`, `\r\n`
+    or `\r` (a CRLF or CR-only file must not get a stray `\r` or a second line)."""
+    if single_line:
+        cut = _EOL.search(completion.text)
+        if cut is not None:
+            completion = replace(completion, text=completion.text[:cut.start()])
     rs = max(0, min(completion.replace_start, len(prefix)))
     ls = line_start(prefix)
     if rs >= ls:

@@ -20,7 +20,10 @@ In order, the first that applies:
    the document's language.
 
 A choice that falls back carries a `note` for the log. Grammar files are read from
-disk once per change (keyed on size and mtime), never per keystroke.
+disk once per change (keyed on size and mtime), never per keystroke, and only when
+they are regular files inside the workspace folders (a document's `$schema` or a
+setting must not read `/dev/zero`, a FIFO or a secret elsewhere on disk); a refusal
+names the path, never the content.
 """
 
 from __future__ import annotations
@@ -31,7 +34,9 @@ import json
 import os
 import posixpath
 import re
+import stat
 from dataclasses import dataclass
+from typing import Sequence
 from importlib import resources
 from urllib.parse import unquote, urlparse
 
@@ -74,6 +79,12 @@ def plain_json() -> GrammarSpec:
 def bundled_schema(name: str) -> str:
     """Text of a schema shipped in grammars/schemas/."""
     return resources.files("midword.grammars").joinpath("schemas", name).read_text(encoding="utf-8")
+
+
+def fallback_grammar(language_id: str | None, path: str | None) -> GrammarSpec:
+    """The grammar a document gets when its chosen one cannot be used: plain JSON for
+    JSON documents, else the engine's code grammar."""
+    return plain_json() if is_json_document(language_id, path) else GrammarSpec(kind="auto")
 
 
 def document_language(language_id: str | None, path: str | None) -> str | None:
@@ -202,18 +213,47 @@ class GrammarResolver:
     def __init__(self) -> None:
         self._files: dict[str, tuple[int, int, str]] = {}
 
-    def read(self, path: str) -> str:
+    def read(self, path: str, allowed: Sequence[str] | None = None) -> str:
         """Text of a grammar or schema file (cached until its size or mtime changes).
-        Raises OSError/ValueError with a message naming the file."""
-        st = os.stat(path)
-        if st.st_size > MAX_GRAMMAR_FILE_BYTES:
-            raise ValueError(f"{path} is {st.st_size} bytes; grammar files are limited to {MAX_GRAMMAR_FILE_BYTES}")
-        hit = self._files.get(path)
-        if hit is not None and hit[0] == st.st_mtime_ns and hit[1] == st.st_size:
-            return hit[2]
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-        self._files[path] = (st.st_mtime_ns, st.st_size, text)
+
+        Only a regular file is read (never a device, FIFO or socket: their size says
+        nothing and reading them may never end), at most `MAX_GRAMMAR_FILE_BYTES` of it
+        whatever its size claims, and, with `allowed`, only when its real path (links
+        resolved) lies inside one of those folders. Raises OSError/ValueError with a
+        message naming the file and never its content."""
+        real = os.path.realpath(path)
+        if allowed is not None and not _inside(real, allowed):
+            raise ValueError(f"{path} is outside the workspace folders; midword reads grammar and schema "
+                             f"files only from the workspace and its bundled schemas")
+        # O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one forever.
+        fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise ValueError(f"{path} is not a regular file")
+            if st.st_size > MAX_GRAMMAR_FILE_BYTES:
+                raise ValueError(f"{path} is {st.st_size} bytes; grammar files are limited to {MAX_GRAMMAR_FILE_BYTES}")
+            hit = self._files.get(real)
+            if hit is not None and hit[0] == st.st_mtime_ns and hit[1] == st.st_size:
+                return hit[2]
+            chunks, got = [], 0
+            while got <= MAX_GRAMMAR_FILE_BYTES:  # st_size may lie (it grows, or /proc says 0)
+                chunk = os.read(fd, min(1 << 20, MAX_GRAMMAR_FILE_BYTES + 1 - got))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                got += len(chunk)
+        finally:
+            os.close(fd)
+        if got > MAX_GRAMMAR_FILE_BYTES:
+            raise ValueError(f"{path} is over {MAX_GRAMMAR_FILE_BYTES} bytes; grammar files are limited to that")
+        try:
+            text = b"".join(chunks).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path} is not UTF-8 text (byte {e.start})") from None
+        if len(self._files) >= 64:  # a long session naming many files: forget, at worst read again
+            self._files.clear()
+        self._files[real] = (st.st_mtime_ns, st.st_size, text)
         return text
 
     def choose(
@@ -224,24 +264,33 @@ class GrammarResolver:
         text: str,
         settings: Settings,
         root: str | None = None,
+        roots: Sequence[str] | None = None,
     ) -> Choice:
+        """The grammar for a document. Files are read only inside `roots` (the workspace
+        folders), else inside `root`, else, with no workspace at all, inside the
+        document's own folder."""
+        allowed = [r for r in (roots or ()) if r] or ([root] if root else [])
+        if not allowed and path:
+            allowed = [os.path.dirname(path)]
+        allowed = [os.path.realpath(r) for r in allowed]
         notes = []
         for key, value in settings.grammars:
             hit = _glob_matches(key, path, root) if _is_glob(key) else (language_id or "").lower() == key.lower()
             if not hit:
                 continue
             try:
-                return Choice(self._grammar_value(value, root, path), f"association {key} -> {value}")
+                return Choice(self._grammar_value(value, root, path, allowed), f"association {key} -> {value}")
             except (OSError, ValueError) as e:
                 notes.append(f"grammar association {key!r} -> {value!r} unusable ({e})")
                 break
-        choice = self._default(path, language_id, text)
+        choice = self._default(path, language_id, text, allowed)
         if notes:
             note = "; ".join(filter(None, notes + [choice.note]))
             return Choice(choice.spec, choice.origin, note)
         return choice
 
-    def _grammar_value(self, value: str, root: str | None, doc_path: str | None) -> GrammarSpec:
+    def _grammar_value(self, value: str, root: str | None, doc_path: str | None,
+                       allowed: Sequence[str]) -> GrammarSpec:
         low = value.lower()
         if low == "none":
             return GrammarSpec(kind="none")
@@ -257,8 +306,8 @@ class GrammarResolver:
         if not os.path.isabs(path):
             base = root or (os.path.dirname(doc_path) if doc_path else None)
             path = os.path.join(base, path) if base else path
-        if os.path.exists(path):
-            source = self.read(path)
+        if os.path.lexists(path):
+            source = self.read(path, allowed)
         else:
             source = self._shipped(value)
             if source is None:
@@ -281,7 +330,7 @@ class GrammarResolver:
         except (FileNotFoundError, IsADirectoryError, OSError):
             return None
 
-    def _default(self, path: str | None, language_id: str | None, text: str) -> Choice:
+    def _default(self, path: str | None, language_id: str | None, text: str, allowed: Sequence[str]) -> Choice:
         if not is_json_document(language_id, path):
             return Choice(GrammarSpec(kind="auto"), "code")
         if (language_id or "").lower() == "jsonc" or (path or "").lower().endswith(".jsonc"):
@@ -289,7 +338,7 @@ class GrammarResolver:
                 return Choice(GrammarSpec(kind="auto"), "JSON with comments (code grammar)")
         ref = schema_reference(text)
         if ref is not None:
-            spec, origin, note = self._schema_from_reference(ref, path)
+            spec, origin, note = self._schema_from_reference(ref, path, allowed)
             if spec is not None:
                 return Choice(spec, origin)
             return Choice(plain_json(), "plain JSON", note)
@@ -298,7 +347,8 @@ class GrammarResolver:
             return Choice(GrammarSpec(kind="json_schema", source=bundled_schema(bundled)), f"bundled {bundled}")
         return Choice(plain_json(), "plain JSON")
 
-    def _schema_from_reference(self, ref: str, doc_path: str | None) -> tuple[GrammarSpec | None, str, str | None]:
+    def _schema_from_reference(self, ref: str, doc_path: str | None,
+                               allowed: Sequence[str]) -> tuple[GrammarSpec | None, str, str | None]:
         parsed = urlparse(ref)
         scheme = parsed.scheme.lower()
         if scheme in ("http", "https"):
@@ -317,11 +367,19 @@ class GrammarResolver:
                     return None, "", f"$schema {ref} is relative but the document has no path; using plain JSON"
                 path = os.path.normpath(os.path.join(os.path.dirname(doc_path), path))
         try:
-            source = self.read(path)
+            source = self.read(path, allowed)
             _check_schema_text(source, path)
         except (OSError, ValueError) as e:
             return None, "", f"$schema {ref}: {e}; using plain JSON"
         return GrammarSpec(kind="json_schema", source=source), f"$schema {ref}", None
+
+
+def _inside(real: str, folders: Sequence[str]) -> bool:
+    """Whether the resolved path `real` is one of `folders` (resolved) or below one."""
+    for folder in folders:
+        if real == folder or real.startswith(folder.rstrip(os.sep) + os.sep):
+            return True
+    return False
 
 
 def _check_schema_text(source: str, path: str) -> None:
@@ -338,6 +396,8 @@ def _schema_problem(source: str) -> str | None:
         value = json.loads(source)
     except json.JSONDecodeError as e:
         return f"is not valid JSON ({e.msg} at line {e.lineno}:{e.colno})"
+    except RecursionError:
+        return "is nested too deeply to read"
     if not isinstance(value, (dict, bool)):
         return "is not a JSON Schema (an object or a boolean)"
     return None

@@ -44,12 +44,13 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from midword import __version__
-from midword.completion.types import Completion, CompletionRequest
+from midword.completion.types import Completion, CompletionRequest, GrammarSpec
 
 from .cache import CompletionCache, answer_may_serve, request_key
 from .documents import Document, DocumentWorkspace
 from .editing import first_line, fit_to_line, wants_multiline
-from .grammar_choice import GrammarResolver, document_language, is_json_document, uri_to_path
+from .grammar_choice import (Choice, GrammarResolver, document_language, fallback_grammar, is_json_document,
+                             uri_to_path)
 from .positions import choose_encoding
 from .settings import SECTION, Settings, parse_settings, section_of
 from .worker import EngineFactory, Event, ModelWorker, Outcome
@@ -76,6 +77,10 @@ TRIGGERS_JSON = ('"', ":")
 TRIGGERS_CODE = (".",)
 ALL_TRIGGERS = [".", '"', ":"]
 MAX_LABEL = 80
+# Choosing a grammar may read a file (a `$schema`): past this the default grammar is used.
+GRAMMAR_CHOICE_TIMEOUT_S = 2.0
+# A request's deadline beyond its time budget: prefilling a long new prompt on a CPU.
+REQUEST_DEADLINE_SLACK_S = 60.0
 
 
 class Answer(NamedTuple):
@@ -120,6 +125,22 @@ class MidwordProtocol(LanguageServerProtocol):
         )
         return result
 
+    def handle_message(self, message):
+        super().handle_message(message)
+        # pygls files every notification's future under a fresh id that nothing removes
+        # (only requests' futures are popped when answered): a long session of edits
+        # would keep one per keystroke forever. Finished ones are dropped in batches.
+        futures = self._request_futures
+        if len(futures) > 256:
+            for key in [k for k, f in futures.items() if f.done()]:
+                del futures[key]
+
+    @lsp_method(types.EXIT)
+    def lsp_exit(self, *args):
+        """Ends the session (`server.transport` reads `exit_code`): 0 after shutdown, else 1."""
+        self.exit_code = 0 if self._shutdown else 1
+        yield from ()
+
 
 class MidwordServer(LanguageServer):
     def __init__(self, engine_factory: EngineFactory, *, default_model: str | None = None):
@@ -143,6 +164,8 @@ class MidwordServer(LanguageServer):
         self._progress_ids = itertools.count(1)
         self._config_from_client = False
         self._progress_task: asyncio.Task | None = None
+        # grammars whose compilation or use failed -> the message shown; they fall back
+        self._broken_grammars: dict[GrammarSpec, str] = {}
 
     # -- documents -------------------------------------------------------------------------
 
@@ -192,6 +215,9 @@ class MidwordServer(LanguageServer):
         self.settings, self._pending_problems = parse_settings(raw, self.settings)
 
     async def on_initialized(self) -> None:
+        if self.worker is not None:  # a second `initialized`: the session has its model already
+            self.log("midword: ignored a second `initialized` notification", types.MessageType.Warning)
+            return
         self.loop = asyncio.get_running_loop()
         self._progress_queue = asyncio.Queue()
         self._progress_task = asyncio.ensure_future(self._progress_pump())
@@ -214,6 +240,18 @@ class MidwordServer(LanguageServer):
         self._cancel_prefetch()
         if self.worker is not None:
             self.worker.close()
+
+    def end_session(self) -> None:
+        """The client is gone (exit, or its connection closed): stop everything the
+        session started, so a server that goes on listening holds none of it."""
+        self.on_shutdown()
+        self.worker = None
+        if self._progress_task is not None:
+            self._progress_task.cancel()
+            self._progress_task = None
+        self.cache.forget()
+        if self._thread_pool is not None:
+            self._thread_pool.shutdown(wait=False)
 
     # -- settings --------------------------------------------------------------------------
 
@@ -337,12 +375,33 @@ class MidwordServer(LanguageServer):
 
     # -- completing --------------------------------------------------------------------------
 
-    def build_request(self, doc: Document, offset: int, *, single_line: bool) -> CompletionRequest:
-        text = doc.source
+    def workspace_roots(self) -> list[str]:
+        """The workspace folders' paths (where grammar and schema files may be read)."""
+        roots = [uri_to_path(uri) for uri in self.workspace.folders]
+        return [r for r in roots if r]
+
+    async def choose_grammar(self, doc: Document, path: str | None) -> Choice:
+        """The document's grammar, chosen on a thread (it may read a file) within
+        GRAMMAR_CHOICE_TIMEOUT_S; past that, or on any failure, the fallback grammar."""
+        choose = functools.partial(self.grammars.choose, path=path, language_id=doc.language_id, text=doc.source,
+                                   settings=self.settings, root=self.workspace.root_path,
+                                   roots=self.workspace_roots())
+        try:
+            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, choose),
+                                          GRAMMAR_CHOICE_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            note = f"choosing the grammar took over {GRAMMAR_CHOICE_TIMEOUT_S:g} s (a slow grammar file?)"
+        except Exception as e:  # noqa: BLE001 - a bad grammar file never takes completions down
+            note = f"choosing the grammar failed: {type(e).__name__}: {e}"
+        return Choice(fallback_grammar(doc.language_id, path), "fallback", f"{note}; using the default grammar")
+
+    async def build_request(self, doc: Document, offset: int, *, single_line: bool) -> CompletionRequest:
+        text = doc.source  # as it is now: the request's version is checked after the model ran
         path = uri_to_path(doc.uri)
-        root = self.workspace.root_path
-        choice = self.grammars.choose(path=path, language_id=doc.language_id, text=text,
-                                      settings=self.settings, root=root)
+        choice = await self.choose_grammar(doc, path)
+        broken = self._broken_grammars.get(choice.spec)
+        if broken is not None:
+            choice = Choice(fallback_grammar(doc.language_id, path), "fallback", broken)
         if choice.note:
             self.log_once(doc.uri, f"{doc.uri}: {choice.note}", types.MessageType.Warning)
         s = self.settings
@@ -367,7 +426,9 @@ class MidwordServer(LanguageServer):
         if not self.settings.enable or self.worker is None or not self.worker.ready:
             self.stats.not_ready += 1
             return Answer(None, "not_ready")
-        request = self.build_request(doc, offset, single_line=single_line)
+        version = doc.version
+        request = await self.build_request(doc, offset, single_line=single_line)
+        self._check_version(doc.uri, version)
         hit = self.cache.get(doc.uri, request)
         if hit is not None:
             completion, entry = hit
@@ -377,9 +438,8 @@ class MidwordServer(LanguageServer):
             self._latency(started)
             if self.settings.prefetch:  # typing through it: the end of it is where the user goes next
                 self._schedule_prefetch(doc.uri, doc.version, replace(request, prefix=entry.target, single_line=False))
-            return Answer(fit_to_line(completion, request.prefix), "prefetch" if entry.origin == "prefetch" else "cache")
+            return Answer(fit_to_line(completion, request.prefix, single_line=request.single_line), "prefetch" if entry.origin == "prefetch" else "cache")
 
-        version = doc.version
         key = request_key(request)
         running = self.worker.join(doc.uri, lambda job: (
             not job.prefetch and request_key(job.request) == key and (request.single_line or not job.request.single_line)
@@ -397,7 +457,7 @@ class MidwordServer(LanguageServer):
                 completion, entry = hit
                 if self.settings.prefetch:
                     self._schedule_prefetch(doc.uri, version, replace(request, prefix=entry.target, single_line=False))
-                return Answer(fit_to_line(completion, request.prefix), "model")
+                return Answer(fit_to_line(completion, request.prefix, single_line=request.single_line), "model")
         job = self.worker.submit(doc.uri, version, request)
         # Runs on if the user types what it predicts, after this request is gone.
         job.future.add_done_callback(lambda future: self._call_soon(self._store, job))
@@ -412,6 +472,8 @@ class MidwordServer(LanguageServer):
         if outcome.status == "error":
             self.stats.errors += 1
             self.log(f"completion failed in {doc.uri}: {outcome.error}", types.MessageType.Error)
+            if self._grammar_failed(doc, request, outcome.error):
+                return await self.complete(doc, offset, single_line=single_line)
             return Answer(None, "error")
         if outcome.status != "done" or outcome.completion is None:
             self.stats.superseded += outcome.status == "superseded"
@@ -424,7 +486,27 @@ class MidwordServer(LanguageServer):
         self._report_grammar(doc.uri, note)
         if target is not None and self.settings.prefetch:
             self._schedule_prefetch(doc.uri, version, replace(request, prefix=target, single_line=False))
-        return Answer(fit_to_line(outcome.completion, request.prefix), "model")
+        return Answer(fit_to_line(outcome.completion, request.prefix, single_line=request.single_line), "model")
+
+    def _grammar_failed(self, doc: Document, request: CompletionRequest, error: str | None) -> bool:
+        """After a failed completion with a grammar of the document's own (a schema, a
+        Lark file, a regex): whatever the engine raised while compiling or using it, the
+        document goes on with the fallback grammar (plain JSON, or the code grammar),
+        and the user is told once. True when the request is worth asking again."""
+        spec = request.grammar
+        if spec.kind not in ("json_schema", "lark", "regex") or spec in self._broken_grammars:
+            return False
+        fallback = fallback_grammar(doc.language_id, uri_to_path(doc.uri))
+        if spec == fallback:
+            return False
+        if len(self._broken_grammars) >= 64:
+            self._broken_grammars.clear()
+        what = "plain JSON" if fallback.kind == "lark" else "the code grammar"
+        message = f"midword: the grammar of {doc.uri} could not be used ({error}); using {what}"
+        self._broken_grammars[spec] = message
+        self.show(message, types.MessageType.Warning)
+        self.set_status(self.status_state, f"grammar not used: {error}")
+        return True
 
     def _report_grammar(self, uri: str, note: str) -> None:
         """Tells the client, in `midword/status`, when how much of a document the grammar
@@ -440,8 +522,16 @@ class MidwordServer(LanguageServer):
         self.set_status(self.status_state, self.status_message, grammar={"uri": uri, "note": note})
 
     async def _wait(self, job) -> Outcome:
+        """The job's outcome, within its deadline: the time budget plus what prefilling a
+        new prompt may take. Past it the job is stopped and the request answered with
+        an error outcome, so no request waits on a stuck model."""
+        deadline = job.request.time_budget_s + REQUEST_DEADLINE_SLACK_S
         try:
-            return await asyncio.shield(asyncio.wrap_future(job.future))
+            return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.future)), deadline)
+        except asyncio.TimeoutError:
+            self.worker.release(job)
+            job.stop("deadline")
+            return Outcome("error", error=f"no answer within the request deadline of {deadline:g} s")
         except asyncio.CancelledError:
             self.worker.release(job)
             self.stats.cancelled += 1

@@ -17,7 +17,7 @@ the start of that character, so a cursor never splits a character.
 from __future__ import annotations
 
 import re
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from typing import Iterable
 
 UTF8 = "utf-8"
@@ -92,6 +92,33 @@ class LineIndex:
         self.text = text
         self.starts = [0]
         self.starts.extend(m.end() for m in _EOL.finditer(text))
+
+    @classmethod
+    def _of(cls, text: str, starts: list[int]) -> "LineIndex":
+        index = cls.__new__(cls)
+        index.text = text
+        index.starts = starts
+        return index
+
+    def edited(self, new_text: str, start: int, end: int, inserted: int) -> "LineIndex":
+        """The index of `new_text`, which is this text with [start, end) replaced by
+        `inserted` characters. Line starts before the edit are kept, those from two
+        characters past it are shifted (a line break there depends only on characters
+        the edit left alone), and only the few in between are scanned again, so a
+        keystroke costs a splice, not a scan of the whole text."""
+        starts = self.starts
+        head = starts[:bisect_right(starts, start - 1)]
+        if not head:
+            head = [0]
+        stop = start + inserted + 1  # new line starts up to here are scanned
+        for m in _EOL.finditer(new_text, max(0, start - 1), min(len(new_text), stop + 1)):
+            if start <= m.end() <= stop:
+                head.append(m.end())
+        delta = inserted - (end - start)
+        tail_from = bisect_left(starts, end + 2)
+        if tail_from < len(starts):
+            head.extend([s + delta for s in starts[tail_from:]] if delta else starts[tail_from:])
+        return LineIndex._of(new_text, head)
 
     @property
     def line_count(self) -> int:

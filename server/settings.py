@@ -21,6 +21,7 @@ and the previous value stays, so one typo never disables the rest (or the server
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -60,7 +61,8 @@ def _bool(key: str, value: Any) -> bool:
 
 def _int(lo: int, hi: int):
     def check(key: str, value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or int(value) != value:
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+                or int(value) != value):
             raise ValueError(f"{SECTION}.{key} must be an integer from {lo} to {hi}, got {_show(value)}")
         if not lo <= value <= hi:
             raise ValueError(f"{SECTION}.{key} must be from {lo} to {hi}, got {_show(value)}")
@@ -70,7 +72,7 @@ def _int(lo: int, hi: int):
 
 
 def _temperature(key: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         raise ValueError(f"{SECTION}.{key} must be a number from 0 to 2, got {_show(value)}")
     if not 0 <= value <= 2:
         raise ValueError(f"{SECTION}.{key} must be from 0 to 2, got {_show(value)}")

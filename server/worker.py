@@ -27,6 +27,7 @@ ready, error, busy, idle) go to the `notify` callback, called on the worker thre
 
 from __future__ import annotations
 
+import gc
 import logging
 import threading
 import time
@@ -41,6 +42,8 @@ log = logging.getLogger(__name__)
 
 # How long a job whose requests were all cancelled waits for the edit that explains it.
 CANCEL_GRACE_S = 0.05
+# Crashes of the model thread after which it is no longer restarted (a crash loop).
+MAX_RESTARTS = 5
 
 
 class Engine(Protocol):
@@ -129,8 +132,17 @@ class ModelWorker:
         # where the engine's time went, summed over runs (ms): total, prefill, cpc, decode, mask
         self.engine_ms = {"total": 0.0, "prefill": 0.0, "cpc": 0.0, "decode": 0.0, "mask": 0.0}
         self.stopped_runs = 0  # runs that ended early: superseded, cancelled, or typed past
-        self._thread = threading.Thread(target=self._run, name="midword-model", daemon=True)
-        self._thread.start()
+        self.crashes = 0
+        self._thread = self._start_thread()
+
+    def _start_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self._supervised, name="midword-model", daemon=True)
+        thread.start()
+        return thread
+
+    @property
+    def alive(self) -> bool:
+        return self._thread.is_alive()
 
     # -- called from the server (any thread) ------------------------------------------
 
@@ -249,6 +261,37 @@ class ModelWorker:
             _resolve(self._pending.future, Outcome("superseded"))
             self._pending = None
 
+    def _supervised(self) -> None:
+        """The model thread: `_run`, and should anything escape it (a bug, a
+        BaseException from an engine), the waiting jobs are answered with an error, the
+        crash is reported as an "error" event and a fresh thread reloads the model, so no
+        request waits on a dead thread."""
+        try:
+            self._run()
+            return
+        except BaseException as e:  # noqa: BLE001 - reported and restarted, never silent
+            message = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+            log.exception("the model thread crashed")
+        with self._cond:
+            self.crashes += 1
+            for job in (self._running, self._pending):
+                if job is not None:
+                    job.stop("crashed")
+                    _resolve(job.future, Outcome("error", error=f"the model thread crashed: {message}"))
+            self._running = self._pending = None
+            restart = not self._closed and self.crashes <= MAX_RESTARTS
+            model = self.model or self._load_model
+            self._engine = None
+            self.state = "error"
+            self.error = message
+            if restart and model is not None and self._load_model is None:
+                self._load_model = model
+                self.state = "loading"
+        self._emit(Event("error", f"the model thread crashed ({message}); "
+                                  + ("restarting it" if restart else "too many crashes, not restarting")))
+        if restart:
+            self._thread = self._start_thread()
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -267,6 +310,9 @@ class ModelWorker:
                 continue
             try:
                 self._complete(job)
+            except BaseException as e:  # the supervisor reports it; this job must not wait forever
+                _resolve(job.future, Outcome("error", error=f"the model thread crashed: {type(e).__name__}: {e}"))
+                raise
             finally:
                 with self._cond:
                     self._running = None
@@ -282,7 +328,14 @@ class ModelWorker:
 
     def _load(self, model: str) -> None:
         self._emit(Event("loading", f"loading {model}", 0.0))
-        self._engine = None
+        old, self._engine = self._engine, None
+        if old is not None:
+            # The old engine was frozen out of the collector's reach after its load
+            # (settle_after_start): thaw it, or its cycles would be kept forever.
+            _close_engine(old)
+            del old
+            gc.unfreeze()
+            gc.collect()
         started = time.perf_counter()
         try:
             engine = self._factory(model=model)
@@ -362,6 +415,15 @@ class ModelWorker:
             _resolve(job.future, Outcome(status, completion, engine_ms=_ms(started)))
             return
         _resolve(job.future, Outcome("done", completion, engine_ms=_ms(started)))
+
+
+def _close_engine(engine) -> None:
+    close = getattr(engine, "close", None)
+    if callable(close):
+        try:
+            close()
+        except Exception:  # noqa: BLE001 - a failing close must not stop the reload
+            log.exception("closing the old engine failed")
 
 
 def _ms(started: float) -> float:

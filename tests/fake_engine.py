@@ -16,7 +16,9 @@ One line when `single_line`, else up to three. Text comes out in "tokens" of thr
 characters, one every `step_ms`, so tests can see cancellation mid-way.
 
 Configured through the model name, since the server only passes `model`:
-`fake?step_ms=20&load_s=0.5&fail=load|complete&log=/tmp/calls.jsonl` (all optional).
+`fake?step_ms=20&load_s=0.5&fail=load|complete|schema|crash&log=/tmp/calls.jsonl` (all optional;
+`schema` raises RecursionError for a JSON Schema grammar, `crash` a BaseException when
+the prefix holds `CRASH`).
 `log` appends one JSON line per `complete` call with what the engine received.
 """
 
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 import threading
 import time
 from urllib.parse import parse_qsl
@@ -35,6 +38,10 @@ TOKEN_CHARS = 3
 
 class FakeModelUnavailable(RuntimeError):
     pass
+
+
+class FakeCrash(BaseException):
+    """Not an Exception: escapes the worker's handlers and ends the model thread."""
 
 
 def parse_model(model: str) -> dict[str, str]:
@@ -53,7 +60,8 @@ class FakeEngine:
         self.fail = options.get("fail", "")
         self.log_path = options.get("log")
         self.settings = settings
-        self.calls: list[CompletionRequest] = []
+        # the latest requests (bounded: the soak bench makes tens of thousands)
+        self.calls: deque[CompletionRequest] = deque(maxlen=1000)
         self._ready = False
         self._lock = threading.Lock()
 
@@ -89,6 +97,10 @@ class FakeEngine:
                 f.write(json.dumps(record) + "\n")
         if self.fail == "complete":
             raise RuntimeError("fake engine failure while completing")
+        if self.fail == "schema" and request.grammar.kind == "json_schema":
+            raise RecursionError("maximum recursion depth exceeded (fake schema compilation)")
+        if self.fail == "crash" and "CRASH" in request.prefix:
+            raise FakeCrash("the fake model thread dies")
         started = time.perf_counter()
         text, rs = propose(request)
         out = ""
