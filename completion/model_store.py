@@ -115,20 +115,54 @@ _CORE = {"torch": "torch", "transformers": "transformers", "safetensors": "safet
 _GGUF = {"gguf": "gguf", "accelerate": "accelerate"}
 
 
-def load(name_or_path, *, progress=None, dtype="float32", threads=None, max_context=None):
+# "auto": the lean forward where it computes the architecture and passes its check, else
+# transformers; "lean": the lean forward or an error; "transformers": always transformers.
+BACKENDS = ("auto", "lean", "transformers")
+
+
+def load(name_or_path, *, progress=None, dtype="float32", threads=None, max_context=None, backend="auto"):
     """See `midword.completion.model.load_model`."""
     if dtype not in WEIGHT_FORMATS:
         raise ValueError(f"dtype must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, not {dtype!r}")
-    if dtype == "int8":
-        report = _Progress(progress)
-        # The float32 load reports up to "ready"; quantizing is the last stretch.
-        model = _load(name_or_path, lambda stage, frac: stage != "ready" and report(stage, 0.9 * frac),
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, not {backend!r}")
+    report = _Progress(progress)
+    lean = backend != "transformers" and dtype != "bfloat16"
+    if dtype == "int8" or lean:
+        # The transformers load reports up to "ready"; quantizing and the lean check are the last stretch.
+        model = _load(name_or_path, lambda stage, frac: stage != "ready" and report(stage, 0.85 * frac),
                       "float32", threads, max_context)
-        report("quantizing weights to int8", 0.9)
-        model.quantize_int8()
+        if dtype == "int8":
+            report("quantizing weights to int8", 0.85)
+            model.quantize_int8()
+        if lean:
+            model = _lean_or_fallback(model, backend, report)
         report("ready", 1.0)
         return model
     return _load(name_or_path, progress, dtype, threads, max_context)
+
+
+def _lean_or_fallback(model, backend: str, report: _Progress):
+    """The lean forward over `model`'s weights when it supports the architecture and its
+    probe logits equal transformers'; otherwise `model` itself (backend "auto", with the
+    reason in `model.lean_problem`) or ModelUnavailable (backend "lean")."""
+    from .gemma3_lean import build_checked, supports
+
+    if not supports(model.config):
+        problem = f"the lean forward does not compute {getattr(model.config, 'model_type', '?')} models"
+    else:
+        report("checking the lean forward", 0.9)
+        try:
+            lean, _ = build_checked(model)
+        except ModelUnavailable as exc:
+            problem = str(exc)
+        else:
+            lean.source = model.source
+            return lean
+    if backend == "lean":
+        raise ModelUnavailable(f"model {model.name!r}: {problem}")
+    model.lean_problem = problem
+    return model
 
 
 def _load(name_or_path, progress, dtype, threads, max_context):
