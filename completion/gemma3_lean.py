@@ -274,6 +274,8 @@ class LeanGemma3(TransformersModel):
         self._reset_state()
         self.probe_tokens = self.encode_prompt(PROBE_TEXTS[0])
         self.probe_logits = None
+        # The reference logits the probe set was checked against (set by the checks).
+        self.probe_reference = None
 
     def __repr__(self):
         return f"LeanGemma3({self.name!r}, vocab_size={self.vocab_size}, weights={self.weights})"
@@ -626,7 +628,13 @@ class LeanGemma3(TransformersModel):
         keys = self._cache.k[li, :, start:total]  # (kv, L, hd)
         values = self._cache.v[li, :, start:total]
         kvh = keys.shape[0]
-        # (kv, rep * n, hd): the query heads sharing a key head are rows of one product.
+        if n > 1:
+            # A chunk or a tree: torch's fused attention (no n x L score tensors kept per head).
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], keys[None], values[None], attn_mask=m, scale=sp.scaling,
+                enable_gqa=kvh != sp.heads)
+            return out[0].transpose(0, 1).reshape(n, sp.heads * sp.head_dim)
+        # (kv, rep, hd): the query heads sharing a key head are rows of one product.
         qg = q.view(n, kvh, rep, sp.head_dim).permute(1, 2, 0, 3).reshape(kvh, rep * n, sp.head_dim)
         scores = torch.bmm(qg, keys.transpose(1, 2)) * sp.scaling
         if m is not None:
@@ -644,7 +652,7 @@ def build_checked(model: TransformersModel, **kwargs) -> tuple[LeanGemma3, float
     probes = lean.probe_sets()
     reference = reference_logits(model, probes)
     err = lean.check_against(reference, probes)
-    lean.reference_logits = reference
+    lean.probe_reference = reference
     return lean, err
 
 

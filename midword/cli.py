@@ -174,6 +174,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     cpc = bsub.add_parser("cpc", help="character prefix conditioning: word/line exact match per mode")
     lsp = bsub.add_parser("lsp", help="replay typing a file through a real LSP session; completion latency")
     start = bsub.add_parser("start", help="process start to first mask, cold and warm numba cache")
+    model_bench = bsub.add_parser("model", help="the lean Gemma 3 forward beside transformers: step, prefill")
     ab = bsub.add_parser("ab", help="MaskBench: this checkout's engine against another git revision's, in one process")
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     wanted = argv or []
@@ -197,6 +198,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
         add_start_arguments(start)
         start.set_defaults(func=run_start_bench)
+    if wanted[:2] == ["bench", "model"]:
+        from midword.bench.model import add_model_arguments, run_model_bench
+
+        add_model_arguments(model_bench)
+        model_bench.set_defaults(func=run_model_bench)
     if wanted[:1] == ["serve"]:
         from midword.server.cli import add_serve_arguments, run_serve
 
