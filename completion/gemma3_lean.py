@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -141,7 +141,6 @@ class Gemma3Spec:
     scaling: float
     final_softcap: float | None
     max_positions: int
-    extra: dict = field(default_factory=dict)
 
     @classmethod
     def from_config(cls, config) -> "Gemma3Spec":
@@ -165,7 +164,7 @@ class Gemma3Spec:
         )
 
     def as_dict(self) -> dict:
-        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items() if k != "extra"}
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Gemma3Spec":
