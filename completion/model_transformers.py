@@ -187,6 +187,11 @@ class TransformersModel:
             self.probe_tokens = list(probe_tokens) if probe_tokens is not None else self.encode_prompt(_PROBE_TEXT)
             self.probe_logits = self._check_head()
 
+    # Which body computes the forward; LeanGemma3 says "lean".
+    backend = "transformers"
+    # Why the lean forward was not used for this model (set by the loader), or None.
+    lean_problem = None
+
     def __repr__(self):
         return f"TransformersModel({self.name!r}, vocab_size={self.vocab_size}, weights={self.weights})"
 

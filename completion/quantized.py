@@ -29,6 +29,9 @@ KERNEL_MAX_ROWS = 12
 # Matrices with at least this many weights are split over torch's thread count (the
 # 262k-row output head; a body layer is done before other threads would wake up).
 PARALLEL_MIN_WEIGHTS = 1 << 23
+# Output rows dequantized at once when a matrix without its float32 twin meets many rows
+# (a few MB of floats: stays in cache next to the matmul reading it).
+DEQUANT_BLOCK = 2048
 
 
 def group_size(in_features: int, group: int = GROUP) -> int:
@@ -173,15 +176,16 @@ def _compile_int8_rows():
 _kernel = None
 
 
-def int8_rows(q, scales, x, out, threads: int = 1):
-    """The compiled kernel; with `threads` > 1 a large matrix is split by output rows over
-    that many threads (the kernel releases the GIL). Small matrices stay on one thread:
-    waking others costs more than they save."""
+def int8_rows(q, scales, x, out, threads: int = 1, min_parallel: int | None = None):
+    """The compiled kernel; with `threads` > 1 a matrix of at least `min_parallel` weights
+    (default PARALLEL_MIN_WEIGHTS) is split by output rows over that many threads (the
+    kernel releases the GIL). Small matrices stay on one thread: waking others costs more
+    than they save."""
     global _kernel
     if _kernel is None:
         _kernel = _compile_int8_rows()
     n_out = q.shape[0]
-    if threads <= 1 or q.size < PARALLEL_MIN_WEIGHTS:
+    if threads <= 1 or q.size < (PARALLEL_MIN_WEIGHTS if min_parallel is None else min_parallel) or n_out < 2:
         _kernel(q, scales, x, out)
         return
     step = -(-n_out // threads)
@@ -216,9 +220,15 @@ def _pool(threads: int):
 
 
 class Int8Weights:
-    """A quantized (out, in) matrix with its dequantized float32 twin."""
+    """A quantized (out, in) matrix, with or without its dequantized float32 twin.
 
-    def __init__(self, weight: torch.Tensor, group: int = GROUP, *, in_place: bool = False):
+    Without the twin (`keep_dequantized=False`, or made by `from_quantized`) the matrix
+    holds a quarter of the bytes; products over many rows then dequantize it block by
+    block (`DEQUANT_BLOCK` output rows at a time) for torch's float32 matmul, which gives
+    the same values as the twin would."""
+
+    def __init__(self, weight: torch.Tensor, group: int = GROUP, *, in_place: bool = False,
+                 keep_dequantized: bool = True):
         """With `in_place`, `weight` (float32, contiguous) itself is overwritten with the
         dequantized values and becomes `dequantized`: no second copy of a large matrix, and
         tensors sharing its storage (a tied embedding table) see the same weights."""
@@ -233,8 +243,47 @@ class Int8Weights:
         # Each group is read in full before it is written, so the output may be the input.
         deq = w if in_place else np.empty((n, k), dtype=np.float32)
         _quantize_kernel()(w, gs, self.q, self.scales, deq)
-        self.dequantized = source if in_place else torch.from_numpy(deq)
+        self.dequantized = (source if in_place else torch.from_numpy(deq)) if keep_dequantized or in_place else None
         self.out_features, self.in_features = n, k
+        self.threads = 1
+        self.min_parallel = None
+
+    @classmethod
+    def from_quantized(cls, q: np.ndarray, scales: np.ndarray) -> "Int8Weights":
+        """Wrap int8 values and their scales (arrays or memory maps) without a float twin."""
+        if q.ndim != 2 or q.dtype != np.int8:
+            raise ValueError(f"expected a 2-D int8 matrix, got {q.dtype} of shape {q.shape}")
+        n, k = q.shape
+        if scales.ndim != 2 or scales.dtype != np.float32 or scales.shape[0] != n or not scales.shape[1] \
+                or k % scales.shape[1]:
+            raise ValueError(f"scales of {scales.dtype} shape {scales.shape} do not fit an int8 matrix of {q.shape}")
+        self = cls.__new__(cls)
+        self.q, self.scales = q, scales
+        self.dequantized = None
+        self.out_features, self.in_features = n, k
+        self.threads = 1
+        self.min_parallel = None
+        return self
+
+    @staticmethod
+    def concat(parts: "list[Int8Weights]") -> "Int8Weights":
+        """One matrix holding the rows of `parts` in order (a fused QKV or gate/up
+        projection): each row keeps its own scales, so the products are those of the parts."""
+        groups = {p.scales.shape[1] for p in parts}
+        if len(groups) != 1 or len({p.in_features for p in parts}) != 1:
+            raise ValueError("fused matrices need the same input size and scale groups")
+        return Int8Weights.from_quantized(np.concatenate([p.q for p in parts]),
+                                          np.concatenate([p.scales for p in parts]))
+
+    def dequantize_rows(self, ids: torch.Tensor | np.ndarray | slice) -> torch.Tensor:
+        """float32 rows `ids` of the matrix, exactly the dequantized values."""
+        if isinstance(ids, torch.Tensor):
+            ids = ids.numpy()
+        q = torch.from_numpy(np.ascontiguousarray(self.q[ids]))
+        s = torch.from_numpy(np.ascontiguousarray(self.scales[ids]))
+        g = s.shape[-1]
+        w = q.reshape(*q.shape[:-1], g, self.in_features // g).to(torch.float32) * s[..., None]
+        return w.reshape(*q.shape)
 
     def matmul(self, x: torch.Tensor) -> torch.Tensor:
         """x @ W.T for x of shape (..., in) in float32."""
@@ -242,9 +291,16 @@ class Int8Weights:
         if 0 < rows <= KERNEL_MAX_ROWS and x.dtype == torch.float32 and not x.requires_grad:
             flat = x.reshape(rows, self.in_features).contiguous()
             out = torch.empty((rows, self.out_features), dtype=torch.float32)
-            int8_rows(self.q, self.scales, flat.numpy(), out.numpy(), torch.get_num_threads())
+            threads = max(self.threads, torch.get_num_threads()) if self.min_parallel is None else self.threads
+            int8_rows(self.q, self.scales, flat.numpy(), out.numpy(), threads, self.min_parallel)
             return out.reshape(*x.shape[:-1], self.out_features)
-        return torch.nn.functional.linear(x, self.dequantized.to(x.dtype))
+        if self.dequantized is not None:
+            return torch.nn.functional.linear(x, self.dequantized.to(x.dtype))
+        out = torch.empty((*x.shape[:-1], self.out_features), dtype=x.dtype)
+        for lo in range(0, self.out_features, DEQUANT_BLOCK):
+            hi = min(self.out_features, lo + DEQUANT_BLOCK)
+            out[..., lo:hi] = torch.nn.functional.linear(x, self.dequantize_rows(slice(lo, hi)).to(x.dtype))
+        return out
 
 
 class Int8Linear(torch.nn.Module):

@@ -176,6 +176,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     http = bsub.add_parser("http", help="replay typing a file as /infill requests from 1, 4, 16 clients; latency")
     start = bsub.add_parser("start", help="process start to first mask, cold and warm numba cache")
     soak = bsub.add_parser("soak", help="many completions over one session of edits; the server's RSS growth")
+    model_bench = bsub.add_parser("model", help="the lean Gemma 3 forward beside transformers: step, prefill")
     ab = bsub.add_parser("ab", help="MaskBench: this checkout's engine against another git revision's, in one process")
     jsts = bsub.add_parser("jsts", help="JSON-Schema-Test-Suite draft 2020-12: midword beside llguidance")
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
@@ -215,6 +216,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
         add_soak_arguments(soak)
         soak.set_defaults(func=run_soak)
+    if wanted[:2] == ["bench", "model"]:
+        from midword.bench.model import add_model_arguments, run_model_bench
+
+        add_model_arguments(model_bench)
+        model_bench.set_defaults(func=run_model_bench)
     if wanted[:1] == ["serve"]:
         from midword.server.cli import add_serve_arguments, run_serve
 

@@ -660,7 +660,8 @@ def test_sample_digest(tmp_path):
 
 @pytest.fixture(scope="module")
 def gemma():
-    return load_model("gemma3")
+    # The transformers backend: these tests compare it with the model's own forward.
+    return load_model("gemma3", backend="transformers")
 
 
 def _code_prompt(m, n):
@@ -680,7 +681,7 @@ def test_gemma_cache_matches_gguf(gemma):
     # reference.npy holds the logits of the model loaded from the GGUF file when the
     # cache was written.
     reference = np.load(folder / "reference.npy")
-    warm = load_model("gemma3")
+    warm = load_model("gemma3", backend="transformers")
     assert warm.source == "cache"
     got = warm.next_logits(manifest["probe_tokens"])
     np.testing.assert_allclose(got, reference, atol=1e-3)

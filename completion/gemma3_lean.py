@@ -1,0 +1,673 @@
+"""A lean forward for Gemma 3: the decoder computed with plain torch tensor ops.
+
+transformers' Gemma 3 runs a decode step through a few hundred modules, mask builders and
+cache objects; on a small CPU that Python is a third of the step. This module computes
+the same layers directly over the converted weights:
+
+- token embeddings scaled by sqrt(hidden), RMSNorms with their (1 + weight) scale (the
+  weights are stored as offsets from one), query and key RMSNorms per head (QK-norm),
+- rotary position embeddings with the base of the layer's kind (Gemma 3: 10,000 for the
+  sliding-window layers, 1,000,000 for the global ones), half-split rotation,
+- grouped-query attention scaled by query_pre_attn_scalar**-0.5, with the window of the
+  sliding layers (no attention-logit soft-capping: Gemma 3 has none; configs that ask
+  for it stay with transformers),
+- the gelu-tanh gated MLP, the four norms around attention and MLP, the final norm.
+
+Weights are either float32 matrices or int8 in groups of 64 (completion/quantized.py).
+The query, key and value projections are one fused matrix, and so are the gate and up
+projections: one kernel call reads each weight once per step. A decode step's int8
+matmuls can be split over threads (`threads`); the kernel releases the GIL.
+
+Keys and values live in a static cache preallocated for `capacity` positions of every
+layer (doubled when a sequence outgrows it, up to `max_context`). It keeps every position,
+sliding layers included, so a request can go back to any earlier prefix; the window is
+applied by slicing the keys (one new token) or by the mask (a chunk, a token tree).
+
+`LeanGemma3` answers the `LanguageModel` protocol through `TransformersModel`'s cache
+bookkeeping, head and token trees; only the body (`_forward`) and the head's weights are
+its own, so the two backends share every rule about prefixes, branches and statistics.
+It is built from a loaded transformers model (`from_transformers`) or from stored arrays
+(`from_arrays`, the on-disk int8 copy), and `check_against` compares its logits with a
+reference on a probe set: the loader uses it once at load time and falls back to
+transformers when they differ.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .model import ModelStats, ModelUnavailable
+from .model_transformers import TransformersModel, _as_token_array, _mask_kinds
+from .quantized import Int8Weights
+
+# Preallocated cache positions; a longer sequence doubles it (up to max_context).
+DEFAULT_CAPACITY = 2048
+# Matrices of a decode step at least this large are split over the model's threads.
+LEAN_PARALLEL_MIN_WEIGHTS = 1 << 19
+# Probe prompts for the load-time check: code, prose-like comments, and a repeated line.
+PROBE_TEXTS = (
+    "def add(a, b):\n    return a +",
+    "import os\n\nfor name in sorted(os.listdir('.')):\n    # skip hidden files\n    if name.startswith('.'):",
+    'class Point:\n    """A point in the plane."""\n\n    def __init__(self, x, y):\n        self.x = x\n        self.',
+)
+# Logits of the lean path and of transformers (same weights, float32) may differ by
+# float rounding only.
+CHECK_TOLERANCE = 1e-4
+
+GEMMA3_TYPES = ("gemma3_text", "gemma3")
+
+
+def supports(config) -> bool:
+    """Whether `config` (a transformers text config) describes a model this module computes."""
+    if getattr(config, "model_type", None) not in GEMMA3_TYPES:
+        return False
+    if getattr(config, "hidden_activation", None) not in ("gelu_pytorch_tanh",):
+        return False
+    if getattr(config, "use_bidirectional_attention", False) or getattr(config, "attention_bias", False):
+        return False
+    # transformers' Gemma 3 attention does not apply attention-logit soft-capping (Gemma 2
+    # did); a config asking for it is left to transformers rather than guessed at.
+    if getattr(config, "attn_logit_softcapping", None):
+        return False
+    kinds = _mask_kinds(config)
+    if kinds is None:
+        return False
+    params = getattr(config, "rope_parameters", None) or {}
+    for kind in set(config.layer_types):
+        p = params.get(kind) if isinstance(params, dict) else None
+        if not p or p.get("rope_type", "default") != "default" or "rope_theta" not in p:
+            return False
+    return True
+
+
+class _Matrix:
+    """A projection's weight: float32 (out, in) or Int8Weights."""
+
+    __slots__ = ("w", "int8", "out_features")
+
+    def __init__(self, w):
+        self.int8 = isinstance(w, Int8Weights)
+        self.w = w
+        self.out_features = w.out_features if self.int8 else int(w.shape[0])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        if self.int8:
+            return self.w.matmul(x)
+        return torch.nn.functional.linear(x, self.w)
+
+    @property
+    def nbytes(self) -> int:
+        if self.int8:
+            return int(self.w.q.nbytes + self.w.scales.nbytes)
+        return int(self.w.numel() * self.w.element_size())
+
+
+@dataclass
+class _Layer:
+    kind: str
+    qkv: _Matrix
+    o: _Matrix
+    gate_up: _Matrix
+    down: _Matrix
+    # (1 + weight) of each RMSNorm, precomputed.
+    input_norm: torch.Tensor
+    post_attn_norm: torch.Tensor
+    pre_ff_norm: torch.Tensor
+    post_ff_norm: torch.Tensor
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+
+
+@dataclass
+class Gemma3Spec:
+    """The numbers of a Gemma 3 text config that the forward needs."""
+
+    vocab_size: int
+    hidden: int
+    intermediate: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    layer_types: tuple[str, ...]
+    window: int | None
+    eps: float
+    rope_theta: dict[str, float]
+    scaling: float
+    final_softcap: float | None
+    max_positions: int
+
+    @classmethod
+    def from_config(cls, config) -> "Gemma3Spec":
+        if not supports(config):
+            raise ModelUnavailable(f"the lean forward does not compute {getattr(config, 'model_type', '?')} models")
+        return cls(
+            vocab_size=int(config.vocab_size),
+            hidden=int(config.hidden_size),
+            intermediate=int(config.intermediate_size),
+            heads=int(config.num_attention_heads),
+            kv_heads=int(config.num_key_value_heads),
+            head_dim=int(config.head_dim),
+            layer_types=tuple(config.layer_types[: config.num_hidden_layers]),
+            window=int(config.sliding_window) if config.sliding_window else None,
+            eps=float(config.rms_norm_eps),
+            rope_theta={k: float(v["rope_theta"]) for k, v in config.rope_parameters.items()
+                        if k in set(config.layer_types)},
+            scaling=float(config.query_pre_attn_scalar) ** -0.5,
+            final_softcap=getattr(config, "final_logit_softcapping", None) or None,
+            max_positions=int(getattr(config, "max_position_embeddings", None) or 8192),
+        )
+
+    def as_dict(self) -> dict:
+        return {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.__dict__.items()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Gemma3Spec":
+        d = dict(d)
+        d["layer_types"] = tuple(d["layer_types"])
+        return cls(**d)
+
+
+class StaticKV:
+    """Keys and values of every layer in preallocated buffers; `filled` positions are valid.
+
+    `crop(-n)` forgets the last n positions (the same call as transformers' caches)."""
+
+    def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, limit: int):
+        self.limit = int(limit)
+        cap = max(1, min(int(capacity), self.limit))
+        self.k = torch.empty((layers, kv_heads, cap, head_dim), dtype=torch.float32)
+        self.v = torch.empty((layers, kv_heads, cap, head_dim), dtype=torch.float32)
+        self.filled = 0
+
+    @property
+    def capacity(self) -> int:
+        return int(self.k.shape[2])
+
+    def reserve(self, need: int) -> None:
+        if need <= self.capacity:
+            return
+        if need > self.limit:
+            raise ValueError(f"the KV cache holds at most {self.limit} positions, {need} asked for")
+        cap = min(self.limit, max(need, 2 * self.capacity))
+        for name in ("k", "v"):
+            old = getattr(self, name)
+            new = old.new_empty((old.shape[0], old.shape[1], cap, old.shape[3]))
+            new[:, :, : self.filled] = old[:, :, : self.filled]
+            setattr(self, name, new)
+
+    def crop(self, count: int) -> None:
+        if count > 0:
+            raise ValueError(f"crop takes a negative count of positions to remove, not {count}")
+        self.filled = max(0, self.filled + count)
+
+    def get_seq_length(self) -> int:
+        return self.filled
+
+
+@dataclass
+class StepProfile:
+    """Seconds spent per part of the forward (collected only while `LeanGemma3.profile` is on)."""
+
+    matmul: float = 0.0
+    attention: float = 0.0
+    head: float = 0.0
+    total: float = 0.0
+    steps: int = 0
+
+    def reset(self) -> None:
+        self.matmul = self.attention = self.head = self.total = 0.0
+        self.steps = 0
+
+
+class LeanGemma3(TransformersModel):
+    """Gemma 3 computed by `_forward` below behind the `LanguageModel` protocol."""
+
+    def __init__(self, spec: Gemma3Spec, layers: list[_Layer], embed, final_norm: torch.Tensor, tokenizer, *,
+                 name: str, max_context: int | None = None, capacity: int = DEFAULT_CAPACITY,
+                 threads: int | None = None, max_branch_nodes: int = 1024, prefill_chunk: int = 512):
+        self.name = name
+        self.tokenizer = tokenizer
+        self.stats = ModelStats()
+        self.source = "memory"
+        self.spec = spec
+        self._layers = layers
+        self._model = self._base = None
+        self.config = None
+        self._embed = embed  # float32 (vocab, hidden) tensor or Int8Weights (also the tied head)
+        self._head_int8 = embed if isinstance(embed, Int8Weights) else None
+        self._w = None if self._head_int8 is not None else embed
+        self._b = None
+        self._final_norm = final_norm
+        self._softcap = spec.final_softcap
+        self.weights = "int8" if self._head_int8 is not None else "float32"
+        self.dtype = torch.float32
+        self.vocab_size = spec.vocab_size
+        self.hidden_size = spec.hidden
+        if tokenizer.vocab_size > self.vocab_size:
+            raise ModelUnavailable(
+                f"model {name!r} has {self.vocab_size} output rows but its tokenizer {tokenizer.name!r} has "
+                f"{tokenizer.vocab_size} tokens: they do not belong together"
+            )
+        self.bos_token_id = tokenizer.bos_token_id
+        self.eos_token_ids = tokenizer.eos_token_ids
+        self.max_context = int(min(max_context, spec.max_positions) if max_context else spec.max_positions)
+        self.max_branch_nodes = int(max_branch_nodes)
+        self.prefill_chunk = int(prefill_chunk)
+        self.capacity = int(capacity)
+        self._lock = threading.RLock()
+        self._mask_kinds = (tuple(sorted(set(spec.layer_types))), spec.window)
+        self._tree_ok = True
+        self._embed_scale = torch.tensor(spec.hidden**0.5, dtype=torch.float32)
+        self._inv_freq = {
+            kind: 1.0 / (theta ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float) / spec.head_dim))
+            for kind, theta in spec.rope_theta.items()
+        }
+        self.profile: StepProfile | None = None
+        self.set_threads(torch.get_num_threads() if threads is None else threads)
+        self._reset_state()
+        self.probe_tokens = self.encode_prompt(PROBE_TEXTS[0])
+        self.probe_logits = None
+        # The reference logits the probe set was checked against (set by the checks).
+        self.probe_reference = None
+
+    def __repr__(self):
+        return f"LeanGemma3({self.name!r}, vocab_size={self.vocab_size}, weights={self.weights})"
+
+    @property
+    def backend(self) -> str:
+        return "lean"
+
+    def set_threads(self, threads: int) -> None:
+        """Threads the int8 matmuls of a decode step are split over."""
+        self.threads = max(1, int(threads))
+        for layer in self._layers:
+            for m in (layer.qkv, layer.o, layer.gate_up, layer.down):
+                if m.int8:
+                    m.w.threads = self.threads
+                    m.w.min_parallel = LEAN_PARALLEL_MIN_WEIGHTS
+        if self._head_int8 is not None:
+            self._head_int8.threads = self.threads
+            self._head_int8.min_parallel = None
+
+    @property
+    def weight_bytes(self) -> int:
+        """Bytes of weights the model holds (body, embedding/head, norms)."""
+        total = 0
+        for layer in self._layers:
+            total += sum(m.nbytes for m in (layer.qkv, layer.o, layer.gate_up, layer.down))
+        emb = self._embed
+        total += emb.q.nbytes + emb.scales.nbytes if isinstance(emb, Int8Weights) else emb.numel() * 4
+        return int(total)
+
+    def quantize_int8(self) -> None:
+        if self.weights == "int8":
+            return
+        raise ValueError("a lean model is built with int8 weights from the start (from_transformers of an int8 model)")
+
+    # -- building ----------------------------------------------------------------
+
+    @classmethod
+    def from_transformers(cls, model: TransformersModel, **kwargs) -> "LeanGemma3":
+        """The lean forward over the weights of a loaded transformers Gemma 3 (float32, or
+        int8 after `quantize_int8`: then the int8 values are shared, the float twins are not)."""
+        config = model.config
+        spec = Gemma3Spec.from_config(config)
+        if model.dtype != torch.float32:
+            raise ModelUnavailable(f"the lean forward computes float32 or int8 weights, not {model.dtype}")
+        base = model._base
+        int8 = model._head_int8 is not None
+
+        def matrix(*linears):
+            if int8:
+                parts = [lin.weights for lin in linears]
+                return _Matrix(Int8Weights.concat(parts) if len(parts) > 1 else
+                               Int8Weights.from_quantized(parts[0].q, parts[0].scales))
+            return _Matrix(torch.cat([lin.weight.detach() for lin in linears]).contiguous())
+
+        def norm(module):
+            return (1.0 + module.weight.detach().float()).contiguous()
+
+        layers = []
+        for i, block in enumerate(base.layers[: len(spec.layer_types)]):
+            att, mlp = block.self_attn, block.mlp
+            layers.append(_Layer(
+                kind=spec.layer_types[i],
+                qkv=matrix(att.q_proj, att.k_proj, att.v_proj),
+                o=matrix(att.o_proj),
+                gate_up=matrix(mlp.gate_proj, mlp.up_proj),
+                down=matrix(mlp.down_proj),
+                input_norm=norm(block.input_layernorm),
+                post_attn_norm=norm(block.post_attention_layernorm),
+                pre_ff_norm=norm(block.pre_feedforward_layernorm),
+                post_ff_norm=norm(block.post_feedforward_layernorm),
+                q_norm=norm(att.q_norm),
+                k_norm=norm(att.k_norm),
+            ))
+        emb_w = base.embed_tokens.weight.detach()
+        if int8:
+            head = model._head_int8
+            if head.q.shape != tuple(emb_w.shape) or model._w.data_ptr() != emb_w.data_ptr():
+                raise ModelUnavailable("the lean forward needs the output head tied to the token embeddings")
+            embed = Int8Weights.from_quantized(head.q, head.scales)
+        else:
+            if model._w.data_ptr() != emb_w.data_ptr() and not torch.equal(model._w, emb_w):
+                raise ModelUnavailable("the lean forward needs the output head tied to the token embeddings")
+            embed = emb_w
+        lean = cls(spec, layers, embed, norm(base.norm), model.tokenizer, name=model.name,
+                   max_context=model.max_context, **kwargs)
+        return lean
+
+    def arrays(self) -> tuple[dict, dict[str, np.ndarray]]:
+        """(spec dict, named arrays) of an int8 model: what `from_arrays` rebuilds it from."""
+        if self.weights != "int8":
+            raise ValueError("only int8 lean models are stored")
+        out: dict[str, np.ndarray] = {}
+        for i, layer in enumerate(self._layers):
+            for part in ("qkv", "o", "gate_up", "down"):
+                m = getattr(layer, part).w
+                out[f"layers.{i}.{part}.q"] = m.q
+                out[f"layers.{i}.{part}.scales"] = m.scales
+            for part in ("input_norm", "post_attn_norm", "pre_ff_norm", "post_ff_norm", "q_norm", "k_norm"):
+                out[f"layers.{i}.{part}"] = getattr(layer, part).numpy()
+        out["embed.q"] = self._embed.q
+        out["embed.scales"] = self._embed.scales
+        out["final_norm"] = self._final_norm.numpy()
+        return self.spec.as_dict(), out
+
+    @classmethod
+    def from_arrays(cls, spec: dict, arrays, tokenizer, *, name: str, **kwargs) -> "LeanGemma3":
+        """Rebuild an int8 model from `arrays()` (a mapping name -> array; memory maps work)."""
+        sp = Gemma3Spec.from_dict(spec)
+
+        def get(key):
+            try:
+                return arrays[key]
+            except KeyError:
+                raise ModelUnavailable(f"stored int8 weights lack {key!r}") from None
+
+        def mat(key):
+            return _Matrix(Int8Weights.from_quantized(get(f"{key}.q"), get(f"{key}.scales")))
+
+        def vec(key, n):
+            v = torch.from_numpy(np.ascontiguousarray(get(key), dtype=np.float32))
+            if v.shape != (n,):
+                raise ModelUnavailable(f"stored {key!r} has shape {tuple(v.shape)}, expected ({n},)")
+            return v
+
+        shapes = {
+            "qkv": ((sp.heads + 2 * sp.kv_heads) * sp.head_dim, sp.hidden),
+            "o": (sp.hidden, sp.heads * sp.head_dim),
+            "gate_up": (2 * sp.intermediate, sp.hidden),
+            "down": (sp.hidden, sp.intermediate),
+        }
+        layers = []
+        for i, kind in enumerate(sp.layer_types):
+            mats = {}
+            for part, shape in shapes.items():
+                m = mat(f"layers.{i}.{part}")
+                if (m.w.out_features, m.w.in_features) != shape:
+                    raise ModelUnavailable(f"stored layers.{i}.{part} has shape {m.w.q.shape}, expected {shape}")
+                mats[part] = m
+            layers.append(_Layer(
+                kind=kind, **mats,
+                input_norm=vec(f"layers.{i}.input_norm", sp.hidden),
+                post_attn_norm=vec(f"layers.{i}.post_attn_norm", sp.hidden),
+                pre_ff_norm=vec(f"layers.{i}.pre_ff_norm", sp.hidden),
+                post_ff_norm=vec(f"layers.{i}.post_ff_norm", sp.hidden),
+                q_norm=vec(f"layers.{i}.q_norm", sp.head_dim),
+                k_norm=vec(f"layers.{i}.k_norm", sp.head_dim),
+            ))
+        embed = Int8Weights.from_quantized(get("embed.q"), get("embed.scales"))
+        if embed.q.shape != (sp.vocab_size, sp.hidden):
+            raise ModelUnavailable(f"stored embeddings have shape {embed.q.shape}, expected {(sp.vocab_size, sp.hidden)}")
+        return cls(sp, layers, embed, vec("final_norm", sp.hidden), tokenizer, name=name, **kwargs)
+
+    # -- checking ----------------------------------------------------------------
+
+    def probe_sets(self) -> list[list[int]]:
+        return [self.encode_prompt(t) for t in PROBE_TEXTS]
+
+    def probe(self, probes: Sequence[Sequence[int]]) -> np.ndarray:
+        """Full logits after each probe, computed as a prefill of all but the last token
+        and one decode step (both paths of the forward); the cache is reset afterwards."""
+        rows = []
+        with self._lock, torch.inference_mode():
+            for toks in probes:
+                self._reset_state()
+                arr = _as_token_array(toks, "probe", self.vocab_size)
+                if arr.size > 1:
+                    self._ensure(arr[:-1])
+                self._ensure(arr)
+                rows.append(self._head(self._hidden[arr.size - 1 : arr.size], None)[0].float().numpy())
+            self._reset_state()
+        self.stats.reset()
+        return np.stack(rows)
+
+    def check_against(self, reference: np.ndarray, probes: Sequence[Sequence[int]],
+                      tolerance: float | None = None) -> float:
+        """Compare the probe logits with `reference` (one row per probe); raises
+        ModelUnavailable when any differs by more than `tolerance` (default CHECK_TOLERANCE). Returns the largest
+        difference."""
+        tolerance = CHECK_TOLERANCE if tolerance is None else tolerance
+        got = self.probe(probes)
+        if got.shape != np.shape(reference):
+            raise ModelUnavailable(f"lean probe logits have shape {got.shape}, the reference {np.shape(reference)}")
+        err = float(np.max(np.abs(got - reference)))
+        if not err <= tolerance:
+            raise ModelUnavailable(
+                f"the lean forward of {self.name!r} differs from the reference logits by {err:.3g} "
+                f"(tolerance {tolerance:.3g})"
+            )
+        self.probe_tokens = list(probes[0])
+        self.probe_logits = got[0]
+        return err
+
+    # -- the cache -----------------------------------------------------------------
+
+    def _reset_state(self):
+        from collections import OrderedDict
+
+        self._cache = StaticKV(len(self._layers), self.spec.kv_heads, self.spec.head_dim,
+                               min(self.capacity, self.max_context), self.max_context)
+        self._row_cache = OrderedDict()
+        self._branch_cache = OrderedDict()
+        self._tokens = np.zeros(0, dtype=np.int64)
+        self._hidden_buffer = torch.zeros((0, self.hidden_size), dtype=torch.float32)
+        self._hidden = self._hidden_buffer[:0]
+
+    # -- the head --------------------------------------------------------------------
+
+    def _head(self, hidden: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
+        if self._head_int8 is None or ids is None:
+            t0 = time.perf_counter()
+            out = super()._head(hidden, ids)
+            if self.profile is not None:
+                self.profile.head += time.perf_counter() - t0
+            return out
+        t0 = time.perf_counter()
+        logits = torch.nn.functional.linear(hidden, self._head_int8.dequantize_rows(ids))
+        self.stats.restricted_head_rows += int(hidden.shape[0])
+        if self._softcap:
+            logits = torch.tanh(logits / self._softcap) * self._softcap
+        dt = time.perf_counter() - t0
+        self.stats.head_seconds += dt
+        if self.profile is not None:
+            self.profile.head += dt
+        return logits
+
+    def _embed_rows(self, ids: torch.Tensor) -> torch.Tensor:
+        if isinstance(self._embed, Int8Weights):
+            rows = self._embed.dequantize_rows(ids)
+        else:
+            rows = self._embed.index_select(0, ids)
+        return rows * self._embed_scale
+
+    # -- the body ----------------------------------------------------------------------
+
+    def _rms(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.spec.eps) * scale
+
+    def _forward(self, ids, pos, mask):
+        """Final hidden states (1, n, hidden) of tokens `ids` (1, n) at positions `pos`
+        (1, n), appended after the cache's `filled` positions. `mask`: None for a run of
+        consecutive positions right after the cache (causal, windowed), else transformers'
+        additive 4-D mask(s) over [cache, new tokens] (a token tree)."""
+        t_start = time.perf_counter()
+        prof = self.profile
+        sp = self.spec
+        n = int(ids.shape[1])
+        cache = self._cache
+        c = cache.filled
+        cache.reserve(c + n)
+        total = c + n
+        positions = pos[0]
+        x = self._embed_rows(ids[0])
+        heads, kvh, hd = sp.heads, sp.kv_heads, sp.head_dim
+        rep = heads // kvh
+        half = hd // 2
+        q_end, k_end = heads * hd, (heads + kvh) * hd
+
+        rope = {}
+        for kind, inv in self._inv_freq.items():
+            freqs = positions[:, None].float() * inv
+            rope[kind] = (freqs.cos(), freqs.sin())
+
+        masks = self._masks(mask, positions, c, n)
+
+        for li, layer in enumerate(self._layers):
+            h = self._rms(x, layer.input_norm)
+            t0 = time.perf_counter() if prof else 0.0
+            qkv = layer.qkv(h)
+            if prof:
+                prof.matmul += time.perf_counter() - t0
+            q = self._rms(qkv[:, :q_end].view(n, heads, hd), layer.q_norm)
+            k = self._rms(qkv[:, q_end:k_end].view(n, kvh, hd), layer.k_norm)
+            v = qkv[:, k_end:].view(n, kvh, hd)
+            cos, sin = rope[layer.kind]
+            cos, sin = cos[:, None, :], sin[:, None, :]
+            q1, q2 = q[..., :half], q[..., half:]
+            q = torch.cat((q1 * cos - q2 * sin, q2 * cos + q1 * sin), dim=-1)
+            k1, k2 = k[..., :half], k[..., half:]
+            k = torch.cat((k1 * cos - k2 * sin, k2 * cos + k1 * sin), dim=-1)
+            t0 = time.perf_counter() if prof else 0.0
+            cache.k[li, :, c:total] = k.transpose(0, 1)
+            cache.v[li, :, c:total] = v.transpose(0, 1)
+            attn = self._attend(li, layer.kind, q, total, masks, rep)
+            if prof:
+                t1 = time.perf_counter()
+                prof.attention += t1 - t0
+            o = layer.o(attn)
+            x = x + self._rms(o, layer.post_attn_norm)
+            h = self._rms(x, layer.pre_ff_norm)
+            t2 = time.perf_counter() if prof else 0.0
+            if prof:
+                prof.matmul += t2 - t1
+            gu = layer.gate_up(h)
+            if prof:
+                prof.matmul += time.perf_counter() - t2
+            g, u = gu[:, : sp.intermediate], gu[:, sp.intermediate :]
+            m = torch.nn.functional.gelu(g, approximate="tanh") * u
+            t0 = time.perf_counter() if prof else 0.0
+            d = layer.down(m)
+            if prof:
+                prof.matmul += time.perf_counter() - t0
+            x = x + self._rms(d, layer.post_ff_norm)
+        x = self._rms(x, self._final_norm)
+        cache.filled = total
+        dt = time.perf_counter() - t_start
+        self.stats.forward_passes += 1
+        self.stats.tokens_prefilled += n
+        self.stats.forward_seconds += dt
+        if prof:
+            prof.total += dt
+            prof.steps += 1
+        return x[None]
+
+    def _masks(self, mask, positions: torch.Tensor, c: int, n: int) -> dict:
+        """Per layer kind: None (every cached key visible), ("slice", start) (keys from
+        start on, one query), or an additive (n, c + n) float mask."""
+        sp = self.spec
+        kinds = set(sp.layer_types)
+        out: dict = {}
+        if mask is not None:
+            for kind in kinds:
+                m = mask[kind] if isinstance(mask, dict) else mask
+                out[kind] = m[0, 0]
+            return out
+        if n == 1:
+            for kind in kinds:
+                if kind == "sliding_attention" and sp.window and c + 1 > sp.window:
+                    out[kind] = ("slice", c + 1 - sp.window)
+                else:
+                    out[kind] = None
+            return out
+        q_pos = positions[:, None]
+        k_pos = torch.arange(c + n)[None, :]
+        see = k_pos <= q_pos
+        neg = torch.finfo(torch.float32).min
+        for kind in kinds:
+            allowed = see & (q_pos - k_pos < sp.window) if kind == "sliding_attention" and sp.window else see
+            out[kind] = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill_(~allowed, neg)
+        return out
+
+    def _attend(self, li: int, kind: str, q: torch.Tensor, total: int, masks: dict, rep: int) -> torch.Tensor:
+        """Attention of queries q (n, heads, head_dim) over the layer's cached keys [0, total)."""
+        sp = self.spec
+        n = q.shape[0]
+        m = masks[kind]
+        start = 0
+        if isinstance(m, tuple):
+            start, m = m[1], None
+        keys = self._cache.k[li, :, start:total]  # (kv, L, hd)
+        values = self._cache.v[li, :, start:total]
+        kvh = keys.shape[0]
+        if n > 1:
+            # A chunk or a tree: torch's fused attention (no n x L score tensors kept per head).
+            out = torch.nn.functional.scaled_dot_product_attention(
+                q.transpose(0, 1)[None], keys[None], values[None], attn_mask=m, scale=sp.scaling,
+                enable_gqa=kvh != sp.heads)
+            return out[0].transpose(0, 1).reshape(n, sp.heads * sp.head_dim)
+        # (kv, rep, hd): the query heads sharing a key head are rows of one product.
+        qg = q.view(n, kvh, rep, sp.head_dim).permute(1, 2, 0, 3).reshape(kvh, rep * n, sp.head_dim)
+        scores = torch.bmm(qg, keys.transpose(1, 2)) * sp.scaling
+        if m is not None:
+            scores = (scores.view(kvh, rep, n, -1) + m).view(kvh, rep * n, -1)
+        probs = torch.softmax(scores, dim=-1)
+        out = torch.bmm(probs, values)  # (kv, rep * n, hd)
+        return out.view(kvh, rep, n, sp.head_dim).permute(2, 0, 1, 3).reshape(n, sp.heads * sp.head_dim)
+
+
+def build_checked(model: TransformersModel, **kwargs) -> tuple[LeanGemma3, float]:
+    """A lean model over `model`'s weights, checked against `model`'s own forward on the
+    probe set. Raises ModelUnavailable when the architecture is not supported or the
+    logits differ by more than CHECK_TOLERANCE."""
+    lean = LeanGemma3.from_transformers(model, **kwargs)
+    probes = lean.probe_sets()
+    reference = reference_logits(model, probes)
+    err = lean.check_against(reference, probes)
+    lean.probe_reference = reference
+    return lean, err
+
+
+def reference_logits(model: TransformersModel, probes: Sequence[Sequence[int]]) -> np.ndarray:
+    """transformers' own logits after each probe (its full forward, no cache)."""
+    rows = []
+    with torch.inference_mode():
+        for toks in probes:
+            ids = torch.tensor([list(toks)], dtype=torch.long)
+            try:
+                out = model._model(input_ids=ids, use_cache=False, logits_to_keep=1)
+            except TypeError:
+                out = model._model(input_ids=ids, use_cache=False)
+            rows.append(out.logits[0, -1].float().numpy())
+    return np.stack(rows)
+
+
+__all__ = ["LeanGemma3", "Gemma3Spec", "StaticKV", "StepProfile", "build_checked", "reference_logits", "supports",
+           "PROBE_TEXTS", "CHECK_TOLERANCE"]

@@ -1,0 +1,180 @@
+"""`midword bench model`: the lean Gemma 3 forward beside transformers, in one process.
+
+Both backends hold the same int8 weights (the lean model is built over the transformers
+model's quantized matrices), read the same real prompt (a source file of this checkout)
+and decode the same continuation, so the figures differ only by the forward itself. For
+each thread count it reports:
+
+- prefill tokens/s of a fresh prompt,
+- a decode step with the head restricted to `--allowed` ids (what a grammar mask lets
+  through), median and 90th percentile over `--steps` steps,
+- the step broken down into int8/float matmuls (both backends, timed around the shared
+  matmul entry point), attention (lean), the head, and the rest (Python, norms, RoPE,
+  cache; for transformers also its attention).
+
+The machine may be shared: every figure is a median of interleaved runs, and the spread
+is printed beside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _prompt_text() -> str:
+    import midword.completion.model_transformers as mt
+
+    return Path(mt.__file__).read_text(encoding="utf-8")
+
+
+class _MatmulTimer:
+    """Adds up the seconds spent in `Int8Weights.matmul` (both backends' projections)."""
+
+    def __init__(self):
+        from midword.completion import quantized
+
+        self.quantized = quantized
+        self.original = quantized.Int8Weights.matmul
+        self.seconds = 0.0
+        self.on = False
+        timer = self
+
+        def timed(weights, x):
+            if not timer.on:
+                return timer.original(weights, x)
+            t0 = time.perf_counter()
+            try:
+                return timer.original(weights, x)
+            finally:
+                timer.seconds += time.perf_counter() - t0
+
+        quantized.Int8Weights.matmul = timed
+
+    def restore(self):
+        self.quantized.Int8Weights.matmul = self.original
+
+
+def _steps(model, prompt: list[int], n: int, steps: int, allowed: np.ndarray, timer: _MatmulTimer):
+    """Per-step seconds, matmul seconds and head seconds of `steps` decode steps after a
+    prefill of `prompt[:n]` (not timed)."""
+    model.reset()
+    model.next_logits(prompt[:n], allowed)
+    totals, matmuls, heads, attention = [], [], [], []
+    prof = getattr(model, "profile", None)
+    for i in range(n + 1, n + steps + 1):
+        timer.seconds = 0.0
+        head0 = model.stats.head_seconds
+        att0 = prof.attention if prof is not None else 0.0
+        timer.on = True
+        t0 = time.perf_counter()
+        model.next_logits(prompt[:i], allowed)
+        totals.append(time.perf_counter() - t0)
+        timer.on = False
+        heads.append(model.stats.head_seconds - head0)
+        matmuls.append(timer.seconds)
+        attention.append((prof.attention - att0) if prof is not None else float("nan"))
+    return {"step": totals, "matmul": matmuls, "head": heads, "attention": attention}
+
+
+def _prefill(model, prompt: list[int], n: int) -> float:
+    model.reset()
+    t0 = time.perf_counter()
+    model.next_logits(prompt[:n], np.arange(8))
+    return time.perf_counter() - t0
+
+
+def run_model_bench(args: argparse.Namespace) -> int:
+    import torch
+
+    from midword.completion.gemma3_lean import LeanGemma3, StepProfile
+    from midword.completion.model import load_model
+
+    t0 = time.perf_counter()
+    tm = load_model(args.model, dtype="int8", backend="transformers")
+    lean = LeanGemma3.from_transformers(tm)
+    lean.profile = StepProfile()
+    load_s = time.perf_counter() - t0
+    prompt = tm.encode_prompt(_prompt_text())
+    n = min(args.context, len(prompt) - args.steps - 1)
+    rng = np.random.default_rng(0)
+    allowed = np.sort(rng.choice(tm.vocab_size, args.allowed, replace=False))
+    timer = _MatmulTimer()
+    results: dict = {"model": args.model, "context": n, "allowed": int(args.allowed), "steps": args.steps,
+                     "prefill_tokens": args.prefill, "load_s": load_s, "threads": {}}
+    try:
+        with torch.inference_mode():
+            for threads in args.threads:
+                torch.set_num_threads(threads)
+                lean.set_threads(threads)
+                per: dict = {"transformers": {"prefill": [], "runs": []}, "lean": {"prefill": [], "runs": []}}
+                for _ in range(args.repeats):
+                    for name, model in (("transformers", tm), ("lean", lean)):
+                        per[name]["prefill"].append(_prefill(model, prompt, args.prefill))
+                        per[name]["runs"].append(_steps(model, prompt, n, args.steps, allowed, timer))
+                results["threads"][threads] = _summarise(per, args.prefill)
+    finally:
+        timer.restore()
+    if args.json:
+        print(json.dumps(results))
+        return 0
+    _print(results)
+    return 0
+
+
+def _summarise(per: dict, prefill_tokens: int) -> dict:
+    out = {}
+    for name, d in per.items():
+        steps = {k: np.concatenate([np.asarray(r[k]) for r in d["runs"]]) for k in d["runs"][0]}
+        step = steps["step"]
+        row = {
+            "prefill_tok_s": float(prefill_tokens / np.median(d["prefill"])),
+            "prefill_tok_s_range": [float(prefill_tokens / max(d["prefill"])), float(prefill_tokens / min(d["prefill"]))],
+            "step_ms_p50": float(np.median(step) * 1e3),
+            "step_ms_p90": float(np.percentile(step, 90) * 1e3),
+            "step_ms_min": float(step.min() * 1e3),
+            "matmul_ms": float(np.median(steps["matmul"]) * 1e3),
+            "head_ms": float(np.median(steps["head"]) * 1e3),
+        }
+        att = steps["attention"]
+        row["attention_ms"] = None if np.isnan(att).all() else float(np.median(att) * 1e3)
+        row["other_ms"] = float(np.median(step - steps["matmul"] - steps["head"] - np.nan_to_num(att)) * 1e3)
+        out[name] = row
+    out["ratio_step_p50"] = out["lean"]["step_ms_p50"] / out["transformers"]["step_ms_p50"]
+    out["ratio_prefill"] = out["lean"]["prefill_tok_s"] / out["transformers"]["prefill_tok_s"]
+    return out
+
+
+def _print(r: dict) -> None:
+    print(f"model {r['model']} (int8 weights), decode after {r['context']} tokens of a source file, head restricted "
+          f"to {r['allowed']} ids, {r['steps']} steps x repeats; prefill of {r['prefill_tokens']} tokens; "
+          f"load {r['load_s']:.1f} s")
+    print("figures are medians of interleaved runs; the machine may be shared with other work")
+    for threads, t in r["threads"].items():
+        print(f"\n{threads} thread(s)")
+        print(f"{'backend':14s}{'step p50':>10s}{'p90':>8s}{'min':>8s}{'matmul':>9s}{'attn':>8s}{'head':>8s}"
+              f"{'other':>8s}{'prefill tok/s':>15s}")
+        for name in ("transformers", "lean"):
+            x = t[name]
+            att = "-" if x["attention_ms"] is None else f"{x['attention_ms']:.1f}"
+            print(f"{name:14s}{x['step_ms_p50']:10.1f}{x['step_ms_p90']:8.1f}{x['step_ms_min']:8.1f}"
+                  f"{x['matmul_ms']:9.1f}{att:>8s}{x['head_ms']:8.1f}{x['other_ms']:8.1f}"
+                  f"{x['prefill_tok_s']:9.0f} ({x['prefill_tok_s_range'][0]:.0f}-{x['prefill_tok_s_range'][1]:.0f})")
+        print(f"lean / transformers: step {t['ratio_step_p50']:.2f}x, prefill {t['ratio_prefill']:.2f}x")
+    print("\n(ms per step; 'other' is the step minus matmul, attention and head: Python, norms, RoPE, the cache;"
+          " transformers' attention is inside its 'other')")
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default="gemma3")
+    p.add_argument("--context", type=int, default=500, help="tokens of the prompt before the timed decode steps")
+    p.add_argument("--steps", type=int, default=24, help="decode steps per run")
+    p.add_argument("--repeats", type=int, default=3, help="interleaved runs per backend and thread count")
+    p.add_argument("--allowed", type=int, default=2000, help="ids of the restricted head")
+    p.add_argument("--prefill", type=int, default=256, help="tokens of the timed prefill")
+    p.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="torch and int8-kernel threads to run with")
+    p.add_argument("--json", action="store_true")
