@@ -406,7 +406,8 @@ class _Compiler:
             cond = self.norm(s["if"], base, path + ("if",))
             then = self.norm(s.get("then", True), base, path + ("then",))
             other = self.norm(s.get("else", True), base, path + ("else",))
-            alt = self.union([self.intersect(cond, then), self.intersect(self.negate(cond, _ptr(path + ("if",))), other)])
+            otherwise = self.intersect(self.negate(cond, _ptr(path + ("if",))), other)
+            alt = self.union([self.intersect(cond, then), otherwise])
             node = self.intersect(node, alt)
         node = self._dependencies(s, node, base, path)
         if "oneOf" in s:
@@ -738,7 +739,9 @@ class _Compiler:
             v = stack.pop()
             count += 1
             if count > cap:
-                raise GrammarLimitExceeded("max_const_values", cap, f"enum/const at {_ptr(path)} holds more JSON values")
+                raise GrammarLimitExceeded(
+                    "max_const_values", cap, f"enum/const at {_ptr(path)} holds more JSON values"
+                )
             if isinstance(v, dict):
                 stack.extend(v.values())
             elif isinstance(v, list):
@@ -891,7 +894,9 @@ class _Compiler:
         self.depth += 1
         try:
             if self.depth > self.limits.max_schema_depth:
-                raise LimitExceeded("max_schema_depth", self.limits.max_schema_depth, "allOf/$ref intersection nested too deeply")
+                raise LimitExceeded(
+                    "max_schema_depth", self.limits.max_schema_depth, "allOf/$ref intersection nested too deeply"
+                )
             return self._intersect(a, b)
         finally:
             self.depth -= 1
@@ -920,7 +925,9 @@ class _Compiler:
             if isinstance(b, _Ref) or busy:
                 atoms = a.atoms | (b.atoms if isinstance(b, _Ref) else frozenset([b]))
                 if len(self.synthetic) > self.limits.max_synthetic_refs:
-                    raise LimitExceeded("max_synthetic_refs", self.limits.max_synthetic_refs, "too many $ref intersections")
+                    raise LimitExceeded(
+                        "max_synthetic_refs", self.limits.max_synthetic_refs, "too many $ref intersections"
+                    )
                 r = self.synthetic.get(atoms)
                 if r is None:
                     r = self.synthetic[atoms] = _Ref(atoms)
