@@ -144,7 +144,8 @@ class CompletionEngine:
                 return _document_grammar(Grammar.from_regex(spec.source or "")), True, ""
             if spec.kind == "json_schema":
                 schema = json.loads(spec.source or "{}")
-                return _document_grammar(Grammar.from_json_schema(schema)), True, ""
+                grammar = Grammar.from_json_schema(schema, lenient=True)
+                return _document_grammar(grammar), True, _relaxed_note(grammar)
             if language in JSON_LANGUAGES:
                 from midword.grammars import read_grammar
 
@@ -212,7 +213,7 @@ class CompletionEngine:
         cached = self._anchored.get(key)
         if cached is None:
             try:
-                cached = _document_grammar(Grammar.from_json_schema(sub))
+                cached = _document_grammar(Grammar.from_json_schema(sub, lenient=True))
             except (GrammarError, LimitExceeded, ValueError, RecursionError) as err:
                 cached = str(err)
             self._anchored[key] = cached
@@ -334,6 +335,12 @@ def _open_context(request: CompletionRequest, language: str) -> str:
     # The brackets open at the cursor, from the same window as the prompt (at a line
     # start): a scan of the whole prefix would cost every keystroke the file's size.
     return open_context_at(prompt_window(request.prefix), language or None)
+
+
+def _relaxed_note(grammar: Grammar) -> str:
+    """What an editor user should know about a schema the grammar enforces only in part
+    (`uniqueItems`, which no grammar can check; object key sets past their budget)."""
+    return f"schema relaxed: {'; '.join(grammar.warnings)}" if grammar.warnings else ""
 
 
 def _document_grammar(g: Grammar) -> Grammar:

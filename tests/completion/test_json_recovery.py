@@ -144,3 +144,16 @@ def test_the_engine_keeps_a_schema_constraint_below_a_broken_value():
                                              grammar=GrammarSpec(kind="json_schema", source=schema), max_tokens=16))
     assert done.note.startswith("grammar constrains /repository only"), done.note
     assert done.text.lstrip().startswith('"'), done.text
+
+
+def test_an_editor_schema_with_unique_items_is_relaxed_and_says_so():
+    # No grammar can check uniqueItems; the engine API refuses it by default, but an
+    # editor's schema must still constrain the rest, with the relaxation reported.
+    from midword.completion.engine import CompletionEngine
+    from midword.completion.types import CompletionRequest, GrammarSpec
+
+    spec = GrammarSpec(kind="json_schema", source='{"type": "array", "items": {"type": "integer"}, "uniqueItems": true}')
+    engine = CompletionEngine()
+    grammar, whole_document, note = engine.grammar_for(CompletionRequest(prefix="[", language="json", grammar=spec))
+    assert grammar is not None and whole_document
+    assert note.startswith("schema relaxed:") and "uniqueItems" in note
