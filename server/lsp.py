@@ -7,9 +7,10 @@ documents in pygls's workspace) and encode the answer. What the server adds arou
 the engine:
 
 - *Never block, never hang.* All model work runs on one worker thread
-  (`server.worker`); handlers await it. Until the engine has loaded (with `$/progress`
-  and `midword/status` notifications), and whenever it fails, requests get an empty
-  answer at once; a failure is logged (`window/logMessage`), never fatal.
+  (`server.worker`); handlers await it. A request that arrives while the engine loads
+  (with `$/progress` and `midword/status` notifications) waits for it, up to
+  `LOAD_HOLD_S`; when loading has failed, requests get an empty answer at once; a
+  failure is logged (`window/logMessage`), never fatal.
 - *Newest wins.* An edit cancels work on the document's older versions and a new
   request supersedes the one waiting; `$/cancelRequest` answers RequestCancelled, a
   request whose document changed meanwhile answers ContentModified, and one that was
@@ -75,6 +76,11 @@ TRIGGERS_JSON = ('"', ":")
 TRIGGERS_CODE = (".",)
 ALL_TRIGGERS = [".", '"', ":"]
 MAX_LABEL = 80
+# How long a completion request that arrives while the model loads waits for it. Editors
+# do not ask again for a position they got an empty answer for, so answering at once
+# would lose the completion the user is waiting for; the bound keeps a load that hangs
+# from holding requests for ever.
+LOAD_HOLD_S = 300.0
 
 
 class Answer(NamedTuple):
@@ -125,7 +131,9 @@ class MidwordServer(LanguageServer):
         super().__init__("midword", __version__, protocol_cls=MidwordProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.engine_factory = engine_factory
-        self.settings = Settings() if default_model is None else Settings(model=default_model)
+        # What a setting the client leaves unset (null) means: the command line's choice.
+        self.defaults = Settings() if default_model is None else Settings(model=default_model)
+        self.settings = self.defaults
         self.cache = CompletionCache()
         self.grammars = GrammarResolver()
         self.stats = Stats()
@@ -185,7 +193,7 @@ class MidwordServer(LanguageServer):
     def on_initialize(self, params: types.InitializeParams) -> None:
         raw = params.initialization_options
         self._config_from_client = raw is not None
-        self.settings, self._pending_problems = parse_settings(raw, self.settings)
+        self.settings, self._pending_problems = parse_settings(raw, self.settings, self.defaults)
 
     async def on_initialized(self) -> None:
         self.loop = asyncio.get_running_loop()
@@ -234,7 +242,7 @@ class MidwordServer(LanguageServer):
         if section_of(raw) in (None, {}):
             return
         old = self.settings
-        new, problems = parse_settings(raw, old)
+        new, problems = parse_settings(raw, old, self.defaults)
         for problem in problems:
             self.show(problem)
         if new == old:
@@ -357,6 +365,7 @@ class MidwordServer(LanguageServer):
     async def complete(self, doc: Document, offset: int, *, single_line: bool) -> Answer:
         """A completion at `offset` of `doc` (or none) and where it came from. Raises
         ContentModified when the document changed while the model worked."""
+        await self._until_loaded(doc)
         started = time.perf_counter()
         self.stats.requests += 1
         self._cancel_prefetch()
@@ -420,6 +429,17 @@ class MidwordServer(LanguageServer):
         if target is not None and self.settings.prefetch:
             self._schedule_prefetch(doc.uri, version, replace(request, prefix=target, single_line=False))
         return Answer(fit_to_line(outcome.completion, request.prefix), "model")
+
+    async def _until_loaded(self, doc: Document) -> None:
+        """Hold a request while the model loads (see LOAD_HOLD_S). `$/cancelRequest`
+        cancels the wait; a document edited meanwhile answers ContentModified."""
+        if not self.settings.enable or self.worker is None or self.worker.state != "loading":
+            return
+        version = doc.version
+        deadline = time.monotonic() + LOAD_HOLD_S
+        while self.worker.state == "loading" and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self._check_version(doc.uri, version)
 
     async def _wait(self, job) -> Outcome:
         try:
