@@ -7,7 +7,7 @@
 //
 // config: {url, out, userSettings, timeoutMs, python, and optionally early, json,
 // errorModel} where early/python/json are {file, type}: open `file`, put the cursor at
-// its end, type `type`. `early` is typed while the server is still loading the model;
+// its end, type `type`, then (unless `accept` is false) press Tab and save. `early` is typed while the server is still loading the model;
 // `errorModel` is then set as midword.model, which must turn the status to error. Writes
 // out/results.json and screenshots (out/*.png); exits non-zero with a message (and
 // out/failure.png) when a step does not happen in time.
@@ -53,6 +53,9 @@ async function waitForState(page, states, ms = timeout) {
         const state = label.slice("midword: ".length).split(" ")[0];
         if (states.includes(state)) {
             return label;
+        }
+        if (state === "error") {
+            throw new Error(`status is error, waiting for ${states.join("/")}: ${JSON.stringify(label)}`);
         }
         await page.waitForTimeout(100);
     }
@@ -115,8 +118,10 @@ async function complete(page, name, spec, { shoot } = {}) {
     if (shoot) {
         await page.locator(".monaco-editor.focused").screenshot({ path: path.join(out, shoot) });
     }
-    await acceptAndSave(page, spec.file);
-    note(`${name}: accepted and saved`);
+    if (spec.accept !== false) {
+        await acceptAndSave(page, spec.file);
+        note(`${name}: accepted and saved`);
+    }
     results[name] = { statusWhenTyped: label, ghost };
 }
 
