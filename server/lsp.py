@@ -7,9 +7,10 @@ documents in pygls's workspace) and encode the answer. What the server adds arou
 the engine:
 
 - *Never block, never hang.* All model work runs on one worker thread
-  (`server.worker`); handlers await it. Until the engine has loaded (with `$/progress`
-  and `midword/status` notifications), and whenever it fails, requests get an empty
-  answer at once; a failure is logged (`window/logMessage`), never fatal.
+  (`server.worker`); handlers await it. A request that arrives while the engine loads
+  (with `$/progress` and `midword/status` notifications) waits for it, up to
+  `LOAD_HOLD_S`; when loading has failed, requests get an empty answer at once; a
+  failure is logged (`window/logMessage`), never fatal.
 - *Newest wins.* An edit cancels work on the document's older versions and a new
   request supersedes the one waiting; `$/cancelRequest` answers RequestCancelled, a
   request whose document changed meanwhile answers ContentModified, and one that was
@@ -81,6 +82,11 @@ MAX_LABEL = 80
 GRAMMAR_CHOICE_TIMEOUT_S = 2.0
 # A request's deadline beyond its time budget: prefilling a long new prompt on a CPU.
 REQUEST_DEADLINE_SLACK_S = 60.0
+# How long a completion request that arrives while the model loads waits for it. Editors
+# do not ask again for a position they got an empty answer for, so answering at once
+# would lose the completion the user is waiting for; the bound keeps a load that hangs
+# from holding requests for ever.
+LOAD_HOLD_S = 300.0
 
 
 class Answer(NamedTuple):
@@ -147,7 +153,9 @@ class MidwordServer(LanguageServer):
         super().__init__("midword", __version__, protocol_cls=MidwordProtocol,
                          text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
         self.engine_factory = engine_factory
-        self.settings = Settings() if default_model is None else Settings(model=default_model)
+        # What a setting the client leaves unset (null) means: the command line's choice.
+        self.defaults = Settings() if default_model is None else Settings(model=default_model)
+        self.settings = self.defaults
         self.cache = CompletionCache()
         self.grammars = GrammarResolver()
         self.stats = Stats()
@@ -212,7 +220,7 @@ class MidwordServer(LanguageServer):
     def on_initialize(self, params: types.InitializeParams) -> None:
         raw = params.initialization_options
         self._config_from_client = raw is not None
-        self.settings, self._pending_problems = parse_settings(raw, self.settings)
+        self.settings, self._pending_problems = parse_settings(raw, self.settings, self.defaults)
 
     async def on_initialized(self) -> None:
         if self.worker is not None:  # a second `initialized`: the session has its model already
@@ -276,7 +284,7 @@ class MidwordServer(LanguageServer):
         if section_of(raw) in (None, {}):
             return
         old = self.settings
-        new, problems = parse_settings(raw, old)
+        new, problems = parse_settings(raw, old, self.defaults)
         for problem in problems:
             self.show(problem)
         if new == old:
@@ -420,6 +428,7 @@ class MidwordServer(LanguageServer):
     async def complete(self, doc: Document, offset: int, *, single_line: bool) -> Answer:
         """A completion at `offset` of `doc` (or none) and where it came from. Raises
         ContentModified when the document changed while the model worked."""
+        await self._until_loaded(doc)
         started = time.perf_counter()
         self.stats.requests += 1
         self._cancel_prefetch()
@@ -520,6 +529,17 @@ class MidwordServer(LanguageServer):
         else:
             self._grammar_notes.pop(uri, None)
         self.set_status(self.status_state, self.status_message, grammar={"uri": uri, "note": note})
+
+    async def _until_loaded(self, doc: Document) -> None:
+        """Hold a request while the model loads (see LOAD_HOLD_S). `$/cancelRequest`
+        cancels the wait; a document edited meanwhile answers ContentModified."""
+        if not self.settings.enable or self.worker is None or self.worker.state != "loading":
+            return
+        version = doc.version
+        deadline = time.monotonic() + LOAD_HOLD_S
+        while self.worker.state == "loading" and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        self._check_version(doc.uri, version)
 
     async def _wait(self, job) -> Outcome:
         """The job's outcome, within its deadline: the time budget plus what prefilling a

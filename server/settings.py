@@ -131,14 +131,17 @@ def section_of(raw: Any) -> Any:
     return raw
 
 
-def parse_settings(raw: Any, previous: Settings | None = None) -> tuple[Settings, list[str]]:
+def parse_settings(raw: Any, previous: Settings | None = None,
+                   defaults: Settings | None = None) -> tuple[Settings, list[str]]:
     """Settings from a client's JSON and one message per problem.
 
-    A client sends the whole section each time, so a key left out takes its default;
-    a key with a bad value keeps its `previous` value (the default if none). `None`
+    A client sends the whole section each time, so a key left out or `null` takes its
+    value from `defaults` (the server's own, e.g. `--model`; `Settings()` if none); a
+    key with a bad value keeps its `previous` value (the default if none). `None`
     (nothing sent) keeps `previous`. Unknown keys are reported, not fatal.
     """
-    previous = previous or Settings()
+    defaults = defaults or Settings()
+    previous = previous or defaults
     raw = section_of(raw)
     if raw is None:
         return previous, []
@@ -158,7 +161,7 @@ def parse_settings(raw: Any, previous: Settings | None = None) -> tuple[Settings
         except ValueError as e:
             changes[name] = getattr(previous, name)
             problems.append(f"{e}; keeping {_show(_camel_value(changes[name]))}")
-    return replace(Settings(), **changes), problems
+    return replace(defaults, **changes), problems
 
 
 def _camel_value(value: Any) -> Any:

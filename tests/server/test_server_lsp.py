@@ -472,22 +472,46 @@ async def test_typing_something_else_stops_the_running_job(client: LanguageClien
 
 
 @pytest.mark.asyncio
-async def test_requests_while_loading_answer_empty_quickly(client: LanguageClient):
+async def test_requests_while_loading_wait_for_the_model(client: LanguageClient):
+    # Editors do not ask again for a position that got an empty answer: a request sent
+    # while the model loads is held and answered once it is ready.
     await start(client, model="fake?load_s=3", wait_ready=False)
     open_doc(client, "file:///w/l.py", "userName = 1\nprint(userNa)\n")
-    started = time.monotonic()
-    result = await complete(client, "file:///w/l.py", 1, 12)
-    assert result.items == () and result.is_incomplete
-    assert time.monotonic() - started < 1.0
+    early = asyncio.ensure_future(inline(client, "file:///w/l.py", 1, 12))
     await wait_for(lambda: any(s["state"] == "loading" for s in client.statuses), "loading status")
     await wait_for(lambda: any(r for r in client.progress_reports.values()), "progress begin")
     [reports] = client.progress_reports.values()
     assert isinstance(reports[0], types.WorkDoneProgressBegin)
-    await wait_for(lambda: any(s["state"] == "ready" for s in client.statuses), "ready", timeout=15)
+    assert not early.done()
+    result = await asyncio.wait_for(early, 15)
+    assert [item.insert_text for item in result.items] == ["userName = 1"]
+    assert any(s["state"] == "ready" for s in client.statuses)
     await wait_for(lambda: isinstance(reports[-1], types.WorkDoneProgressEnd), "progress end")
     assert any(isinstance(r, types.WorkDoneProgressReport) for r in reports)
-    result = await complete(client, "file:///w/l.py", 1, 12)
-    assert result.items
+
+
+@pytest.mark.asyncio
+async def test_requests_held_during_load_can_be_cancelled_or_outdated(client: LanguageClient):
+    await start(client, model="fake?load_s=3", wait_ready=False)
+    open_doc(client, "file:///w/c.py", "userName = 1\nprint(userNa)\n")
+    await wait_for(lambda: any(s["state"] == "loading" for s in client.statuses), "loading status")
+    held = client.protocol.send_request(types.TEXT_DOCUMENT_COMPLETION, types.CompletionParams(
+        text_document=types.TextDocumentIdentifier(uri="file:///w/c.py"), position=types.Position(line=1, character=12)),
+        msg_id="held")
+    await asyncio.sleep(0.2)
+    client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="held"))
+    with pytest.raises(JsonRpcRequestCancelled):
+        await asyncio.wrap_future(held)
+    assert client.statuses[-1]["state"] == "loading", "the cancel is answered without waiting for the model"
+    # Typing while a request waits: its answer would be for text that is gone.
+    outdated = asyncio.ensure_future(inline(client, "file:///w/c.py", 1, 12))
+    await asyncio.sleep(0.2)
+    insert(client, "file:///w/c.py", 2, 1, 12, "m")
+    with pytest.raises(JsonRpcException) as error:
+        await asyncio.wait_for(outdated, 15)
+    assert error.value.code == JsonRpcContentModified.CODE
+    result = await inline(client, "file:///w/c.py", 1, 13)
+    assert [item.insert_text for item in result.items] == ["userName = 1"]
 
 
 @pytest.mark.asyncio

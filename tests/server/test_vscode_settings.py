@@ -5,7 +5,7 @@ default and the same bounds, and nothing else under `midword.` except the client
 from __future__ import annotations
 
 import json
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import pytest
@@ -66,3 +66,27 @@ def test_types_and_bounds_agree(contributed):
 def test_every_setting_is_described(contributed):
     for key, spec in contributed.items():
         assert spec.get("description") or spec.get("markdownDescription"), key
+
+
+def test_settings_the_user_left_unset_take_the_servers_defaults():
+    # The extension sends null for every setting the user did not set
+    # (vscode-client/src/config.ts, serverSettings): the server's own defaults apply,
+    # the model named by `midword serve --model` included, also after other changes.
+    cli = Settings(model="from-the-command-line")
+    unset = {key: None for key in _KEYS}
+    settings, problems = parse_settings({"midword": unset}, previous=cli, defaults=cli)
+    assert problems == [] and settings == cli
+    settings, problems = parse_settings({"midword": {**unset, "maxTokens": 12}}, previous=cli, defaults=cli)
+    assert problems == [] and settings == replace(cli, max_tokens=12)
+    chosen, _ = parse_settings({"midword": {**unset, "model": "gemma3"}}, previous=settings, defaults=cli)
+    assert chosen.model == "gemma3"
+    # Removing the setting again: back to the command line's model, not the previous one.
+    back, _ = parse_settings({"midword": unset}, previous=chosen, defaults=cli)
+    assert back == cli
+
+
+def test_where_the_server_is_can_be_set_in_user_settings(contributed):
+    # "window" scope: User, Remote and (trusted) Workspace settings. machine-overridable
+    # was read only from the Machine settings in code-server 4.139 (VS Code 1.139).
+    assert contributed["serverCommand"].get("scope") == "window"
+    assert contributed["serverEnv"].get("scope") == "window"

@@ -20,36 +20,63 @@ function isObject(value: unknown): value is JsonObject {
     return typeof value === "object" && value !== null && !Array.isArray(value);
 }
 
+/** What `WorkspaceConfiguration.inspect(key)` reports about one setting: its value
+ * in each settings layer, undefined where that layer does not set it. */
+export interface SettingLayers {
+    defaultValue?: unknown;
+    globalValue?: unknown;
+    workspaceValue?: unknown;
+    workspaceFolderValue?: unknown;
+}
+
+/** Whether the user set the setting anywhere (User, Remote or Workspace settings), as
+ * opposed to it standing at the default the extension contributes. */
+export function userSet(layers: SettingLayers | undefined): boolean {
+    return (
+        layers !== undefined &&
+        (layers.globalValue !== undefined || layers.workspaceValue !== undefined || layers.workspaceFolderValue !== undefined)
+    );
+}
+
 /**
  * The settings the server should see, from the whole `midword` section as VS Code
- * holds it. Everything except the client's own keys passes, unknown keys included:
- * a misspelt `midword.maxToken` in settings.json then gets the server's "not a setting"
- * message instead of being ignored in silence.
+ * holds it (`section`) and what each key's settings layers hold (`inspect`).
+ *
+ * Only what the user set is sent; every other key of the section goes as `null`, which
+ * the server reads as "not set": it then uses its own default, which may come from its
+ * command line (`midword serve --model ...`). Sending the extension's contributed
+ * defaults instead would override that. A key is always sent (`null` rather than left
+ * out) so that removing a setting takes the server back to its default: a key that is
+ * missing would leave the server's previous value in place. The client's own keys
+ * never go; unknown keys do, so a misspelt `midword.maxToken` in settings.json gets
+ * the server's "not a setting" message instead of being ignored in silence.
  */
-export function serverSettings(section: unknown): JsonObject {
+export function serverSettings(section: unknown, inspect: (key: string) => SettingLayers | undefined): JsonObject {
     const out: JsonObject = {};
     if (!isObject(section)) {
         return out;
     }
     for (const [key, value] of Object.entries(section)) {
-        if (!CLIENT_ONLY_KEYS.includes(key) && value !== undefined) {
-            out[key] = value;
+        if (CLIENT_ONLY_KEYS.includes(key) || value === undefined) {
+            continue;
         }
+        out[key] = userSet(inspect(key)) ? value : null;
     }
     return out;
 }
 
 /**
- * `workspace/didChangeConfiguration` params with the client's keys taken out.
+ * `workspace/didChangeConfiguration` params with the `midword` section replaced by
+ * `settings()` (what serverSettings makes of the section as it is now).
  * vscode-languageclient sends `{settings: {midword: {...whole section...}}}` for
  * `synchronize.configurationSection: "midword"`; anything else passes unchanged.
  */
-export function filterConfigurationChange<T>(params: T): T {
+export function filterConfigurationChange<T>(params: T, settings: () => JsonObject): T {
     if (!isObject(params) || !isObject(params.settings) || !(SECTION in params.settings)) {
         return params;
     }
-    // Same shape as what came in, one level down filtered; hence the cast.
-    return { ...params, settings: { ...params.settings, [SECTION]: serverSettings(params.settings[SECTION]) } } as T;
+    // Same shape as what came in, one level down replaced; hence the cast.
+    return { ...params, settings: { ...params.settings, [SECTION]: settings() } } as T;
 }
 
 // -- launching the server ------------------------------------------------------------------
@@ -172,6 +199,8 @@ export interface ServerStatus {
 export interface StatusView {
     text: string;
     tooltip: string;
+    /** What a screen reader says for the item: `midword: <state> — <message>`. */
+    label: string;
     /** The status bar background to use: errors stand out, everything else is plain. */
     severity: "error" | "warning" | "normal";
     /** What clicking the item runs: the log when something is wrong, else the stats. */
@@ -201,12 +230,14 @@ export function statusView(status: ServerStatus, enabled: boolean): StatusView {
     const state = !enabled && (status.state === "ready" || status.state === "busy") ? "disabled" : status.state;
     const icon = ICONS[state] ?? "$(question)";
     const message = status.message?.trim() ? status.message.trim() : state;
-    const lines = [`midword: ${state} — ${message}`, `Last completion: ${formatLatency(status.lastLatencyMs)}`];
+    const label = `midword: ${state} — ${message}`;
+    const lines = [label, `Last completion: ${formatLatency(status.lastLatencyMs)}`];
     const troubled = state === "error" || state === "stopped";
     lines.push(troubled ? "Click to show the log." : "Click to show the server's stats.");
     return {
         text: `${icon} midword`,
         tooltip: lines.join("\n"),
+        label,
         severity: state === "error" ? "error" : state === "stopped" ? "warning" : "normal",
         command: troubled ? "midword.showLog" : "midword.showStats",
     };

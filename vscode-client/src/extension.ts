@@ -15,6 +15,7 @@ import {
 } from "vscode-languageclient/node";
 
 import {
+    JsonObject,
     SECTION,
     ServerStatus,
     cannotStartMessage,
@@ -137,12 +138,15 @@ class Midword implements vscode.Disposable {
             documentSelector: [{ scheme: "file" }],
             outputChannel: this.output,
             synchronize: { configurationSection: SECTION },
-            initializationOptions: serverSettings(vscode.workspace.getConfiguration().get(SECTION)),
+            initializationOptions: currentServerSettings(),
             errorHandler,
             middleware: {
                 sendNotification: (type, next, params) => {
                     const method = typeof type === "string" ? type : type.method;
-                    return next(type, method === DidChangeConfigurationNotification.method ? filterConfigurationChange(params) : params);
+                    return next(
+                        type,
+                        method === DidChangeConfigurationNotification.method ? filterConfigurationChange(params, currentServerSettings) : params,
+                    );
                 },
                 workspace: {
                     // For a server that asks instead of being told: the same filtering.
@@ -151,7 +155,7 @@ class Midword implements vscode.Disposable {
                         if (!Array.isArray(values)) {
                             return values;
                         }
-                        return values.map((value, i) => (params.items[i]?.section === SECTION ? serverSettings(value) : value));
+                        return values.map((value, i) => (params.items[i]?.section === SECTION ? currentServerSettings() : value));
                     },
                 },
             },
@@ -224,6 +228,8 @@ class Midword implements vscode.Disposable {
         const view = statusView(this.status, enabled);
         this.statusItem.text = view.text;
         this.statusItem.tooltip = view.tooltip;
+        // Without it a screen reader says only "midword", whatever the state.
+        this.statusItem.accessibilityInformation = { label: view.label, role: "button" };
         this.statusItem.command = view.command;
         this.statusItem.backgroundColor =
             view.severity === "normal" ? undefined : new vscode.ThemeColor(`statusBarItem.${view.severity}Background`);
@@ -251,6 +257,12 @@ class Midword implements vscode.Disposable {
         this.statsOutput.replace(formatStats(stats, new Date()));
         this.statsOutput.show(true);
     }
+}
+
+/** The settings to send the server now: what the user set, `null` for the rest. */
+function currentServerSettings(): JsonObject {
+    const config = vscode.workspace.getConfiguration(SECTION);
+    return serverSettings(vscode.workspace.getConfiguration().get(SECTION), (key) => config.inspect(key));
 }
 
 let midword: Midword | undefined;

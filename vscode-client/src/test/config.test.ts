@@ -9,6 +9,7 @@ import { after, describe, it } from "node:test";
 import {
     CLIENT_ONLY_KEYS,
     HostInfo,
+    SettingLayers,
     fileIsExecutable,
     filterConfigurationChange,
     formatCommand,
@@ -20,59 +21,91 @@ import {
     serverSettings,
     statusView,
 } from "../config";
-import { contributedDefaults, contributedKeys } from "./manifest";
+import { contributedDefaults, contributedKeys, contributedScopes } from "./manifest";
 
 describe("settings sent to the server", () => {
-    it("leaves out the client's own keys and keeps the rest, unknown ones included", () => {
+    // What WorkspaceConfiguration.inspect reports, from a table of the layers set.
+    const layers = (set: Record<string, SettingLayers>) => (key: string) => set[key] ?? { defaultValue: "contributed" };
+
+    it("sends what the user set, null for what stands at the extension's default, never the client's keys", () => {
         const section = {
             enable: false,
+            model: "gemma3",
             maxTokens: 0,
             grammars: { "*.toml": "grammars/toml.lark" },
+            mode: "cpc",
             serverCommand: ["midword", "serve"],
             serverEnv: { A: "1" },
             trace: { server: "verbose" },
             maxToken: 12,
         };
-        assert.deepEqual(serverSettings(section), {
+        const inspect = layers({
+            enable: { defaultValue: true, globalValue: false },
+            maxTokens: { defaultValue: 48, workspaceValue: 0 },
+            grammars: { defaultValue: {}, workspaceFolderValue: { "*.toml": "grammars/toml.lark" } },
+            // A key package.json does not contribute: VS Code knows no default for it.
+            maxToken: { globalValue: 12 },
+            serverCommand: { defaultValue: ["midword", "serve"], globalValue: ["midword", "serve"] },
+        });
+        assert.deepEqual(serverSettings(section, inspect), {
             enable: false,
+            model: null,
             maxTokens: 0,
             grammars: { "*.toml": "grammars/toml.lark" },
+            mode: null,
             maxToken: 12,
         });
     });
 
-    it("sends nothing for a section that is not an object", () => {
-        assert.deepEqual(serverSettings(undefined), {});
-        assert.deepEqual(serverSettings(null), {});
-        assert.deepEqual(serverSettings(["model"]), {});
+    it("sends a setting the user set to the default value itself", () => {
+        const inspect = layers({ model: { defaultValue: "gemma3", globalValue: "gemma3" } });
+        assert.deepEqual(serverSettings({ model: "gemma3" }, inspect), { model: "gemma3" });
     });
 
-    it("filters didChangeConfiguration as vscode-languageclient sends it", () => {
+    it("sends nothing for a section that is not an object", () => {
+        const inspect = layers({});
+        assert.deepEqual(serverSettings(undefined, inspect), {});
+        assert.deepEqual(serverSettings(null, inspect), {});
+        assert.deepEqual(serverSettings(["model"], inspect), {});
+    });
+
+    it("replaces the section of didChangeConfiguration as vscode-languageclient sends it", () => {
         // What SyncConfigurationFeature builds for configurationSection "midword".
         const settings = Object.create(null) as Record<string, unknown>;
         settings.midword = { model: "gemma3", serverCommand: ["x"], trace: { server: "off" } };
-        const sent = filterConfigurationChange({ settings });
-        assert.deepEqual(sent, { settings: { midword: { model: "gemma3" } } });
+        const now = () => ({ model: null });
+        const sent = filterConfigurationChange({ settings }, now);
+        assert.deepEqual(sent, { settings: { midword: { model: null } } });
         assert.deepEqual(settings.midword, { model: "gemma3", serverCommand: ["x"], trace: { server: "off" } },
             "the caller's object is left alone");
-        assert.deepEqual(filterConfigurationChange({ settings: null }), { settings: null });
-        assert.deepEqual(filterConfigurationChange({ settings: { other: { serverCommand: 1 } } }),
+        assert.deepEqual(filterConfigurationChange({ settings: null }, now), { settings: null });
+        assert.deepEqual(filterConfigurationChange({ settings: { other: { serverCommand: 1 } } }, now),
             { settings: { other: { serverCommand: 1 } } });
     });
 
-    it("covers package.json: its defaults minus the client's keys are exactly the server's settings", () => {
+    it("covers package.json: with nothing set, every server setting goes as null and nothing else goes", () => {
         const keys = contributedKeys();
         for (const key of ["serverCommand", "serverEnv", "trace.server"]) {
             assert.ok(keys.includes(key), `package.json contributes midword.${key}`);
         }
-        const section = contributedDefaults();
-        const sent = serverSettings(section);
-        assert.deepEqual(
-            Object.keys(sent).sort(),
-            keys.filter((key) => !CLIENT_ONLY_KEYS.includes(key.split(".")[0])).sort(),
-        );
-        assert.deepEqual(sent.grammars, {});
-        assert.equal(sent.maxTokens, 48);
+        const sent = serverSettings(contributedDefaults(), layers({}));
+        const serverKeys = keys.filter((key) => !CLIENT_ONLY_KEYS.includes(key.split(".")[0])).sort();
+        assert.deepEqual(Object.keys(sent).sort(), serverKeys);
+        assert.ok(Object.values(sent).every((value) => value === null), JSON.stringify(sent));
+    });
+
+    it("lets the user set where the server is in User settings, local or remote (scope window)", () => {
+        // machine-overridable settings are read only from the Machine settings in a
+        // remote window on newer VS Code (code-server 4.139), so a serverCommand in the
+        // User settings was ignored there.
+        const scopes = contributedScopes();
+        for (const key of ["serverCommand", "serverEnv"]) {
+            assert.equal(scopes[key], "window", `midword.${key}`);
+        }
+        // ...and a workspace never gets to choose it unless trusted.
+        const restricted = JSON.parse(fs.readFileSync(path.join(__dirname, "..", "..", "package.json"), "utf8"))
+            .capabilities.untrustedWorkspaces.restrictedConfigurations;
+        assert.deepEqual(restricted, ["midword.serverCommand", "midword.serverEnv"]);
     });
 });
 

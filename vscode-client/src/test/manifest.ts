@@ -7,6 +7,7 @@ import { SECTION } from "../config";
 
 interface Property {
     default?: unknown;
+    scope?: string;
 }
 
 function properties(): Record<string, Property> {
@@ -39,4 +40,15 @@ export function contributedDefaults(): Record<string, unknown> {
         node[parts[parts.length - 1]] = property.default;
     }
     return section;
+}
+
+/** Each contributed key's `scope` (VS Code's default when it has none: "window"). */
+export function contributedScopes(): Record<string, string> {
+    const scopes: Record<string, string> = {};
+    for (const [key, property] of Object.entries(properties())) {
+        if (key.startsWith(`${SECTION}.`)) {
+            scopes[key.slice(SECTION.length + 1)] = property.scope ?? "window";
+        }
+    }
+    return scopes;
 }

@@ -16,6 +16,11 @@ import { contributedDefaults } from "./manifest";
 const REPO = path.resolve(__dirname, "..", "..", "..");
 const PYTHON = process.env.MIDWORD_PYTHON ?? path.join(REPO, ".venv", process.platform === "win32" ? "Scripts/python.exe" : "bin/python");
 const FAKE_ENGINE = "tests.fake_engine:FakeEngine";
+// The model named on the server's command line, which the extension must not override
+// with its own default.
+const CLI_MODEL = "fake-from-the-command-line";
+// Nothing set by the user: inspect finds only the contributed default.
+const nothingSet = () => ({ defaultValue: "contributed" });
 
 function skipReason(): string | false {
     if (!fs.existsSync(PYTHON)) {
@@ -49,7 +54,7 @@ describe("against midword serve", { skip: skipReason() }, () => {
     let stderr = "";
 
     before(async () => {
-        server = cp.spawn(PYTHON, ["-m", "midword.server", "--engine", FAKE_ENGINE], {
+        server = cp.spawn(PYTHON, ["-m", "midword.server", "--engine", FAKE_ENGINE, "--model", CLI_MODEL], {
             cwd: REPO,
             stdio: ["pipe", "pipe", "pipe"],
         });
@@ -63,18 +68,18 @@ describe("against midword serve", { skip: skipReason() }, () => {
         connection.onNotification("window/showMessage", (params: { type: number; message: string }) => shown.push(params));
         connection.onNotification("window/logMessage", () => undefined);
         connection.listen();
-        // What the extension sends at start: the whole section at its defaults, as
+        // What the extension sends at start when the user set nothing, as
         // initializationOptions, then again as didChangeConfiguration.
         const section = contributedDefaults();
         await connection.sendRequest("initialize", {
             processId: process.pid,
             rootUri: null,
             capabilities: { workspace: { configuration: true, didChangeConfiguration: { dynamicRegistration: true } } },
-            initializationOptions: serverSettings(section),
+            initializationOptions: serverSettings(section, nothingSet),
         });
         await connection.sendNotification("initialized", {});
         await connection.sendNotification("workspace/didChangeConfiguration",
-            filterConfigurationChange({ settings: { midword: section } }));
+            filterConfigurationChange({ settings: { midword: section } }, () => serverSettings(section, nothingSet)));
     });
 
     after(async () => {
@@ -111,9 +116,31 @@ describe("against midword serve", { skip: skipReason() }, () => {
         assert.match(messages, /midword\.trace is not a setting/);
     });
 
+    it("keeps the command line's model when the user sets other settings, and takes the user's", async () => {
+        shown.length = 0; // the test before made the server complain on purpose
+        // It also sent the contributed defaults, model included, as the extension did.
+        let stats = (await connection.sendRequest("midword/stats", {})) as Record<string, unknown>;
+        assert.equal(stats.model, "gemma3");
+        const section = { ...contributedDefaults(), maxTokens: 12 };
+        const set = (keys: string[]) => (key: string) => (keys.includes(key) ? { globalValue: section[key as "maxTokens"] } : nothingSet());
+        await connection.sendNotification("workspace/didChangeConfiguration", { settings: { midword: serverSettings(section, set(["maxTokens"])) } });
+        stats = (await connection.sendRequest("midword/stats", {})) as Record<string, unknown>;
+        assert.equal(stats.model, CLI_MODEL);
+        const chosen = { ...section, model: "fake-from-the-settings" };
+        await connection.sendNotification("workspace/didChangeConfiguration", { settings: { midword: serverSettings(chosen, (key) => (key === "model" ? { globalValue: chosen.model } : nothingSet())) } });
+        stats = (await connection.sendRequest("midword/stats", {})) as Record<string, unknown>;
+        assert.equal(stats.model, "fake-from-the-settings");
+        // The user removes the setting: back to the command line's model.
+        await connection.sendNotification("workspace/didChangeConfiguration", { settings: { midword: serverSettings(section, nothingSet) } });
+        stats = (await connection.sendRequest("midword/stats", {})) as Record<string, unknown>;
+        assert.equal(stats.model, CLI_MODEL);
+        await waitFor("status ready", () => (statuses[statuses.length - 1]?.state === "ready" ? true : undefined));
+        assert.deepEqual(shown, [], `server complained: ${JSON.stringify(shown)}\n${stderr}`);
+    });
+
     it("answers midword/stats with an object for the stats view", async () => {
         const stats = (await connection.sendRequest("midword/stats", {})) as Record<string, unknown>;
-        assert.equal(stats.model, "gemma3");
+        assert.equal(stats.model, CLI_MODEL);
         assert.equal(typeof stats.requests, "number");
         assert.equal(stats.state, "ready");
     });
