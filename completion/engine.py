@@ -143,7 +143,7 @@ class CompletionEngine:
             if spec.kind == "regex":
                 return _document_grammar(Grammar.from_regex(spec.source or "")), True, ""
             if spec.kind == "json_schema":
-                schema = json.loads(spec.source or "{}")
+                schema = _with_schema_key(json.loads(spec.source or "{}"))
                 grammar = Grammar.from_json_schema(schema, lenient=True)
                 return _document_grammar(grammar), True, _relaxed_note(grammar)
             if language in JSON_LANGUAGES:
@@ -335,6 +335,20 @@ def _open_context(request: CompletionRequest, language: str) -> str:
     # The brackets open at the cursor, from the same window as the prompt (at a line
     # start): a scan of the whole prefix would cost every keystroke the file's size.
     return open_context_at(prompt_window(request.prefix), language or None)
+
+
+def _with_schema_key(schema):
+    """`schema`, with the document's own top-level `"$schema"` key allowed where the
+    schema closes its object (`additionalProperties`/`unevaluatedProperties` false): the
+    key that names the schema is never the schema's business, as editors treat it."""
+    if not isinstance(schema, dict):
+        return schema
+    props = schema.get("properties")
+    if isinstance(props, dict) and "$schema" in props:
+        return schema
+    if schema.get("additionalProperties") is not False and schema.get("unevaluatedProperties") is not False:
+        return schema
+    return {**schema, "properties": {**(props if isinstance(props, dict) else {}), "$schema": {"type": "string"}}}
 
 
 def _relaxed_note(grammar: Grammar) -> str:

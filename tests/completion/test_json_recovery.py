@@ -157,3 +157,16 @@ def test_an_editor_schema_with_unique_items_is_relaxed_and_says_so():
     grammar, whole_document, note = engine.grammar_for(CompletionRequest(prefix="[", language="json", grammar=spec))
     assert grammar is not None and whole_document
     assert note.startswith("schema relaxed:") and "uniqueItems" in note
+
+
+def test_a_closed_schema_still_allows_the_documents_own_schema_key(llama3):
+    from midword.completion.engine import CompletionEngine
+    from midword.completion.types import CompletionRequest, GrammarSpec
+
+    schema = {"type": "object", "properties": {"port": {"type": "integer"}}, "additionalProperties": False}
+    spec = GrammarSpec(kind="json_schema", source=json.dumps(schema))
+    doc = '{"$schema": "./server.schema.json", "port": '
+    grammar, _, note = CompletionEngine().grammar_for(CompletionRequest(prefix=doc, language="json", grammar=spec))
+    assert grammar is not None and note == ""
+    assert _accepts(llama3, grammar, doc.encode())
+    assert not _accepts(llama3, grammar, b'{"other": 1')  # still closed to every other key
