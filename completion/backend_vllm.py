@@ -69,6 +69,7 @@ class VllmCompletionEngine(CompletionEngine):
         self.request_timeout_s = request_timeout_s
         # Completions may run concurrently: only the cached document grammar state is shared.
         self._doc_lock = threading.Lock()
+        self.max_model_len: int | None = None  # the server's context, read at load()
 
     # Connection ----------------------------------------------------------------------------
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
@@ -106,14 +107,16 @@ class VllmCompletionEngine(CompletionEngine):
             raise ModelUnavailable(f"cannot load the tokenizer of {self.model_name!r}: {exc}") from exc
         if progress is not None:
             progress("asking the vLLM server", 0.5)
-        models = self._get_json("/v1/models").get("data") or []
-        names = [m.get("id") for m in models if isinstance(m, dict)]
+        models = [m for m in self._get_json("/v1/models").get("data") or [] if isinstance(m, dict)]
+        names = [m.get("id") for m in models]
         if self.served_model is None:
             if not names:
                 raise VllmError(f"the vLLM server at {self.url} serves no model")
             self.served_model = names[0]
         elif self.served_model not in names:
             raise VllmError(f"the vLLM server at {self.url} serves {names}, not {self.served_model!r}")
+        served = next(m for m in models if m.get("id") == self.served_model)
+        self.max_model_len = served.get("max_model_len") if isinstance(served.get("max_model_len"), int) else None
         self._model = _Remote(self.served_model, tokenizer)
         self.warm_up()
         if progress is not None:
@@ -178,6 +181,12 @@ class VllmCompletionEngine(CompletionEngine):
         if forced and spec_grammar is not None:
             grammar_prefix = grammar_prefix + tok.decode(forced)
         prompt = self._prompt(back.stable) + forced
+        if self.max_model_len is not None:
+            # The server refuses a prompt that leaves no room for the completion: keep
+            # the BOS and the end of the prompt, nearest the cursor.
+            room = self.max_model_len - request.max_tokens
+            if len(prompt) > room > 1 and prompt[:1] == [tok.bos_token_id]:
+                prompt = prompt[:1] + prompt[len(prompt) - room + 1:]
         spec = build_spec(tok.vocab_fingerprint(), back.typed, spec_grammar, grammar_prefix)
         return prompt, spec, back.typed, forced, note
 
