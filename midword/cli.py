@@ -186,9 +186,15 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     lsp = bsub.add_parser("lsp", help="replay typing a file through a real LSP session; completion latency")
     start = bsub.add_parser("start", help="process start to first mask, cold and warm numba cache")
     ab = bsub.add_parser("ab", help="MaskBench: this checkout's engine against another git revision's, in one process")
+    vllm = bsub.add_parser("vllm", help="mid-word completions through a vLLM server: exact match, latency, throughput")
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
     model = sub.add_parser("model", help="the default model's files: `path`, `export DIR` (for vLLM)")
     wanted = argv or []
+    if wanted[:2] == ["bench", "vllm"]:
+        from midword.bench.vllm import add_vllm_bench_arguments, run_vllm_bench
+
+        add_vllm_bench_arguments(vllm)
+        vllm.set_defaults(func=run_vllm_bench)
     if wanted[:1] == ["model"]:
         from midword.model_cli import add_model_arguments
 
