@@ -180,3 +180,21 @@ def test_constraints_are_compiled_once_per_text_across_threads(gemma3):
     assert not errors
     assert len({id(c) for c in got}) == 1
     assert cache.get(gemma3, "json_schema", json.dumps(SCHEMA, separators=(",", ":"))) is got[0]
+
+
+def test_other_vllm_versions_are_left_alone(monkeypatch, caplog):
+    """On a vLLM whose internals were not read for this plugin: one log line, no patching."""
+    import sys
+    import types
+
+    import midword.completion.vllm_plugin as plugin
+
+    fake = types.ModuleType("vllm")
+    fake.__version__ = "0.31.2"
+    monkeypatch.setitem(sys.modules, "vllm", fake)
+    monkeypatch.setattr(plugin, "_patch_backend", lambda: pytest.fail("patched an unsupported vLLM"))
+    monkeypatch.setattr(plugin, "_INSTALLED", False)
+    with caplog.at_level("WARNING", logger="midword.vllm"):
+        plugin.register()
+    assert [r.getMessage() for r in caplog.records] == [
+        "midword: vLLM 0.31.2 is not one this plugin supports (0.32.x, 0.33.x); %midword grammars stay off"]
