@@ -188,6 +188,8 @@ class ConstraintCache:
         self.compiled = 0
 
     def get(self, tokenizer, kind: str | None, source: str | None):
+        from midword.engine.limits import GrammarError, LimitExceeded
+
         from .constraint import Constraint
 
         key = (tokenizer.vocab_fingerprint(), kind, source)
@@ -202,7 +204,11 @@ class ConstraintCache:
             import dataclasses
 
             grammar = dataclasses.replace(grammar, allow_initial_skip=True)
-        constraint = Constraint(tokenizer, grammar)
+        try:
+            # Lexemes are compiled here (a bad regex inside a grammar shows up now).
+            constraint = Constraint(tokenizer, grammar)
+        except (GrammarError, LimitExceeded, ValueError, RecursionError) as exc:
+            raise SpecError(f"%midword spec: bad {kind} grammar: {exc}") from None
         with self._lock:
             self.compiled += 1
             constraint = self._items.setdefault(key, constraint)

@@ -73,6 +73,8 @@ def test_tokenizer_mismatch_and_bad_grammar_are_refused(gemma3, llama3):
         prepare(build_spec(llama3.vocab_fingerprint(), b"pri", None), gemma3)
     with pytest.raises(SpecError, match="bad lark grammar"):
         prepare(build_spec(gemma3.vocab_fingerprint(), b"", ("lark", "start: (")), gemma3)
+    with pytest.raises(SpecError, match="bad regex grammar: .*unterminated character set"):
+        prepare(build_spec(gemma3.vocab_fingerprint(), b"", ("regex", "[0-9")), gemma3)
     with pytest.raises(SpecError, match="rejects the text before the cursor"):
         prepare(build_spec(gemma3.vocab_fingerprint(), b"", ("regex", "[0-9]+"), b"abc"), gemma3)
 
