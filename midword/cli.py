@@ -75,7 +75,15 @@ def _cmd_complete(args) -> int:
     offset = sum(len(line) + 1 for line in lines[: args.line]) + args.character
     language = args.language or _LANGUAGE_BY_SUFFIX.get(os.path.splitext(args.file)[1].lower())
     grammar = GrammarSpec(kind="none") if args.no_grammar else GrammarSpec()
-    engine = CompletionEngine(args.model, weights=args.weights)
+    if args.backend == "vllm":
+        if not args.vllm_url:
+            print("midword complete: --backend vllm needs --vllm-url URL", file=sys.stderr)
+            return 2
+        from midword.completion.backend_vllm import VllmCompletionEngine
+
+        engine = VllmCompletionEngine(args.model, url=args.vllm_url)
+    else:
+        engine = CompletionEngine(args.model, weights=args.weights)
     engine.load(progress=_progress_bar() if not args.json else None)
     request = CompletionRequest(prefix=text[:offset], suffix=text[offset:], language=language, grammar=grammar,
                                 max_tokens=args.max_tokens, mode=args.mode, single_line=not args.multi_line,
@@ -145,6 +153,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     comp.add_argument("--model", default="gemma3", help='"gemma3" (default), a .gguf file or a Hugging Face model folder')
     comp.add_argument("--weights", choices=["int8", "float32", "bfloat16"], default="int8",
                       help="how the model's weights are held: int8 (default, fastest on a CPU), float32, bfloat16")
+    comp.add_argument("--backend", choices=["local", "vllm"], default="local",
+                      help="run the model here (default) or in a vLLM server (--vllm-url)")
+    comp.add_argument("--vllm-url", metavar="URL", help="the vLLM OpenAI server for --backend vllm")
     comp.add_argument("--language", help="language id (default: from the file name)")
     comp.add_argument("--max-tokens", type=int, default=48)
     comp.add_argument("--temperature", type=float, default=0.0)
@@ -179,8 +190,19 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     model_bench = bsub.add_parser("model", help="the lean Gemma 3 forward beside transformers: step, prefill")
     ab = bsub.add_parser("ab", help="MaskBench: this checkout's engine against another git revision's, in one process")
     jsts = bsub.add_parser("jsts", help="JSON-Schema-Test-Suite draft 2020-12: midword beside llguidance")
+    vllm = bsub.add_parser("vllm", help="mid-word completions through a vLLM server: exact match, latency, throughput")
     serve = sub.add_parser("serve", help="run the language server (stdio by default)")
+    model = sub.add_parser("model", help="the default model's files: `path`, `export DIR` (for vLLM)")
     wanted = argv or []
+    if wanted[:2] == ["bench", "vllm"]:
+        from midword.bench.vllm import add_vllm_bench_arguments, run_vllm_bench
+
+        add_vllm_bench_arguments(vllm)
+        vllm.set_defaults(func=run_vllm_bench)
+    if wanted[:1] == ["model"]:
+        from midword.model_cli import add_model_arguments
+
+        add_model_arguments(model)
     if wanted[:2] == ["bench", "cpc"]:
         from midword.bench.cpc import add_cpc_arguments, run_cpc
 

@@ -35,6 +35,10 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
                         help="completion engine class or factory, called as ATTR(model=...) (for tests)")
     parser.add_argument("--weights", choices=["int8", "float32", "bfloat16"], default="int8",
                         help="how the default engine holds the model's weights (default int8: fastest on a CPU)")
+    parser.add_argument("--backend", choices=["local", "vllm"], default="local",
+                        help="where the model runs: in this process (default) or in a vLLM server (--vllm-url)")
+    parser.add_argument("--vllm-url", default=None, metavar="URL",
+                        help="the vLLM OpenAI server for --backend vllm, e.g. http://10.0.0.5:8000")
     parser.add_argument("--log-file", default=None, help="write the server's log here (default: stderr)")
     parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 
@@ -85,7 +89,14 @@ def run_serve(args: argparse.Namespace) -> int:
 
     from .lsp import create_server, default_engine_factory
 
-    if factory is None and args.weights != "int8":
+    if getattr(args, "backend", "local") == "vllm":
+        if not args.vllm_url:
+            print("midword serve: --backend vllm needs --vllm-url URL", file=sys.stderr)
+            return 2
+        from midword.completion.backend_vllm import vllm_engine_factory
+
+        factory = vllm_engine_factory(args.vllm_url)
+    elif factory is None and args.weights != "int8":
         factory = functools.partial(default_engine_factory, weights=args.weights)
     from .transport import serve_stdio, serve_tcp
 
