@@ -252,7 +252,8 @@ class CompletionEngine:
 
                 state = DecodeState(typed=back.typed, grammar=gstate)
         except ConstraintError as err:
-            recovered = self._reanchor(request, prefix, back.typed) if grammar is not None else None
+            recovered = (self._reanchor(request, request.prefix.encode("utf-8"), back.typed)
+                         if grammar is not None else None)
             if recovered is None:
                 note = f"grammar not used: {err}"
                 constraint = self._constraint(None)
