@@ -182,6 +182,10 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
         add_cpc_arguments(cpc)
         cpc.set_defaults(func=run_cpc)
+        from midword.bench.cpc_repo import add_repo_arguments, run_repo
+
+        add_repo_arguments(cpc)  # --repo PKG: the repository setting (workspace context off and on)
+        cpc.set_defaults(func=lambda args, _plain=cpc.get_default("func"): (run_repo if args.repo else _plain)(args))
     if wanted[:2] == ["bench", "lsp"]:
         from midword.bench.lsp import add_lsp_bench_arguments, run_lsp_bench
 
