@@ -55,14 +55,14 @@ class FimTemplate:
 # family -> (order, {role: spellings, first found wins}, stop spellings, space_after_prefix).
 # Roles: prefix, suffix, middle (required unless missing from the tuple), repo_name, file_sep.
 _FAMILIES: tuple[tuple[str, Order, dict[str, tuple[str, ...]], tuple[str, ...], bool], ...] = (
-    ("qwen", "psm",
-     {"prefix": ("<|fim_prefix|>",), "suffix": ("<|fim_suffix|>",), "middle": ("<|fim_middle|>",),
-      "repo_name": ("<|repo_name|>",), "file_sep": ("<|file_sep|>",)},
-     ("<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|endoftext|>", "<|im_end|>"), False),
     ("codegemma", "psm",
      {"prefix": ("<|fim_prefix|>",), "suffix": ("<|fim_suffix|>",), "middle": ("<|fim_middle|>",),
       "file_sep": ("<|file_separator|>",)},
      ("<|file_separator|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"), False),
+    ("qwen", "psm",
+     {"prefix": ("<|fim_prefix|>",), "suffix": ("<|fim_suffix|>",), "middle": ("<|fim_middle|>",),
+      "repo_name": ("<|repo_name|>",), "file_sep": ("<|file_sep|>",)},
+     ("<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|endoftext|>", "<|im_end|>"), False),
     ("starcoder", "psm",
      {"prefix": ("<fim_prefix>", "<fim-prefix>"), "suffix": ("<fim_suffix>", "<fim-suffix>"),
       "middle": ("<fim_middle>", "<fim-middle>"), "repo_name": ("<repo_name>", "<reponame>"),
@@ -80,6 +80,8 @@ _FAMILIES: tuple[tuple[str, Order, dict[str, tuple[str, ...]], tuple[str, ...], 
      ("[MIDDLE]",), False),
 )
 _REQUIRED = ("prefix", "suffix", "middle")
+# CodeGemma shares Qwen's sentinels; its file separator tells them apart.
+_ALSO_REQUIRED = {"codegemma": ("file_sep",)}
 
 
 def _single_tokens(tokenizer, spellings: set[bytes]) -> dict[bytes, int]:
@@ -107,7 +109,7 @@ def detect(tokenizer) -> FimTemplate | None:
 
     for family, order, roles, stops, space in _FAMILIES:
         found = {role: first(names) for role, names in roles.items()}
-        if any(found.get(r) is None for r in _REQUIRED if r in roles):
+        if any(found.get(r) is None for r in (*_REQUIRED, *_ALSO_REQUIRED.get(family, ())) if r in roles):
             continue
         stop = {i for i in (first((s,)) for s in stops) if i is not None}
         stop |= set(tokenizer.eos_token_ids)
