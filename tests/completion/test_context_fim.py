@@ -119,12 +119,13 @@ class MiddleModel:
 
     name = "middle"
 
-    def __init__(self, tokenizer, middle: str, stop: int):
+    def __init__(self, tokenizer, middle: str, stop: int, lead_space: bool = True):
         self.tokenizer = tokenizer
         self.vocab_size = tokenizer.vocab_size
         self.stats = ModelStats()
         self.want = middle.encode("utf-8")
         self.stop = stop
+        self.lead_space = lead_space
         self.prompts: list[list[int]] = []
 
     def encode_prompt(self, text):
@@ -137,8 +138,8 @@ class MiddleModel:
     def _logits(self, tokens) -> np.ndarray:
         done = self.tokenizer.decode(tokens[len(self.prompts[-1]):])
         rest = b""
-        for want in (b" " + self.want, self.want):
-            if want.startswith(done) and (done or want == b" " + self.want):
+        for want in ((b" " + self.want, self.want) if self.lead_space else (self.want,)):
+            if want.startswith(done) and (done or not self.lead_space or want == b" " + self.want):
                 rest = want[len(done):]
                 break
         out = np.full(self.vocab_size, -20.0)
