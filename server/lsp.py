@@ -51,6 +51,7 @@ from .editing import first_line, fit_to_line, wants_multiline
 from .grammar_choice import GrammarResolver, document_language, is_json_document, uri_to_path
 from .positions import choose_encoding
 from .settings import SECTION, Settings, parse_settings, section_of
+from .workspace_context import WorkspaceContext
 from .worker import EngineFactory, Event, ModelWorker, Outcome
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,7 @@ class MidwordServer(LanguageServer):
         self._progress_ids = itertools.count(1)
         self._config_from_client = False
         self._progress_task: asyncio.Task | None = None
+        self.context = WorkspaceContext()  # open documents and recent edits for the prompt
 
     # -- documents -------------------------------------------------------------------------
 
@@ -352,7 +354,18 @@ class MidwordServer(LanguageServer):
             mode=s.mode,
             single_line=single_line,
             time_budget_s=s.time_budget_ms / 1000.0,
+            **self._context_fields(doc, single_line),
         )
+
+    def _context_fields(self, doc: Document, single_line: bool) -> dict:
+        """Workspace context and the line mode of a request (completion/context.py)."""
+        root = self.workspace.root_path
+        chunks = ()
+        if self.settings.context_tokens > 0:
+            chunks = self.context.chunks(((u, d.source) for u, d in self.workspace.text_documents.items()),
+                                         unquote(doc.uri), root)
+        return dict(context=chunks, context_tokens=self.settings.context_tokens,
+                    path=self.context.path_of(doc.uri, root), multiline="never" if single_line else "always")
 
     async def complete(self, doc: Document, offset: int, *, single_line: bool) -> Answer:
         """A completion at `offset` of `doc` (or none) and where it came from. Raises
@@ -499,6 +512,7 @@ class MidwordServer(LanguageServer):
 
     def on_did_close(self, uri: str) -> None:
         self.cache.forget(uri)
+        self.context.forget(unquote(uri))
         if self.worker is not None:
             self.worker.cancel_stale(uri, None)
 
@@ -599,6 +613,7 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: MidwordServer, params: types.DidChangeTextDocumentParams):
+        ls.context.note_change(unquote(params.text_document.uri), params.content_changes)
         ls.on_did_change(params.text_document.uri, params.text_document.version)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
@@ -626,7 +641,9 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
         if doc is None:
             return types.InlineCompletionList(items=[])
         cursor = doc.offset_of(params.position)
-        multi = wants_multiline(doc.source[:cursor], doc.source[cursor:cursor + 200])
+        lines = ls.settings.multiline
+        multi = lines == "always" or (lines == "auto" and wants_multiline(doc.source[:cursor],
+                                                                           doc.source[cursor:cursor + 200]))
         result = await ls.complete(doc, cursor, single_line=not multi)
         return inline_list(doc, result, cursor)
 
