@@ -7,14 +7,12 @@ sentinels (tests/fim_tokenizers.py); the model is scripted to write a given midd
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
-from fim_tokenizers import fim_tokenizer, special_id
+from fim_support import MiddleModel, fim_tokenizer, special_id
 
 from midword.completion.context import assemble
 from midword.completion.engine import CompletionEngine
 from midword.completion.fim import detect
-from midword.completion.model import BranchScore, ModelStats
 from midword.completion.types import CompletionRequest, ContextChunk, GrammarSpec
 
 
@@ -110,71 +108,6 @@ def test_codestral_puts_the_suffix_first_and_ends_at_the_cursor():
     bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
     assert p.tokens == bos + [t.suffix] + tok.encode(SUFFIX) + [t.prefix] + pt
     assert p.tail == pt
-
-
-class MiddleModel:
-    """Writes `middle` after the prompt it was last prefilled with, then a stop token:
-    at each step the longest token continuing `middle` gets the highest logit. The
-    middle may start with the space before the word (where the prompt backed off it)."""
-
-    name = "middle"
-
-    def __init__(self, tokenizer, middle: str, stop: int, lead_space: bool = True):
-        self.tokenizer = tokenizer
-        self.vocab_size = tokenizer.vocab_size
-        self.stats = ModelStats()
-        self.want = middle.encode("utf-8")
-        self.stop = stop
-        self.lead_space = lead_space
-        self.prompts: list[list[int]] = []
-
-    def encode_prompt(self, text):
-        return self.tokenizer.encode(text)
-
-    def prefill(self, tokens, cancelled=None):
-        self.prompts.append(list(tokens))
-        return True
-
-    def _logits(self, tokens) -> np.ndarray:
-        done = self.tokenizer.decode(tokens[len(self.prompts[-1]):])
-        rest = b""
-        for want in ((b" " + self.want, self.want) if self.lead_space else (self.want,)):
-            if want.startswith(done) and (done or not self.lead_space or want == b" " + self.want):
-                rest = want[len(done):]
-                break
-        out = np.full(self.vocab_size, -20.0)
-        if not rest:
-            out[self.stop] = 10.0
-            return out
-        for i, b in enumerate(self.tokenizer.all_token_bytes()):
-            if b and rest.startswith(b) and not self.tokenizer.is_special(i):
-                out[i] = len(b)
-        return out
-
-    def next_logits(self, tokens, allowed=None):
-        lg = self._logits(list(tokens))
-        return lg if allowed is None else lg[np.asarray(allowed, dtype=np.int64)]
-
-    def next_logprobs(self, tokens, allowed=None):
-        lg = self._logits(list(tokens))
-        lp = lg - (lg.max() + np.log(np.exp(lg - lg.max()).sum()))
-        return lp if allowed is None else lp[np.asarray(allowed, dtype=np.int64)]
-
-    def score_branches(self, prefix, branches, allowed=None):
-        out = []
-        for br in branches:
-            seq, lps = list(prefix), []
-            for t in br:
-                lps.append(self.next_logprobs(seq)[t])
-                seq.append(t)
-            out.append(BranchScore(tuple(br), np.asarray(lps), self.next_logprobs(seq)))
-        return out
-
-    def logprobs(self, tokens, start=1):
-        return np.asarray([self.next_logprobs(tokens[:i])[tokens[i]] for i in range(start, len(tokens))])
-
-    def reset(self):
-        pass
 
 
 @pytest.mark.parametrize("family", ["qwen", "deepseek", "codellama"])

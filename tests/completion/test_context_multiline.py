@@ -4,8 +4,7 @@ indentation, and the engine's decoding loop stopping there."""
 from __future__ import annotations
 
 import pytest
-from fim_tokenizers import fim_tokenizer
-from test_context_fim import MiddleModel
+from fim_support import MiddleModel, fim_tokenizer
 
 from midword.completion.engine import CompletionEngine
 from midword.completion.multiline import Block, block_end, plan, trim_block
