@@ -193,8 +193,8 @@ def count_tokens(tokenizer, text: str) -> int:
 
 def _window(prefix: str, suffix: str) -> tuple[frozenset[str], set[str]]:
     """(names around the cursor, significant lines of the document already shown)."""
-    head = prefix[: len(prefix) - len(_IDENT_TAIL.search(prefix).group(0))]
-    before = head.split("\n")
+    head = prefix[: len(prefix) - len(_IDENT_TAIL.search(prefix[-256:]).group(0))]
+    before = head.rsplit("\n", DEDUP_BEFORE)  # only the lines used: a long file is not split whole
     after = suffix.split("\n", WINDOW_AFTER + 1)[:WINDOW_AFTER]
     names = identifiers("\n".join(before[-WINDOW_BEFORE:]) + "\n" + "\n".join(after))
     shown = {s for line in (*before[-DEDUP_BEFORE:], *after) if (s := _significant(line))}
