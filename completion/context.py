@@ -25,7 +25,9 @@ into the prompt's tokens:
    (fim.py). The context goes first, then the document: what changes on every keystroke
    is at the end, so the model's KV cache keeps the context across keystrokes, and a
    piece that changes invalidates only the pieces after it — recently edited ones,
-   which change most, sit last.
+   which change most, sit last. The pieces the last prompt of the same document
+   showed get a bonus (`STICKY_BONUS`), so typing does not swap them for slightly
+   better ones and re-prefill everything after them.
 
 With a FIM template the suffix goes between the sentinels; without one it is shown only
 when `suffix_as_context` (a header and the first lines after the cursor, before the
@@ -55,6 +57,7 @@ MAX_CHUNKS = 512  # chunks considered per request, most recent first
 MAX_CHUNK_CHARS = 1_000_000  # a longer chunk is cut
 MAX_PIECES = 8192
 DEFINE_BONUS = 0.25
+STICKY_BONUS = 0.2  # for a piece the previous prompt of the same document showed
 RECENCY_BONUS = 0.15
 KIND_BONUS = {"document": 0.0, "snippet": 0.05, "edit": 0.1, "definition": 0.2}
 
@@ -201,8 +204,15 @@ def _window(prefix: str, suffix: str) -> tuple[frozenset[str], set[str]]:
     return names, shown
 
 
-def rank(chunks: Sequence[ContextChunk], prefix: str, suffix: str, path: str | None = None) -> list[Piece]:
-    """The pieces worth showing, best first, without duplicates (see the module doc)."""
+def piece_key(p: Piece) -> tuple:
+    return (p.path, p.kind, hash(p.text))
+
+
+def rank(chunks: Sequence[ContextChunk], prefix: str, suffix: str, path: str | None = None,
+         sticky: frozenset = frozenset()) -> list[Piece]:
+    """The pieces worth showing, best first, without duplicates (see the module doc).
+    Pieces whose `piece_key` is in `sticky` (what the last prompt showed) rank higher, so
+    that the context, and the KV cache behind it, changes only for a clearly better piece."""
     chunks = list(chunks)
     if len(chunks) > MAX_CHUNKS:
         order = sorted(range(len(chunks)), key=lambda i: -(chunks[i].time or float("-inf")))[:MAX_CHUNKS]
@@ -224,7 +234,10 @@ def rank(chunks: Sequence[ContextChunk], prefix: str, suffix: str, path: str | N
             jaccard = len(common) / len(ids | names) if ids or names else 0.0
             score = (jaccard + DEFINE_BONUS * min(4, len(defs & names))
                      + RECENCY_BONUS * recency.get(c.time, 0.0) + KIND_BONUS[c.kind])
-            scored.append(Piece(text, c.path, c.time, c.kind, i, line, score))
+            p = Piece(text, c.path, c.time, c.kind, i, line, score)
+            if sticky and piece_key(p) in sticky:
+                p = replace(p, score=score + STICKY_BONUS)
+            scored.append(p)
     scored.sort(key=lambda p: (-p.score, p.source, p.line))
     kept = []
     for p in scored:
@@ -304,14 +317,14 @@ def _render(tokenizer, template: FimTemplate | None, pieces: list[Piece], commen
 
 def select(tokenizer, chunks: Sequence[ContextChunk], *, prefix: str, suffix: str = "", budget: int,
            path: str | None = None, language: str | None = None, template: FimTemplate | None = None,
-           repo: str | None = None) -> tuple[list[Piece], list[int]]:
+           repo: str | None = None, sticky: frozenset = frozenset()) -> tuple[list[Piece], list[int]]:
     """The pieces shown (in layout order) and their tokens, at most `budget` of them."""
     if budget <= 0 or not chunks:
         return [], []
     comment = comment_for(language, path)
     chosen: list[Piece] = []
     left = budget
-    for p in rank(chunks, prefix, suffix, path):
+    for p in rank(chunks, prefix, suffix, path, sticky):
         header = count_tokens(tokenizer, f"{comment} {p.path}\n") if p.path else 1
         need = count_tokens(tokenizer, p.text) + header
         if need <= left:
@@ -347,18 +360,19 @@ def suffix_head(tokenizer, suffix: str, limit: int = SUFFIX_TOKENS) -> str:
 def assemble(tokenizer, prefix_tokens: Sequence[int], *, prefix: str, suffix: str = "",
              chunks: Sequence[ContextChunk] = (), budget: int = 0, path: str | None = None,
              language: str | None = None, repo: str | None = None, template: FimTemplate | None = None,
-             suffix_as_context: bool = False) -> Prompt:
+             suffix_as_context: bool = False, sticky: frozenset = frozenset()) -> Prompt:
     """The prompt: context, then the document's `prefix_tokens` (the tokens of the text
     before the cursor the model is to read, windowed, no BOS) laid out for `template`.
 
     `prefix` and `suffix` are the document's text before and after the cursor (for
-    ranking, deduplication and the suffix section). Without context, template or
+    ranking, deduplication and the suffix section); `sticky`: the `piece_key`s of the
+    pieces the last prompt for this document showed. Without context, template or
     suffix the result is BOS + `prefix_tokens`, as a plain prompt."""
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     prefix_tokens = list(prefix_tokens)
     comment = comment_for(language, path)
     pieces, ctx = select(tokenizer, chunks, prefix=prefix, suffix=suffix, budget=budget, path=path,
-                         language=language, template=template, repo=repo)
+                         language=language, template=template, repo=repo, sticky=sticky)
     enc = lambda s: list(_encode(tokenizer, s)) if s else []  # noqa: E731
     here = path or "this file"
     if template is None:

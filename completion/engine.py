@@ -28,7 +28,7 @@ from midword.engine.recognizer import Recognizer
 from .constraint import Constraint, ConstraintError
 from .cpc import backoff, search_covers
 from .decode import StopRules, generate
-from .context import assemble
+from .context import assemble, piece_key
 from .fim import template_for
 from .multiline import plan as plan_lines
 from .types import MODES, Completion, CompletionRequest, GrammarSpec, Timings
@@ -62,6 +62,7 @@ class CompletionEngine:
         self._constraints: OrderedDict[str, Constraint] = OrderedDict()
         self._doc_state: tuple | None = None  # (grammar fingerprint, prefix bytes, recognizer state)
         self._fim = False  # the FIM template, looked up on first use
+        self._shown: OrderedDict[str | None, frozenset] = OrderedDict()  # context pieces last shown, per path
         # Show a model without FIM the text after the cursor before the document
         # (context.py). Off: `midword bench cpc --repo` measured it (see the report).
         self.suffix_context = False
@@ -273,7 +274,12 @@ class CompletionEngine:
         body = window[1:] if bos is not None and window[:1] == [bos] else window
         p = assemble(self.tokenizer, body, prefix=request.prefix, suffix=request.suffix, chunks=request.context,
                      budget=request.context_tokens, path=request.path, language=request.language, repo=request.repo,
-                     template=template, suffix_as_context=use_suffix)
+                     template=template, suffix_as_context=use_suffix,
+                     sticky=self._shown.get(request.path, frozenset()))
+        self._shown[request.path] = frozenset(piece_key(q) for q in p.pieces)
+        self._shown.move_to_end(request.path)
+        while len(self._shown) > 64:
+            self._shown.popitem(last=False)
         return p.tokens, p.tail, p.context_tokens
 
     @property

@@ -159,3 +159,21 @@ def test_suffix_as_context_comes_before_the_document(gemma3):
     text = _text(gemma3, p.tokens[1:])
     assert text.index("return n + widget_total") < text.index("# r.py\n") < text.index(PREFIX)
     assert p.tail == toks
+
+
+def test_pieces_shown_last_time_stay_unless_a_clearly_better_one_comes(gemma3):
+    from midword.completion.context import piece_key
+
+    a = ContextChunk("def alpha_helper(widget_registry):\n    return widget_registry.total_size + max_size\n",
+                     path="a.py")
+    b = ContextChunk("def beta_helper(widget_registry, count):\n    return count\n", path="b.py")
+    prefix = "def report(widget_registry, count):\n    x = "
+    first, _ = select(gemma3, (a, b), prefix=prefix, budget=30)
+    assert [p.path for p in first] == ["b.py"]  # shares `count` too
+    sticky = frozenset(piece_key(p) for p in first)
+    typed = "def report(widget_registry, count):\n    x = widget_registry.total_size + max_size\n    y = "
+    assert [p.path for p in select(gemma3, (a, b), prefix=typed, budget=30)[0]] == ["a.py"]
+    assert [p.path for p in select(gemma3, (a, b), prefix=typed, budget=30, sticky=sticky)[0]] == ["b.py"]
+    # a definition of a name now used near the cursor is clearly better
+    called = typed + "alpha_helper(widget_registry)\n    z = "
+    assert [p.path for p in select(gemma3, (a, b), prefix=called, budget=30, sticky=sticky)[0]] == ["a.py"]
