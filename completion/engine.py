@@ -30,6 +30,7 @@ from .cpc import backoff, search_covers
 from .decode import StopRules, generate
 from .context import assemble, piece_key
 from .fim import template_for
+from .json_recovery import anchors
 from .multiline import plan as plan_lines
 from .types import MODES, Completion, CompletionRequest, GrammarSpec, Timings
 
@@ -40,6 +41,10 @@ MAX_PROMPT_TOKENS = 1536
 PROMPT_CUT_STEP = 256  # the prompt's start moves in steps, so consecutive keystrokes share a KV prefix
 _IDENT_TAIL = re.compile(r"[\w]*\Z")
 JSON_LANGUAGES = {"json", "jsonc", "json5"}
+# Re-anchoring a schema's constraint inside a document that breaks it (json_recovery.py):
+# containers tracked by the tolerant parse, and sub-schemas compiled and tried per request.
+RECOVERY_MAX_DEPTH = 256
+RECOVERY_MAX_ANCHORS = 4
 
 
 class CompletionEngine:
@@ -61,6 +66,8 @@ class CompletionEngine:
         self._grammars: OrderedDict[tuple, Grammar | None] = OrderedDict()
         self._constraints: OrderedDict[str, Constraint] = OrderedDict()
         self._doc_state: tuple | None = None  # (grammar fingerprint, prefix bytes, recognizer state)
+        # (schema text, JSON pointer) -> the anchored sub-schema's grammar, or the error it gave
+        self._anchored: OrderedDict[tuple[str, str], Grammar | str] = OrderedDict()
         self._fim = False  # the FIM template, looked up on first use
         self._shown: OrderedDict[str | None, frozenset] = OrderedDict()  # context pieces last shown, per path
         # Show a model without FIM the text after the cursor before the document
@@ -181,6 +188,48 @@ class CompletionEngine:
         self._doc_state = (fp, prefix, state)
         return state
 
+    def _reanchor(self, request: CompletionRequest, prefix: bytes, typed: bytes):
+        """(constraint, decode state, JSON pointer) for the innermost value around the
+        cursor whose sub-schema accepts the document from the value's start, when the
+        schema's grammar rejects the whole document; None if no such value."""
+        spec = request.grammar
+        if spec.kind != "json_schema" or not spec.source:
+            return None
+        try:
+            schema = json.loads(spec.source)
+        except ValueError:
+            return None
+        from .constraint import DecodeState
+
+        for value, sub in anchors(schema, prefix, max_depth=RECOVERY_MAX_DEPTH, max_anchors=RECOVERY_MAX_ANCHORS):
+            grammar = self._anchored_grammar(spec.source, value.pointer, sub)
+            if grammar is None:
+                continue
+            constraint = self._constraint(grammar)
+            try:
+                gstate = self._grammar_state(constraint, grammar, prefix[value.start:])
+            except ConstraintError:
+                continue
+            return constraint, DecodeState(typed=typed, grammar=gstate), value.pointer
+        return None
+
+    def _anchored_grammar(self, source: str, pointer: str, sub: dict) -> Grammar | None:
+        key = (source, pointer)
+        cached = self._anchored.get(key)
+        if cached is None:
+            try:
+                cached = _document_grammar(Grammar.from_json_schema(sub))
+            except (GrammarError, LimitExceeded, ValueError, RecursionError) as err:
+                cached = str(err)
+            self._anchored[key] = cached
+            while len(self._anchored) > 64:
+                _, dropped = self._anchored.popitem(last=False)
+                if isinstance(dropped, Grammar):
+                    self._release(dropped)
+        else:
+            self._anchored.move_to_end(key)
+        return cached if isinstance(cached, Grammar) else None
+
     # Completion ----------------------------------------------------------------------------
     def complete(self, request: CompletionRequest, *, cancelled=None, partial=None) -> Completion:
         """Complete `request`. `cancelled()` is polled between model calls; `partial(text,
@@ -207,9 +256,14 @@ class CompletionEngine:
 
                 state = DecodeState(typed=back.typed, grammar=gstate)
         except ConstraintError as err:
-            note = f"grammar not used: {err}"
-            constraint = self._constraint(None)
-            state = constraint.initial(back.typed)
+            recovered = self._reanchor(request, prefix, back.typed) if grammar is not None else None
+            if recovered is None:
+                note = f"grammar not used: {err}"
+                constraint = self._constraint(None)
+                state = constraint.initial(back.typed)
+            else:
+                constraint, state, pointer = recovered
+                note = f"grammar constrains {pointer} only: {err}"
         prompt, tail, context_tokens = self._assemble(request, back)
         timings.prompt_tokens, timings.context_tokens = len(prompt), context_tokens
         rng = np.random.default_rng(request.seed)

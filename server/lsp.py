@@ -21,7 +21,8 @@ the engine:
   one ready.
 
 `midword/status` carries `{state: "loading"|"ready"|"error"|"busy", message,
-lastLatencyMs}` for status bars; `midword/stats` (a request) returns counters for
+lastLatencyMs}` for status bars, and `grammar: {uri, note}` when how much of a document
+the grammar constrains changes; `midword/stats` (a request) returns counters for
 tests and benchmarks.
 """
 
@@ -137,6 +138,7 @@ class MidwordServer(LanguageServer):
         self.last_latency_ms: float | None = None
         self._pending_problems: list[str] = []
         self._logged_notes: set[tuple[str, str]] = set()
+        self._grammar_notes: dict[str, str] = {}  # uri -> the engine's last note on its grammar
         self._prefetch_timer: asyncio.TimerHandle | None = None
         self._progress_queue: asyncio.Queue | None = None
         self._progress_ids = itertools.count(1)
@@ -174,9 +176,11 @@ class MidwordServer(LanguageServer):
             self._logged_notes.add((key, message))
             self.log(message, kind)
 
-    def set_status(self, state: str, message: str = "") -> None:
+    def set_status(self, state: str, message: str = "", grammar: dict | None = None) -> None:
         self.status_state, self.status_message = state, message
         payload = {"state": state, "message": message, "lastLatencyMs": self.last_latency_ms}
+        if grammar is not None:
+            payload["grammar"] = grammar
         try:
             self.protocol.notify(STATUS, payload)
         except Exception:
@@ -430,9 +434,23 @@ class MidwordServer(LanguageServer):
         note = getattr(outcome.completion, "note", "")
         if note:  # e.g. the engine could not use the grammar; once per document and note
             self.log_once(doc.uri, f"{doc.uri}: {note}", types.MessageType.Warning)
+        self._report_grammar(doc.uri, note)
         if target is not None and self.settings.prefetch:
             self._schedule_prefetch(doc.uri, version, replace(request, prefix=target, single_line=False))
         return Answer(fit_to_line(outcome.completion, request.prefix), "model")
+
+    def _report_grammar(self, uri: str, note: str) -> None:
+        """Tells the client, in `midword/status`, when how much of a document the grammar
+        covers changes (all of it, one value of it, or none), so a status bar can say so."""
+        if self._grammar_notes.get(uri, "") == note:
+            return
+        if note:
+            self._grammar_notes[uri] = note
+            while len(self._grammar_notes) > 1_000:
+                self._grammar_notes.pop(next(iter(self._grammar_notes)))
+        else:
+            self._grammar_notes.pop(uri, None)
+        self.set_status(self.status_state, self.status_message, grammar={"uri": uri, "note": note})
 
     async def _wait(self, job) -> Outcome:
         try:

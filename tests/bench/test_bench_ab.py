@@ -11,7 +11,7 @@ from midword.bench.ab import format_ab, prepare_revision, source_root, summarize
 from midword.bench.masks import BenchInputError, FileResult
 from midword.engine.regex import ExprSet
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEV = ROOT.parent / "shared" / "data" / "maskbench-dev"
 
 needs_git = pytest.mark.skipif(not (ROOT / ".git").exists(), reason="not a git checkout")

@@ -36,21 +36,6 @@ def tok(request) -> Tokenizer:
     return _load(request.param)
 
 
-@pytest.fixture(scope="module")
-def llama3() -> Tokenizer:
-    return _load("llama3")
-
-
-@pytest.fixture(scope="module")
-def gemma3() -> Tokenizer:
-    return _load("gemma3")
-
-
-@pytest.fixture(scope="module")
-def cl100k() -> Tokenizer:
-    return _load("cl100k")
-
-
 def _chunks(tok: Tokenizer, max_parts: int):
     """Byte strings glued from vocabulary tokens, tricky fragments, text and raw bytes."""
 

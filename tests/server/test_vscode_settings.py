@@ -13,7 +13,7 @@ import pytest
 from midword.completion.types import MODES
 from midword.server.settings import _KEYS, Settings, _camel_value, parse_settings
 
-PACKAGE = Path(__file__).resolve().parents[1] / "vscode-client" / "package.json"
+PACKAGE = Path(__file__).resolve().parents[2] / "vscode-client" / "package.json"
 CLIENT_ONLY = {"serverCommand", "serverEnv", "trace.server"}  # the extension's, never sent
 
 

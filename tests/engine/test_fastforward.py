@@ -17,11 +17,6 @@ start: "{\"" ("orderId" | "orderName") "\":" INT "}"
 """
 
 
-@pytest.fixture(scope="module")
-def llama3():
-    return Tokenizer.from_pretrained("llama3")
-
-
 def spelled(tok, tokens):
     return [tok.token_bytes(t) for t in tokens]
 

@@ -122,13 +122,6 @@ def test_disk_cache_roundtrip(tmp_path):
     assert again.tokens_with_prefix(b"user") == trie.tokens_with_prefix(b"user")
 
 
-@pytest.fixture(scope="module")
-def llama3():
-    from midword.engine.tokenizer import Tokenizer
-
-    return Tokenizer.from_pretrained("llama3")
-
-
 def test_llama3_trie_queries(llama3, tmp_path):
     trie = TokenTrie.for_tokenizer(llama3, cache_dir=tmp_path)
     assert 1.5 < trie.num_nodes / len(trie.node_tokens) < 3.5

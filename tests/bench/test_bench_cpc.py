@@ -267,13 +267,21 @@ def test_capped_expansion_is_honest(model, prompt, max_nodes):
     full = B.expand_covers(model, prompt, typed)
     capped = B.expand_covers(model, prompt, typed, enumerate_all=False, want_best=True, max_nodes=max_nodes)
     assert capped.nodes <= max_nodes
-    if capped.complete:
-        return
+    # these caps stop the search before it can certify its best: it must say so
+    assert not capped.complete and not capped.certified
     # what is left unscored bounds what is missing from the total
     missing = math.exp(full.log_total) - math.exp(capped.log_total)
     assert math.exp(capped.log_frontier) >= missing - 1e-12
-    if capped.certified:
-        assert capped.best_text == full.best_text
+
+
+@pytest.mark.parametrize(("typed", "max_nodes"), [(b"abcab", 10), (b"cab", 3), (b"dab", 4), (b"abc", 3), (b"ab", 1)])
+def test_capped_expansion_that_certifies_picks_the_exact_best(model, prompt, typed, max_nodes):
+    full = B.expand_covers(model, prompt, typed)
+    capped = B.expand_covers(model, prompt, typed, enumerate_all=False, want_best=True, max_nodes=max_nodes)
+    # stopped early, yet certain: the unscored weight cannot overturn the best found
+    assert capped.certified and not capped.complete and capped.nodes < full.nodes
+    assert capped.best_text == full.best_text
+    assert math.exp(capped.log_frontier) >= math.exp(full.log_total) - math.exp(capped.log_total) - 1e-12
 
 
 def test_count_is_bounded(tok):

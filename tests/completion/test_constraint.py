@@ -14,11 +14,6 @@ from midword.engine.brackets import code_brackets_grammar
 from midword.engine.matcher import mask_to_ids
 
 
-@pytest.fixture(scope="module")
-def llama3():
-    return Tokenizer.from_pretrained("llama3")
-
-
 def spelled(tok, mask):
     return {tok.token_bytes(int(t)) for t in mask_to_ids(mask, tok.vocab_size) if not tok.is_special(int(t))}
 

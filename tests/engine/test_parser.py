@@ -137,11 +137,10 @@ def test_row_item_limit_is_a_limit_error():
         EarleyParser(b.build(s), Limits(max_items_per_row=100))
 
 
-def test_json_schema_grammars_flagged_all_productive_are():
+def test_json_schema_grammars_flagged_all_productive_are(maskbench_dev):
     # The parser trusts the flag and skips its own analysis: check the flag on the
     # MaskBench development schemas (recursive $refs, contradictions pruned away).
     import json
-    from pathlib import Path
 
     from midword.engine.grammar import Grammar
     from midword.engine.limits import GrammarError
@@ -149,9 +148,8 @@ def test_json_schema_grammars_flagged_all_productive_are():
 
     from midword.engine.parser import flatten_rules, mark_derivers_py
 
-    dev = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench-dev"
-    files = sorted(dev.glob("*.json"))[:120]
-    assert files, f"MaskBench development set missing at {dev}"
+    files = sorted(maskbench_dev.glob("*.json"))[:120]
+    assert files, f"MaskBench development set empty at {maskbench_dev}"
     checked = 0
     for path in files:
         try:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from midword.bench.lsp import add_lsp_bench_arguments, format_report, percentile, run_lsp_bench
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_percentile():

@@ -36,9 +36,7 @@ from midword.bench.masks import (
 )
 from midword.bench.peers import CompileFailed, EngineAdapter, TokenizerSpec, token_allowed
 
-DEV = Path(__file__).resolve().parents[2] / "shared" / "data" / "maskbench-dev"
-if not DEV.is_dir():
-    DEV = Path("/work/shared/data/maskbench-dev")
+DEV = Path(__file__).resolve().parents[3] / "shared" / "data" / "maskbench-dev"
 
 EOS = 63
 VOCAB = 64
