@@ -631,8 +631,8 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: MidwordServer, params: types.DidChangeTextDocumentParams):
-        ls.context.note_change(unquote(params.text_document.uri), params.content_changes)
         ls.on_did_change(params.text_document.uri, params.text_document.version)
+        ls.context.note_change(unquote(params.text_document.uri), params.content_changes)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: MidwordServer, params: types.DidCloseTextDocumentParams):
