@@ -38,9 +38,10 @@ from __future__ import annotations
 
 import keyword
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
-from typing import Iterable, Sequence
+from itertools import pairwise
 
 from .fim import FimTemplate
 from .types import ContextChunk
@@ -71,7 +72,7 @@ _DEFINES = re.compile(
     r"^[ \t]*(?:export\s+)?(?:async\s+)?(?:def|class|function|fn|func|struct|enum|interface|type|trait)\s+"
     r"([A-Za-z_][A-Za-z0-9_]*)"
     r"|^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=\n]*)?=(?!=)",
-    re.M)
+    re.MULTILINE)
 _DEF_LINE = re.compile(
     r"(?:export\s+)?(?:async\s+)?(?:def|class|function|fn|func|struct|enum|interface|impl|trait)\b|@")
 _HASH_COMMENT = {"python", "py", "pyi", "ruby", "rb", "shellscript", "sh", "bash", "zsh", "yaml", "yml", "toml",
@@ -159,7 +160,7 @@ def _pieces_of(text: str, kind: str) -> tuple[tuple[int, str, frozenset, frozens
             prev_blank = not s
         starts.append(len(lines))
         spans = []
-        for a, b in zip(starts, starts[1:]):
+        for a, b in pairwise(starts):
             if spans and (b - spans[-1][0]) <= MERGE_LINES:
                 spans[-1] = (spans[-1][0], b)
             else:
@@ -284,7 +285,7 @@ def _groups(pieces: list[Piece]) -> list[tuple[str | None, str]]:
     groups = []
     for path, ps in out:
         text = ps[0].text
-        for a, b in zip(ps, ps[1:]):
+        for a, b in pairwise(ps):
             adjacent = a.source == b.source and b.line == a.line + a.text.count("\n")
             text += b.text if adjacent else "\n" + b.text
         groups.append((path, text))
@@ -299,7 +300,7 @@ def _render(tokenizer, template: FimTemplate | None, pieces: list[Piece], commen
             repo: str | None) -> list[int]:
     """Tokens of the context pieces (no document, no suffix)."""
     groups = _groups(pieces)
-    enc = lambda s: list(_encode(tokenizer, s)) if s else []  # noqa: E731
+    enc = lambda s: list(_encode(tokenizer, s)) if s else []
     if template is not None and template.family in ("qwen", "starcoder") and template.file_sep is not None:
         out = []
         if repo and template.repo_name is not None:
@@ -373,7 +374,7 @@ def assemble(tokenizer, prefix_tokens: Sequence[int], *, prefix: str, suffix: st
     comment = comment_for(language, path)
     pieces, ctx = select(tokenizer, chunks, prefix=prefix, suffix=suffix, budget=budget, path=path,
                          language=language, template=template, repo=repo, sticky=sticky)
-    enc = lambda s: list(_encode(tokenizer, s)) if s else []  # noqa: E731
+    enc = lambda s: list(_encode(tokenizer, s)) if s else []
     here = path or "this file"
     if template is None:
         extra = ctx

@@ -26,9 +26,9 @@ from midword.engine.limits import GrammarError, LimitExceeded
 from midword.engine.recognizer import Recognizer
 
 from .constraint import Constraint, ConstraintError
+from .context import assemble, piece_key
 from .cpc import backoff, search_covers
 from .decode import StopRules, generate
-from .context import assemble, piece_key
 from .fim import template_for
 from .json_recovery import anchors
 from .multiline import plan as plan_lines

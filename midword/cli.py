@@ -185,7 +185,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
         from midword.bench.cpc_repo import add_repo_arguments, run_repo
 
         add_repo_arguments(cpc)  # --repo PKG: the repository setting (workspace context off and on)
-        cpc.set_defaults(func=lambda args, _plain=cpc.get_default("func"): (run_repo if args.repo else _plain)(args))
+        plain_cpc = cpc.get_default("func")
+        cpc.set_defaults(func=lambda args: (run_repo if args.repo else plain_cpc)(args))
     if wanted[:2] == ["bench", "lsp"]:
         from midword.bench.lsp import add_lsp_bench_arguments, run_lsp_bench
 

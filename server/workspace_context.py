@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from collections import OrderedDict
-from typing import Iterable
+from collections.abc import Iterable
 
 from midword.completion.types import ContextChunk
 

@@ -4,10 +4,9 @@ that writes a given text."""
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
-
 from midword.completion.model import BranchScore, ModelStats
 from midword.engine import Tokenizer
 
@@ -32,7 +31,7 @@ FAMILY_SPECIALS = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def fim_tokenizer(family: str) -> Tokenizer:
     from tokenizers import Tokenizer as HFTokenizer
     from tokenizers import decoders, models, pre_tokenizers, trainers

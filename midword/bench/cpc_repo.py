@@ -34,7 +34,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from midword.bench.cpc import BenchError, Case, line_match, percentile, word_match, word_spans, _read_source
+from midword.bench.cpc import (
+    BenchError,
+    Case,
+    _read_source,
+    line_match,
+    percentile,
+    word_match,
+    word_spans,
+)
 
 SETTINGS = ("off", "on", "suffix")
 DEFAULT_MODES = "naive,cpc"
@@ -160,8 +168,8 @@ def summarize(records: list[dict], settings, modes) -> dict:
 
 
 def format_table(table: dict) -> str:
-    lines = [f"{'setting/mode':<14} {'em_word':>8} {'em_line':>8} {'prompt':>7} {'context':>8} {'p50 ms':>8} "
-             f"{'p95 ms':>8}"]
+    lines = [(f"{'setting/mode':<14} {'em_word':>8} {'em_line':>8} {'prompt':>7} {'context':>8} {'p50 ms':>8} "
+              f"{'p95 ms':>8}")]
     for key, s in table.items():
         lines.append(f"{key:<14} {s['em_word']:>8.3f} {s['em_line']:>8.3f} {s['prompt']:>7.0f} {s['context']:>8.0f} "
                      f"{s['latency_p50_ms']:>8.0f} {s['latency_p95_ms']:>8.0f}")
@@ -211,7 +219,7 @@ def run_repo(args, *, engine=None) -> int:
             return 2
     settings = SETTINGS if args.suffix else SETTINGS[:2]
     records = []
-    dump = open(args.dump, "w", encoding="utf-8") if args.dump else None
+    dump = open(args.dump, "w", encoding="utf-8") if args.dump else None  # noqa: SIM115 - closed below
     try:
         for k, rc in enumerate(cases, 1):
             res = run_case(engine, rc, settings, modes, files, args)

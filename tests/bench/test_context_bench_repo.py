@@ -7,10 +7,15 @@ import argparse
 
 import pytest
 from fim_support import MiddleModel, fim_tokenizer
+from midword.completion.engine import CompletionEngine
 
 from midword.bench.cpc import add_cpc_arguments
-from midword.bench.cpc_repo import add_repo_arguments, package_files, run_repo, sample_cases
-from midword.completion.engine import CompletionEngine
+from midword.bench.cpc_repo import (
+    add_repo_arguments,
+    package_files,
+    run_repo,
+    sample_cases,
+)
 
 UTIL = '''def frobnicate_widget_count(widget_registry):
     return len(widget_registry)

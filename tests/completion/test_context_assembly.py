@@ -4,7 +4,6 @@ token budget, and the layout per model family without FIM (comment headers)."""
 from __future__ import annotations
 
 import pytest
-
 from midword.completion.context import (
     assemble,
     comment_for,
@@ -140,7 +139,7 @@ def test_context_is_stable_across_keystrokes_and_new_chunks_go_last(gemma3):
     the cursor, and a newer chunk leaves the older chunks' tokens where they were."""
     old = ContextChunk(UTIL, path="pkg/util.py", time=1.0, kind="document")
     edit = ContextChunk("def frobnicate_all(widget_registry):\n    pass\n", path="pkg/more.py", time=2.0, kind="edit")
-    args = dict(budget=1024, path="pkg/report.py", language="python")
+    args = {"budget": 1024, "path": "pkg/report.py", "language": "python"}
     p1 = assemble(gemma3, gemma3.encode(PREFIX), prefix=PREFIX, chunks=(old,), **args)
     typed = PREFIX + "nic"
     p2 = assemble(gemma3, gemma3.encode(typed), prefix=typed, chunks=(old,), **args)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 from fim_support import MiddleModel, fim_tokenizer, special_id
-
 from midword.completion.context import assemble
 from midword.completion.engine import CompletionEngine
 from midword.completion.fim import detect

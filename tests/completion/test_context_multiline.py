@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from fim_support import MiddleModel, fim_tokenizer
-
 from midword.completion.engine import CompletionEngine
 from midword.completion.multiline import Block, block_end, plan, trim_block
 from midword.completion.types import CompletionRequest, GrammarSpec

@@ -4,7 +4,6 @@ document, and used nowhere in this one, is completed once that document is conte
 from __future__ import annotations
 
 import pytest
-
 from midword.completion.types import CompletionRequest, ContextChunk, GrammarSpec
 
 pytestmark = pytest.mark.slow
