@@ -21,6 +21,7 @@ import numpy as np
 from midword.engine.matcher import mask_to_ids
 
 from .constraint import Constraint, DecodeState
+from .multiline import block_end, trim_block
 
 SPARSE_HEAD_LIMIT = 4096  # allowed tokens up to which only their logits are computed
 
@@ -33,6 +34,7 @@ class StopRules:
     time_budget_s: float = 2.0
     cancelled: object = None  # callable -> bool
     on_text: object = None  # callable(inserted bytes so far), after every step
+    block: object = None  # a multiline.Block: complete a block, ending by indentation
 
 
 @dataclass
@@ -126,7 +128,10 @@ def _stop_reason(gen: Generation, rules: StopRules, started: float) -> str:
         return "newline"
     if rules.suffix_line and _suffix_at(text, rules.suffix_line.encode("utf-8")) >= 0:
         return "suffix"
-    if not rules.single_line and b"\n\n" in text:
+    if rules.block is not None:
+        if block_end(text, rules.block) >= 0:
+            return "block_end"
+    elif not rules.single_line and b"\n\n" in text:
         return "blank_line"
     if len(gen.tokens) >= rules.max_tokens:
         return "max_tokens"
@@ -160,7 +165,9 @@ def _suffix_at(text: bytes, suffix: bytes) -> int:
 
 
 def _trim(text: bytes, rules: StopRules, gen: Generation) -> bytes:
-    if rules.single_line:
+    if rules.block is not None:
+        text = trim_block(text, rules.block, cut_off=gen.stop_reason in ("max_tokens", "time"))
+    elif rules.single_line:
         nl = text.find(b"\n")
         if nl >= 0:
             text = text[:nl]

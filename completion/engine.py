@@ -26,9 +26,12 @@ from midword.engine.limits import GrammarError, LimitExceeded
 from midword.engine.recognizer import Recognizer
 
 from .constraint import Constraint, ConstraintError
+from .context import assemble, piece_key
 from .cpc import backoff, search_covers
 from .decode import StopRules, generate
+from .fim import template_for
 from .json_recovery import anchors
+from .multiline import plan as plan_lines
 from .types import MODES, Completion, CompletionRequest, GrammarSpec, Timings
 
 # Decode steps stream the weights from memory; int8 reads a quarter of float32's bytes
@@ -69,6 +72,11 @@ class CompletionEngine:
         self._doc_state: tuple | None = None  # (grammar fingerprint, prefix bytes, recognizer state)
         # (schema text, JSON pointer) -> the anchored sub-schema's grammar, or the error it gave
         self._anchored: OrderedDict[tuple[str, str], Grammar | str] = OrderedDict()
+        self._fim = False  # the FIM template, looked up on first use
+        self._shown: OrderedDict[str | None, frozenset] = OrderedDict()  # context pieces last shown, per path
+        # Show a model without FIM the text after the cursor before the document
+        # (context.py). Off: `midword bench cpc --repo` measured it (see the report).
+        self.suffix_context = False
 
     # Model ------------------------------------------------------------------------------
     def load(self, progress=None) -> None:
@@ -161,6 +169,8 @@ class CompletionEngine:
         c = self._constraints.get(key)
         if c is None:
             c = Constraint(self.tokenizer, grammar)
+            if self.fim_template is not None:  # the tokens a FIM model ends its middle with
+                c.eos = c.eos | self.fim_template.stop
             self._constraints[key] = c
             while len(self._constraints) > 16:
                 self._constraints.popitem(last=False)
@@ -261,7 +271,8 @@ class CompletionEngine:
             else:
                 constraint, state, pointer = recovered
                 note = f"grammar constrains {pointer} only: {err}"
-        prompt = self._prompt(back.stable)
+        prompt, tail, context_tokens = self._assemble(request, back)
+        timings.prompt_tokens, timings.context_tokens = len(prompt), context_tokens
         rng = np.random.default_rng(request.seed)
         initial: list[int] = []
         t0 = time.perf_counter()
@@ -273,7 +284,7 @@ class CompletionEngine:
         budget_started = time.perf_counter()
         if request.mode == "cpc" and back.typed:
             t0 = time.perf_counter()
-            search = search_covers(model, tok, prompt, back.stable, back.typed,
+            search = search_covers(model, tok, prompt, tail, back.typed,
                                    lambda rest: constraint.candidates_after(state.grammar, rest),
                                    exhaustive=request.temperature > 0, cancelled=cancelled)
             cover = search.pick(tok, request.temperature, rng)
@@ -289,9 +300,11 @@ class CompletionEngine:
         def on_text(inserted: bytes) -> None:
             partial(word + _complete_utf8(inserted), replace_start)
 
+        single_line, block = plan_lines(request.prefix, request.suffix, request.multiline, request.single_line)
         rules = StopRules(
             max_tokens=request.max_tokens,
-            single_line=request.single_line,
+            single_line=single_line,
+            block=block,
             suffix_line=request.suffix.split("\n", 1)[0].strip(),
             time_budget_s=request.time_budget_s,
             cancelled=cancelled,
@@ -308,6 +321,34 @@ class CompletionEngine:
         timings.total_ms = (time.perf_counter() - started) * 1e3
         return Completion(text=word + inserted, replace_start=replace_start,
                           stop_reason=gen.stop_reason or "done", timings=timings, note=note)
+
+    def _assemble(self, request: CompletionRequest, back) -> tuple[list[int], list[int], int]:
+        """(prompt, the tokens before the cursor in the prompt's last segment, context tokens):
+        workspace context, the FIM layout and the suffix around the windowed prefix
+        (context.py); the plain prompt when there is none of them."""
+        template = self.fim_template
+        use_suffix = self.suffix_context and bool(request.suffix.strip())
+        if template is None and not use_suffix and (not request.context or request.context_tokens <= 0):
+            return self._prompt(back.stable), back.stable, 0
+        window = self._prompt(back.stable)
+        bos = self.tokenizer.bos_token_id
+        body = window[1:] if bos is not None and window[:1] == [bos] else window
+        p = assemble(self.tokenizer, body, prefix=request.prefix, suffix=request.suffix, chunks=request.context,
+                     budget=request.context_tokens, path=request.path, language=request.language, repo=request.repo,
+                     template=template, suffix_as_context=use_suffix,
+                     sticky=self._shown.get(request.path, frozenset()))
+        self._shown[request.path] = frozenset(piece_key(q) for q in p.pieces)
+        self._shown.move_to_end(request.path)
+        while len(self._shown) > 64:
+            self._shown.popitem(last=False)
+        return p.tokens, p.tail, p.context_tokens
+
+    @property
+    def fim_template(self):
+        """The model's fill-in-the-middle template (fim.py), or None (Gemma 3 has none)."""
+        if self._fim is False:
+            self._fim = template_for(self.tokenizer)
+        return self._fim
 
     def _prompt(self, stable: list[int]) -> list[int]:
         if len(stable) > MAX_PROMPT_TOKENS:

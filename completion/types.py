@@ -11,6 +11,11 @@ from typing import Literal
 
 Mode = Literal["naive", "heal1", "align", "cpc"]
 MODES: tuple[str, ...] = ("naive", "heal1", "align", "cpc")
+ChunkKind = Literal["document", "edit", "definition", "snippet"]
+CHUNK_KINDS: tuple[str, ...] = ("document", "edit", "definition", "snippet")
+Multiline = Literal["never", "auto", "always"]
+MULTILINE: tuple[str, ...] = ("never", "auto", "always")
+DEFAULT_CONTEXT_TOKENS = 1024
 
 
 @dataclass(frozen=True)
@@ -24,6 +29,42 @@ class GrammarSpec:
 
     kind: Literal["auto", "none", "lark", "json_schema", "regex"] = "auto"
     source: str | None = None
+
+
+@dataclass(frozen=True)
+class ContextChunk:
+    """Text from outside the document being completed that the prompt may show the model.
+
+    text: the code itself (a whole file, a region, a definition).
+    path: the file it comes from, as the user would name it (workspace-relative is best);
+      shown in the prompt's file header, and used to group and order chunks.
+    time: when it was last edited or opened, in seconds (any clock, larger is more recent);
+      None for "unknown". Recency is part of the ranking.
+    kind: "document" (a whole open file: split into pieces at top-level definitions and
+      ranked piece by piece), "edit" (a region the user recently edited), "definition"
+      (a definition of a name near the cursor, found by the caller), "snippet" (anything
+      else, e.g. llama.cpp's `input_extra` or Tabby's `relevant_snippets_from_changed_files`).
+
+    Front ends build these from their own input, e.g. for llama.cpp's `input_extra` items
+    `ContextChunk(item["text"], path=item.get("filename"))`, for Tabby's `declarations`
+    `ContextChunk(d["body"], path=d["filepath"], kind="definition")`.
+    """
+
+    text: str
+    path: str | None = None
+    time: float | None = None
+    kind: ChunkKind = "snippet"
+
+    def __post_init__(self):
+        if not isinstance(self.text, str):
+            raise TypeError(f"ContextChunk.text must be a string, got {type(self.text).__name__}")
+        if self.path is not None and not isinstance(self.path, str):
+            raise TypeError(f"ContextChunk.path must be a string or None, got {type(self.path).__name__}")
+        if self.time is not None and (isinstance(self.time, bool) or not isinstance(self.time, (int, float))
+                                      or self.time != self.time):
+            raise TypeError(f"ContextChunk.time must be a number or None, got {self.time!r}")
+        if self.kind not in CHUNK_KINDS:
+            raise ValueError(f"ContextChunk.kind must be one of {', '.join(CHUNK_KINDS)}, got {self.kind!r}")
 
 
 @dataclass(frozen=True)
@@ -41,6 +82,16 @@ class CompletionRequest:
     # request in a large file would otherwise spend its whole budget there.
     time_budget_s: float = 2.0
     seed: int | None = None
+    # Workspace context (completion/context.py): chunks from other files, ranked and cut
+    # to `context_tokens` tokens of prompt, shown before the document.
+    context: tuple[ContextChunk, ...] = ()
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    path: str | None = None  # the document's own path, for its file header
+    repo: str | None = None  # the repository's name, for models trained with one
+    # Lines: "never" completes as `single_line` says; "auto" completes a block after a
+    # block opener or on an empty line and one line elsewhere; "always" completes a block.
+    # A block stops at the first line indented less than it (completion/multiline.py).
+    multiline: Multiline = "never"
 
 
 @dataclass
@@ -53,6 +104,8 @@ class Timings:
     forward_passes: int = 0
     tokens_generated: int = 0
     tokens_forced: int = 0
+    prompt_tokens: int = 0  # tokens the model read before the completion
+    context_tokens: int = 0  # of those, tokens of workspace context (other files, the suffix)
 
 
 @dataclass

@@ -208,6 +208,11 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
 
         add_cpc_arguments(cpc)
         cpc.set_defaults(func=run_cpc)
+        from midword.bench.cpc_repo import add_repo_arguments, run_repo
+
+        add_repo_arguments(cpc)  # --repo PKG: the repository setting (workspace context off and on)
+        plain_cpc = cpc.get_default("func")
+        cpc.set_defaults(func=lambda args: (run_repo if args.repo else plain_cpc)(args))
     if wanted[:2] == ["bench", "lsp"]:
         from midword.bench.lsp import add_lsp_bench_arguments, run_lsp_bench
 

@@ -54,6 +54,7 @@ from .grammar_choice import (Choice, GrammarResolver, document_language, fallbac
                              uri_to_path)
 from .positions import choose_encoding
 from .settings import SECTION, Settings, parse_settings, section_of
+from .workspace_context import WorkspaceContext
 from .worker import EngineFactory, Event, ModelWorker, Outcome
 
 log = logging.getLogger(__name__)
@@ -174,6 +175,7 @@ class MidwordServer(LanguageServer):
         self._progress_task: asyncio.Task | None = None
         # grammars whose compilation or use failed -> the message shown; they fall back
         self._broken_grammars: dict[GrammarSpec, str] = {}
+        self.context = WorkspaceContext()  # open documents and recent edits for the prompt
 
     # -- documents -------------------------------------------------------------------------
 
@@ -423,7 +425,18 @@ class MidwordServer(LanguageServer):
             mode=s.mode,
             single_line=single_line,
             time_budget_s=s.time_budget_ms / 1000.0,
+            **self._context_fields(doc, single_line),
         )
+
+    def _context_fields(self, doc: Document, single_line: bool) -> dict:
+        """Workspace context and the line mode of a request (completion/context.py)."""
+        root = self.workspace.root_path
+        chunks = ()
+        if self.settings.context_tokens > 0:
+            chunks = self.context.chunks(((u, d.source) for u, d in self.workspace.text_documents.items()),
+                                         unquote(doc.uri), root)
+        return dict(context=chunks, context_tokens=self.settings.context_tokens,
+                    path=self.context.path_of(doc.uri, root), multiline="never" if single_line else "always")
 
     async def complete(self, doc: Document, offset: int, *, single_line: bool) -> Answer:
         """A completion at `offset` of `doc` (or none) and where it came from. Raises
@@ -627,6 +640,7 @@ class MidwordServer(LanguageServer):
 
     def on_did_close(self, uri: str) -> None:
         self.cache.forget(uri)
+        self.context.forget(unquote(uri))
         if self.worker is not None:
             self.worker.cancel_stale(uri, None)
 
@@ -728,6 +742,7 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: MidwordServer, params: types.DidChangeTextDocumentParams):
         ls.on_did_change(params.text_document.uri, params.text_document.version)
+        ls.context.note_change(unquote(params.text_document.uri), params.content_changes)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: MidwordServer, params: types.DidCloseTextDocumentParams):
@@ -754,7 +769,9 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
         if doc is None:
             return types.InlineCompletionList(items=[])
         cursor = doc.offset_of(params.position)
-        multi = wants_multiline(doc.source[:cursor], doc.source[cursor:cursor + 200])
+        lines = ls.settings.multiline
+        multi = lines == "always" or (lines == "auto" and wants_multiline(doc.source[:cursor],
+                                                                           doc.source[cursor:cursor + 200]))
         result = await ls.complete(doc, cursor, single_line=not multi)
         return inline_list(doc, result, cursor)
 

@@ -16,6 +16,8 @@ and the previous value stays, so one typo never disables the rest (or the server
 | `prefetch` | bool | true | complete the accepted text ahead while the user is idle |
 | `prefetchDelayMs` | int 0..10000 | 250 | idle time before a prefetch |
 | `timeBudgetMs` | int 10..60000 | 2000 | wall-clock budget of one completion, after prefilling a new prompt |
+| `multiline` | `auto`/`never`/`always` | `auto` | inline completions: a block after a block opener or on an empty line (`auto`), one line (`never`), a block (`always`) |
+| `contextTokens` | int 0..8192 | 1024 | prompt tokens for other open documents and recent edits (0: none) |
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from midword.completion.types import MODES
+from midword.completion.types import DEFAULT_CONTEXT_TOKENS, MODES, MULTILINE
 
 SECTION = "midword"
 _GRAMMAR_KINDS = ("auto", "none", "json")
@@ -43,6 +45,8 @@ class Settings:
     prefetch: bool = True
     prefetch_delay_ms: int = 250
     time_budget_ms: int = 2000
+    multiline: str = "auto"
+    context_tokens: int = DEFAULT_CONTEXT_TOKENS
 
 
 def _show(value: Any) -> str:
@@ -91,6 +95,12 @@ def _mode(key: str, value: Any) -> str:
     return value
 
 
+def _multiline(key: str, value: Any) -> str:
+    if value not in MULTILINE:
+        raise ValueError(f"{SECTION}.{key} must be one of {', '.join(MULTILINE)}, got {_show(value)}")
+    return value
+
+
 def _grammars(key: str, value: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict):
         raise ValueError(
@@ -121,6 +131,8 @@ _KEYS = {
     "prefetch": ("prefetch", _bool),
     "prefetchDelayMs": ("prefetch_delay_ms", _int(0, 10_000)),
     "timeBudgetMs": ("time_budget_ms", _int(10, 60_000)),
+    "multiline": ("multiline", _multiline),
+    "contextTokens": ("context_tokens", _int(0, 8192)),
 }
 
 
