@@ -43,15 +43,14 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from midword import __version__
-from midword.completion.types import MODES, Completion, CompletionRequest, GrammarSpec
+from midword.completion.types import MODES, Completion, CompletionRequest, ContextChunk, GrammarSpec
 
 from .cache import CompletionCache, answer_may_serve, request_key
 from .editing import wants_multiline
-from .grammar_choice import GrammarResolver, document_language, is_json_document, schema_reference
+from .grammar_choice import GrammarResolver, document_language, schema_reference
 from .http_formats import (
     SSE_DONE,
     BadRequest,
-    Chunk,
     compact_json,
     cut_at_indent,
     cut_at_stop,
@@ -97,7 +96,7 @@ class HttpConfig:
     max_body_bytes: int = 4 * 1024 * 1024
     max_tokens: int = 48  # when a request names none
     time_budget_s: float = 2.0
-    context_chars: int = 4096  # of input_extra / snippets / repository context put before the document
+    context_tokens: int = 1024  # of input_extra / snippets / repository context the prompt may show
 
 
 class Unavailable(Exception):
@@ -122,7 +121,7 @@ class Ask:
     suffix: str = ""
     language: str | None = None
     filename: str | None = None
-    context: list[Chunk] = field(default_factory=list)
+    context: list[ContextChunk] = field(default_factory=list)
     max_tokens: int = 48
     temperature: float = 0.0
     mode: str = "cpc"
@@ -180,8 +179,9 @@ class Metrics:
 
 
 class WorkspaceResolver(GrammarResolver):
-    """The LSP's grammar choice, reading files only inside the workspace: a request's
-    `$schema` or file path must not open anything else."""
+    """The LSP's grammar choice with the workspace as its one folder: `choose(...,
+    root=self.root)` reads files only inside it, and a request's file path is taken
+    relative to it (`inside`)."""
 
     def __init__(self, workspace: str | None):
         super().__init__()
@@ -192,33 +192,6 @@ class WorkspaceResolver(GrammarResolver):
             return None
         real = os.path.realpath(os.path.join(self.root, path))
         return real if real == self.root or real.startswith(self.root.rstrip(os.sep) + os.sep) else None
-
-    def read(self, path: str) -> str:
-        real = self.inside(path)
-        if real is None:
-            raise ValueError(f"{path} is outside the workspace; the HTTP server reads no other files")
-        return super().read(real)
-
-
-def _context_text(chunks: list[Chunk], budget: int, language: str | None) -> str:
-    """Context chunks as text before the document, newest (last) first within the
-    budget, and only those that close every bracket they open: the code grammar reads
-    the brackets open at the cursor from the text before it."""
-    if not chunks or budget <= 0:
-        return ""
-    from midword.engine.brackets import open_context_at
-
-    kept: list[str] = []
-    used = 0
-    for chunk in reversed(chunks):
-        text = chunk.text if chunk.text.endswith("\n") else chunk.text + "\n"
-        if not text.strip() or used + len(text) > budget:
-            continue
-        if open_context_at(text, language):
-            continue
-        kept.append(text)
-        used += len(text)
-    return "".join(reversed(kept)) + ("\n" if kept else "")
 
 
 # --------------------------------------------------------------------------------------
@@ -283,12 +256,12 @@ class HttpService:
             doc_path = self.grammars.inside(ask.filename or "untitled")
             spec = self.grammars.choose(path=doc_path, language_id=language, text=ask.prefix + ask.suffix,
                                         settings=Settings(), root=self.grammars.root).spec
-        whole_document = spec.kind in ("lark", "json_schema", "regex") or is_json_document(language, ask.filename)
-        context = "" if whole_document else _context_text(ask.context, self.config.context_chars, language)
         single = ask.single_line if ask.single_line is not None else not wants_multiline(ask.prefix, ask.suffix)
-        return CompletionRequest(prefix=context + ask.prefix, suffix=ask.suffix, language=language, grammar=spec,
+        return CompletionRequest(prefix=ask.prefix, suffix=ask.suffix, language=language, grammar=spec,
                                  max_tokens=ask.max_tokens, temperature=ask.temperature, mode=ask.mode,
-                                 single_line=single, time_budget_s=self.config.time_budget_s, seed=ask.seed)
+                                 single_line=single, time_budget_s=self.config.time_budget_s, seed=ask.seed,
+                                 context=tuple(ask.context), context_tokens=self.config.context_tokens,
+                                 path=ask.filename)
 
     async def complete(self, ask: Ask, request: Request) -> Result:
         """The answer to `ask`; Unavailable when it cannot run now, Disconnected when the

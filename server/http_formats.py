@@ -18,6 +18,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from midword.completion.types import ChunkKind, ContextChunk
+
 _MISSING = object()
 
 
@@ -164,13 +166,7 @@ def get_list(body: dict, name: str, *, where: str = "") -> list:
 # context chunks
 
 
-@dataclass(frozen=True)
-class Chunk:
-    text: str
-    filename: str | None = None
-
-
-def infill_extra(body: dict) -> list[Chunk]:
+def infill_extra(body: dict) -> list[ContextChunk]:
     """llama.cpp's `input_extra`: `[{text, filename?, time?}]`. `time` is whatever the
     client keeps (a number, a string, llama.vim's `reltime()` list) and is not used."""
     chunks = []
@@ -179,20 +175,22 @@ def infill_extra(body: dict) -> list[Chunk]:
             raise BadRequest(f'"input_extra[{i}]" must be an object with "text", got {type_name(item)}')
         text = get_str(item, "text", where=f"input_extra[{i}].")
         filename = get_str(item, "filename", None, where=f"input_extra[{i}].")
-        chunks.append(Chunk(text, filename))
+        chunks.append(ContextChunk(text, path=filename))
     return chunks
 
 
-def tabby_snippets(segments: dict) -> list[Chunk]:
+def tabby_snippets(segments: dict) -> list[ContextChunk]:
     """Tabby's declarations and relevant snippets, each `{filepath, body}`."""
     chunks = []
-    for key in ("declarations", "relevant_snippets_from_changed_files",
-                "relevant_snippets_from_recently_opened_files"):
+    kinds: dict[str, ChunkKind] = {"declarations": "definition", "relevant_snippets_from_changed_files": "edit",
+                                   "relevant_snippets_from_recently_opened_files": "snippet"}
+    for key, kind in kinds.items():
         for i, item in enumerate(get_list(segments, key, where="segments.")):
             where = f"segments.{key}[{i}]."
             if not isinstance(item, dict):
                 raise BadRequest(f'"{where[:-1]}" must be an object with "body"')
-            chunks.append(Chunk(get_str(item, "body", where=where), get_str(item, "filepath", None, where=where)))
+            chunks.append(ContextChunk(get_str(item, "body", where=where),
+                                       path=get_str(item, "filepath", None, where=where), kind=kind))
     return chunks
 
 
@@ -204,7 +202,7 @@ def tabby_snippets(segments: dict) -> list[Chunk]:
 class FimPrompt:
     prefix: str
     suffix: str
-    context: list[Chunk]
+    context: list[ContextChunk]
     filename: str | None = None
     family: str = "plain"
 
@@ -259,7 +257,7 @@ def parse_fim_prompt(prompt: str, suffix: str | None = None) -> FimPrompt:
             fim_suffix = prompt[s + len("<SUF>"):m if m >= 0 else len(prompt)]
             fim_suffix = fim_suffix[:-1] if m >= 0 and fim_suffix.endswith(" ") else fim_suffix
             head = prompt[:p]
-            context = [Chunk(head)] if head.strip() else []
+            context = [ContextChunk(head)] if head.strip() else []
             return FimPrompt(prefix, fim_suffix + given_suffix, context, None, "codellama")
     # Tabby's FIM_TEMPLATE for its openai/completion backend: "{prefix}<|FIM|>{suffix}"
     if TABBY_FIM in prompt:
@@ -271,25 +269,25 @@ def parse_fim_prompt(prompt: str, suffix: str | None = None) -> FimPrompt:
         p = prompt.find("[PREFIX]", s)
         if p >= 0:
             head = prompt[:s]
-            context = [Chunk(head)] if head.strip() else []
+            context = [ContextChunk(head)] if head.strip() else []
             return FimPrompt(prompt[p + len("[PREFIX]"):], prompt[s + len("[SUFFIX]"):p] + given_suffix, context,
                              None, "codestral")
     return FimPrompt(prompt, given_suffix, [], None, "plain")
 
 
-def _repo_context(head: str, file_sep: str | None, repo_name: str | None) -> tuple[list[Chunk], str | None]:
+def _repo_context(head: str, file_sep: str | None, repo_name: str | None) -> tuple[list[ContextChunk], str | None]:
     if not head.strip():
         return [], None
     if file_sep is None or file_sep not in head:
         text = head.split(repo_name, 1)[-1].split("\n", 1)[-1] if repo_name and head.startswith(repo_name) else head
-        return ([Chunk(text)] if text.strip() else []), None
+        return ([ContextChunk(text)] if text.strip() else []), None
     parts = head.split(file_sep)
     chunks, filename = [], None
     for part in parts[1:]:
         name, _, code = part.partition("\n")
         name = name.strip() or None
         if code.strip():
-            chunks.append(Chunk(code, name))
+            chunks.append(ContextChunk(code, path=name))
             filename = None
         else:  # a header with no code yet: the file being completed
             filename = name

@@ -92,6 +92,7 @@ class FakeEngine:
                 "grammar_kind": request.grammar.kind, "grammar_source": request.grammar.source,
                 "single_line": request.single_line, "max_tokens": request.max_tokens,
                 "temperature": request.temperature, "mode": request.mode,
+                "context": [[c.path, c.text, c.kind] for c in request.context], "path": request.path,
             }
             with open(self.log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")

@@ -103,9 +103,10 @@ async def test_llama_vscode_infill_answers_every_field_it_reads(make_api):
         assert isinstance(data["timings"][key], (int, float)), key
     for key in ("stop", "stop_type", "truncated", "tokens_predicted", "tokens_evaluated", "has_new_line", "model"):
         assert key in data, key
-    # what reached the engine: the chunk as context, then the document up to the cursor
+    # what reached the engine: the chunk as context beside the document up to the cursor
     (call,) = api.calls()
-    assert call["prefix"] == chunk["text"] + "\n" + CLASS + LINE
+    assert call["context"] == [[chunk.get("filename"), chunk["text"], "snippet"]]
+    assert call["prefix"] == CLASS + LINE
     assert call["suffix"] == "\n" and call["mode"] == "cpc" and call["max_tokens"] == 128
 
 
@@ -162,12 +163,14 @@ async def test_input_extra_variants(make_api):
         {"text": "A = 1\n", "time": 12, "filename": "a.py"},  # time as a number
         {"text": "B = 2\n", "time": "2026-11-26T11:00:00Z"},  # as a string, no filename
         {"text": "C = 3", "time": [1, 2]},  # llama.vim's reltime() list, no final newline
-        {"text": "D = f(\n"},  # leaves a bracket open: it would change the grammar's view of the cursor
+        {"text": "D = f(\n"},  # leaves a bracket open: context, so the grammar's view of the cursor is not moved
     ]
     r = await api.http.post("/infill", json=vscode_body(CLASS, LINE, chunks=chunks))
     assert r.status_code == 200
     (call,) = api.calls()
-    assert call["prefix"] == "A = 1\nB = 2\nC = 3\n\n" + CLASS + LINE
+    assert call["context"] == [["a.py", "A = 1\n", "snippet"], [None, "B = 2\n", "snippet"], [None, "C = 3", "snippet"],
+                               [None, "D = f(\n", "snippet"]]
+    assert call["prefix"] == CLASS + LINE
     r = await api.http.post("/infill", json={**vscode_body(CLASS, LINE), "input_extra": ["text"]})
     assert r.status_code == 400
     assert '"input_extra[0]"' in r.json()["error"]["message"]
@@ -275,7 +278,8 @@ async def test_tabby_agent_health_events_and_completion(make_api):
     assert data["choices"] == [{"index": 0, "text": ANSWER}]
     (call,) = api.calls()
     assert call["language"] == "python"
-    assert call["prefix"] == "class User:\n    pass\nX = 1\n\n" + CLASS + LINE
+    assert call["context"] == [["src/user.py", "class User:\n    pass\n", "definition"], ["src/x.py", "X = 1\n", "edit"]]
+    assert call["prefix"] == CLASS + LINE and call["path"] == "src/account.py"
 
 
 def sse_events(raw: str) -> list[str]:

@@ -52,7 +52,7 @@ def test_fim_templates_parse_back(name):
         assert marker not in fim.prefix and marker not in fim.suffix
     if "repo" in name:
         assert fim.filename == "cart.py"
-        assert [(c.filename, c.text) for c in fim.context] == [("util.py", "def helper():\n    pass\n")]
+        assert [(c.path, c.text) for c in fim.context] == [("util.py", "def helper():\n    pass\n")]
     else:
         assert fim.context == []
 
