@@ -101,10 +101,10 @@ class Constraint:
         typed = state.typed
         if typed:
             if typed.startswith(data):
-                return replace(state, typed=typed[len(data):])
+                return replace(state, typed=typed[len(data) :])
             if not data.startswith(typed):
                 raise ConstraintError(f"token {data!r} disagrees with the typed text {typed!r}")
-            extra = data[len(typed):]
+            extra = data[len(typed) :]
             grammar = self._step(state.grammar, extra, data)
             # The token straddles the cursor: as context it breaks canonical ff, so start afresh.
             return DecodeState(typed=b"", grammar=grammar, recent=())

@@ -65,19 +65,71 @@ KIND_BONUS = {"document": 0.0, "snippet": 0.05, "edit": 0.1, "definition": 0.2}
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 _IDENT_TAIL = re.compile(r"[A-Za-z0-9_]*\Z")
 _COMMON = frozenset(keyword.kwlist) | {
-    "self", "cls", "None", "True", "False", "function", "const", "let", "var", "this", "null", "true", "false",
-    "new", "public", "private", "static", "void", "int", "str", "string", "return", "import", "from",
+    "self",
+    "cls",
+    "None",
+    "True",
+    "False",
+    "function",
+    "const",
+    "let",
+    "var",
+    "this",
+    "null",
+    "true",
+    "false",
+    "new",
+    "public",
+    "private",
+    "static",
+    "void",
+    "int",
+    "str",
+    "string",
+    "return",
+    "import",
+    "from",
 }
 _DEFINES = re.compile(
     r"^[ \t]*(?:export\s+)?(?:async\s+)?(?:def|class|function|fn|func|struct|enum|interface|type|trait)\s+"
     r"([A-Za-z_][A-Za-z0-9_]*)"
     r"|^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=\n]*)?=(?!=)",
-    re.MULTILINE)
+    re.MULTILINE,
+)
 _DEF_LINE = re.compile(
-    r"(?:export\s+)?(?:async\s+)?(?:def|class|function|fn|func|struct|enum|interface|impl|trait)\b|@")
-_HASH_COMMENT = {"python", "py", "pyi", "ruby", "rb", "shellscript", "sh", "bash", "zsh", "yaml", "yml", "toml",
-                 "r", "perl", "pl", "makefile", "dockerfile", "elixir", "ex", "exs", "julia", "jl", "nim",
-                 "powershell", "ps1", "coffeescript", "cmake", "conf", "ini"}
+    r"(?:export\s+)?(?:async\s+)?(?:def|class|function|fn|func|struct|enum|interface|impl|trait)\b|@"
+)
+_HASH_COMMENT = {
+    "python",
+    "py",
+    "pyi",
+    "ruby",
+    "rb",
+    "shellscript",
+    "sh",
+    "bash",
+    "zsh",
+    "yaml",
+    "yml",
+    "toml",
+    "r",
+    "perl",
+    "pl",
+    "makefile",
+    "dockerfile",
+    "elixir",
+    "ex",
+    "exs",
+    "julia",
+    "jl",
+    "nim",
+    "powershell",
+    "ps1",
+    "coffeescript",
+    "cmake",
+    "conf",
+    "ini",
+}
 _DASH_COMMENT = {"lua", "sql", "haskell", "hs", "elm", "ada", "vhdl"}
 
 
@@ -209,8 +261,9 @@ def piece_key(p: Piece) -> tuple:
     return (p.path, p.kind, hash(p.text))
 
 
-def rank(chunks: Sequence[ContextChunk], prefix: str, suffix: str, path: str | None = None,
-         sticky: frozenset = frozenset()) -> list[Piece]:
+def rank(
+    chunks: Sequence[ContextChunk], prefix: str, suffix: str, path: str | None = None, sticky: frozenset = frozenset()
+) -> list[Piece]:
     """The pieces worth showing, best first, without duplicates (see the module doc).
     Pieces whose `piece_key` is in `sticky` (what the last prompt showed) rank higher, so
     that the context, and the KV cache behind it, changes only for a clearly better piece."""
@@ -233,8 +286,12 @@ def rank(chunks: Sequence[ContextChunk], prefix: str, suffix: str, path: str | N
             if not common and c.kind == "document":
                 continue
             jaccard = len(common) / len(ids | names) if ids or names else 0.0
-            score = (jaccard + DEFINE_BONUS * min(4, len(defs & names))
-                     + RECENCY_BONUS * recency.get(c.time, 0.0) + KIND_BONUS[c.kind])
+            score = (
+                jaccard
+                + DEFINE_BONUS * min(4, len(defs & names))
+                + RECENCY_BONUS * recency.get(c.time, 0.0)
+                + KIND_BONUS[c.kind]
+            )
             p = Piece(text, c.path, c.time, c.kind, i, line, score)
             if sticky and piece_key(p) in sticky:
                 p = replace(p, score=score + STICKY_BONUS)
@@ -254,8 +311,9 @@ def rank(chunks: Sequence[ContextChunk], prefix: str, suffix: str, path: str | N
 
 def stable_order(pieces: Iterable[Piece]) -> list[Piece]:
     """Oldest first, then by file and position: the layout that changes least."""
-    return sorted(pieces, key=lambda p: (p.time if p.time is not None else float("-inf"), p.path or "",
-                                         p.source, p.line))
+    return sorted(
+        pieces, key=lambda p: (p.time if p.time is not None else float("-inf"), p.path or "", p.source, p.line)
+    )
 
 
 def _cut_to(tokenizer, piece: Piece, budget: int) -> Piece | None:
@@ -296,11 +354,13 @@ def _comment_text(groups: list[tuple[str | None, str]], comment: str) -> str:
     return "".join((f"{comment} {path}\n" if path else "") + text + "\n" for path, text in groups)
 
 
-def _render(tokenizer, template: FimTemplate | None, pieces: list[Piece], comment: str,
-            repo: str | None) -> list[int]:
+def _render(tokenizer, template: FimTemplate | None, pieces: list[Piece], comment: str, repo: str | None) -> list[int]:
     """Tokens of the context pieces (no document, no suffix)."""
     groups = _groups(pieces)
-    enc = lambda s: list(_encode(tokenizer, s)) if s else []
+
+    def enc(text: str) -> list[int]:
+        return list(_encode(tokenizer, text)) if text else []
+
     if template is not None and template.family in ("qwen", "starcoder") and template.file_sep is not None:
         out = []
         if repo and template.repo_name is not None:
@@ -316,9 +376,19 @@ def _render(tokenizer, template: FimTemplate | None, pieces: list[Piece], commen
     return enc(_comment_text(groups, comment))
 
 
-def select(tokenizer, chunks: Sequence[ContextChunk], *, prefix: str, suffix: str = "", budget: int,
-           path: str | None = None, language: str | None = None, template: FimTemplate | None = None,
-           repo: str | None = None, sticky: frozenset = frozenset()) -> tuple[list[Piece], list[int]]:
+def select(
+    tokenizer,
+    chunks: Sequence[ContextChunk],
+    *,
+    prefix: str,
+    suffix: str = "",
+    budget: int,
+    path: str | None = None,
+    language: str | None = None,
+    template: FimTemplate | None = None,
+    repo: str | None = None,
+    sticky: frozenset = frozenset(),
+) -> tuple[list[Piece], list[int]]:
     """The pieces shown (in layout order) and their tokens, at most `budget` of them."""
     if budget <= 0 or not chunks:
         return [], []
@@ -358,10 +428,21 @@ def suffix_head(tokenizer, suffix: str, limit: int = SUFFIX_TOKENS) -> str:
     return text[: nl + 1] if nl >= 0 else text
 
 
-def assemble(tokenizer, prefix_tokens: Sequence[int], *, prefix: str, suffix: str = "",
-             chunks: Sequence[ContextChunk] = (), budget: int = 0, path: str | None = None,
-             language: str | None = None, repo: str | None = None, template: FimTemplate | None = None,
-             suffix_as_context: bool = False, sticky: frozenset = frozenset()) -> Prompt:
+def assemble(
+    tokenizer,
+    prefix_tokens: Sequence[int],
+    *,
+    prefix: str,
+    suffix: str = "",
+    chunks: Sequence[ContextChunk] = (),
+    budget: int = 0,
+    path: str | None = None,
+    language: str | None = None,
+    repo: str | None = None,
+    template: FimTemplate | None = None,
+    suffix_as_context: bool = False,
+    sticky: frozenset = frozenset(),
+) -> Prompt:
     """The prompt: context, then the document's `prefix_tokens` (the tokens of the text
     before the cursor the model is to read, windowed, no BOS) laid out for `template`.
 
@@ -372,16 +453,30 @@ def assemble(tokenizer, prefix_tokens: Sequence[int], *, prefix: str, suffix: st
     bos = [tokenizer.bos_token_id] if tokenizer.bos_token_id is not None else []
     prefix_tokens = list(prefix_tokens)
     comment = comment_for(language, path)
-    pieces, ctx = select(tokenizer, chunks, prefix=prefix, suffix=suffix, budget=budget, path=path,
-                         language=language, template=template, repo=repo, sticky=sticky)
-    enc = lambda s: list(_encode(tokenizer, s)) if s else []
+    pieces, ctx = select(
+        tokenizer,
+        chunks,
+        prefix=prefix,
+        suffix=suffix,
+        budget=budget,
+        path=path,
+        language=language,
+        template=template,
+        repo=repo,
+        sticky=sticky,
+    )
+
+    def enc(text: str) -> list[int]:
+        return list(_encode(tokenizer, text)) if text else []
+
     here = path or "this file"
     if template is None:
         extra = ctx
         if suffix_as_context and suffix.strip():
             after = suffix_head(tokenizer, suffix)
-            extra = extra + enc(f"{comment} {here}, below the cursor\n{after}" + ("" if after.endswith("\n") else "\n")
-                                + "\n")
+            extra = extra + enc(
+                f"{comment} {here}, below the cursor\n{after}" + ("" if after.endswith("\n") else "\n") + "\n"
+            )
         if extra:
             extra = extra + enc(f"{comment} {here}\n")
         return Prompt(bos + extra + prefix_tokens, prefix_tokens, len(extra), pieces)
@@ -393,7 +488,7 @@ def assemble(tokenizer, prefix_tokens: Sequence[int], *, prefix: str, suffix: st
             head += [t.file_sep]
             if t.family == "qwen":
                 head += enc(f"{here}\n")
-        before = ([t.prefix] + (enc(f"{here}\n") if ctx and t.family == "starcoder" else []))
+        before = [t.prefix] + (enc(f"{here}\n") if ctx and t.family == "starcoder" else [])
         tokens = bos + head + before + prefix_tokens + [t.suffix] + after + [t.middle]
         return Prompt(tokens, [], len(tokens) - len(bos) - len(prefix_tokens) - 3, pieces)
     header = enc(f"{comment} {here}\n") if ctx else []

@@ -107,7 +107,7 @@ class CoverSearch:
             order = np.argsort(-sp.candidate_logprobs)
             for k in order[:MAX_CANONICAL_CHECKS]:
                 t = int(sp.candidates[k])
-                if canonical_only and not is_canonical(tokenizer, self.context, sp.left, t, self.typed[:sp.split]):
+                if canonical_only and not is_canonical(tokenizer, self.context, sp.left, t, self.typed[: sp.split]):
                     continue
                 covers.append(Cover(sp.split, sp.left, t, sp.left_logprob + float(sp.candidate_logprobs[k])))
                 break
@@ -127,7 +127,7 @@ class CoverSearch:
             k = int(rng.choice(w.size, p=w))
             sp = self.splits[owner[k]]
             t = int(sp.candidates[index[k]])
-            if is_canonical(tokenizer, self.context, sp.left, t, self.typed[:sp.split]):
+            if is_canonical(tokenizer, self.context, sp.left, t, self.typed[: sp.split]):
                 return Cover(sp.split, sp.left, t, float(flat_lp[k] * temperature))
         best = self.best_covers(tokenizer)
         return best[0] if best else None
@@ -163,8 +163,18 @@ def is_canonical(tokenizer, context: list[int], left: list[int], token: int, lef
     return _left_tokens(tokenizer, context, text) == left + [token]
 
 
-def search_covers(model, tokenizer, prompt: list[int], stable: list[int], typed: bytes, candidates_for,
-                  *, exhaustive: bool = False, batch: int = 2, cancelled=None) -> CoverSearch:
+def search_covers(
+    model,
+    tokenizer,
+    prompt: list[int],
+    stable: list[int],
+    typed: bytes,
+    candidates_for,
+    *,
+    exhaustive: bool = False,
+    batch: int = 2,
+    cancelled=None,
+) -> CoverSearch:
     """Weighs the splits of `typed` (see module doc).
 
     `prompt` is what the model sees before the typed text (BOS + stable tokens);

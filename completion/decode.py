@@ -58,9 +58,19 @@ def choose(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> 
     return int(rng.choice(p.size, p=p))
 
 
-def generate(model, constraint: Constraint, prompt: list[int], state: DecodeState, rules: StopRules,
-             *, temperature: float = 0.0, rng: np.random.Generator | None = None,
-             initial_tokens: list[int] = (), typed_len: int | None = None, started: float | None = None) -> Generation:
+def generate(
+    model,
+    constraint: Constraint,
+    prompt: list[int],
+    state: DecodeState,
+    rules: StopRules,
+    *,
+    temperature: float = 0.0,
+    rng: np.random.Generator | None = None,
+    initial_tokens: list[int] = (),
+    typed_len: int | None = None,
+    started: float | None = None,
+) -> Generation:
     """Generates after `prompt + initial_tokens` from constraint state `state`; the first
     `typed_len` bytes of the tokens (default: what `state` still has to re-spell) re-spell
     text before the cursor."""

@@ -52,8 +52,16 @@ RECOVERY_MAX_ANCHORS = 4
 
 
 class CompletionEngine:
-    def __init__(self, model: str = "gemma3", *, max_tokens: int = 48, temperature: float = 0.0, mode: str = "cpc",
-                 weights: str = DEFAULT_WEIGHTS, model_object=None):
+    def __init__(
+        self,
+        model: str = "gemma3",
+        *,
+        max_tokens: int = 48,
+        temperature: float = 0.0,
+        mode: str = "cpc",
+        weights: str = DEFAULT_WEIGHTS,
+        model_object=None,
+    ):
         """`weights`: "int8" (default: int8 weights, float32 activations, see quantized.py),
         "float32" (the converted weights as they are) or "bfloat16"."""
         if mode not in MODES:
@@ -119,8 +127,12 @@ class CompletionEngine:
         """(grammar, whether it reads the document from its start, note)."""
         spec = request.grammar
         language = (request.language or "").lower().lstrip(".")
-        key = (spec.kind, spec.source, language if spec.kind == "auto" else None,
-               _open_context(request, language) if spec.kind == "auto" and language not in JSON_LANGUAGES else None)
+        key = (
+            spec.kind,
+            spec.source,
+            language if spec.kind == "auto" else None,
+            _open_context(request, language) if spec.kind == "auto" and language not in JSON_LANGUAGES else None,
+        )
         if key in self._grammars:
             self._grammars.move_to_end(key)
             g, whole, note = self._grammars[key]
@@ -187,7 +199,7 @@ class CompletionEngine:
             gfp, old_prefix, old_state = self._doc_state
             if gfp == fp and prefix.startswith(old_prefix):
                 start, done = old_state, old_prefix
-        state = rec.step_bytes(start, prefix[len(done):])
+        state = rec.step_bytes(start, prefix[len(done) :])
         if state is None:
             raise ConstraintError("the grammar rejects the document before the cursor")
         self._doc_state = (fp, prefix, state)
@@ -212,7 +224,7 @@ class CompletionEngine:
                 continue
             constraint = self._constraint(grammar)
             try:
-                gstate = self._grammar_state(constraint, grammar, prefix[value.start:])
+                gstate = self._grammar_state(constraint, grammar, prefix[value.start :])
             except ConstraintError:
                 continue
             return constraint, DecodeState(typed=typed, grammar=gstate), value.pointer
@@ -254,16 +266,20 @@ class CompletionEngine:
         window = prompt_window(request.prefix)
         back = backoff(tok, window.encode("utf-8"), request.mode)
         try:
-            gstate = (self._grammar_state(constraint, grammar, request.prefix.encode("utf-8"))
-                      if grammar is not None and whole_document else None)
+            gstate = (
+                self._grammar_state(constraint, grammar, request.prefix.encode("utf-8"))
+                if grammar is not None and whole_document
+                else None
+            )
             state = constraint.initial(back.typed) if gstate is None else None
             if state is None:
                 from .constraint import DecodeState
 
                 state = DecodeState(typed=back.typed, grammar=gstate)
         except ConstraintError as err:
-            recovered = (self._reanchor(request, request.prefix.encode("utf-8"), back.typed)
-                         if grammar is not None else None)
+            recovered = (
+                self._reanchor(request, request.prefix.encode("utf-8"), back.typed) if grammar is not None else None
+            )
             if recovered is None:
                 note = f"grammar not used: {err}"
                 constraint = self._constraint(None)
@@ -284,9 +300,16 @@ class CompletionEngine:
         budget_started = time.perf_counter()
         if request.mode == "cpc" and back.typed:
             t0 = time.perf_counter()
-            search = search_covers(model, tok, prompt, tail, back.typed,
-                                   lambda rest: constraint.candidates_after(state.grammar, rest),
-                                   exhaustive=request.temperature > 0, cancelled=cancelled)
+            search = search_covers(
+                model,
+                tok,
+                prompt,
+                tail,
+                back.typed,
+                lambda rest: constraint.candidates_after(state.grammar, rest),
+                exhaustive=request.temperature > 0,
+                cancelled=cancelled,
+            )
             cover = search.pick(tok, request.temperature, rng)
             timings.forward_passes += 1 if search.splits else 0
             timings.cpc_ms = (time.perf_counter() - t0) * 1e3
@@ -310,8 +333,18 @@ class CompletionEngine:
             cancelled=cancelled,
             on_text=on_text if partial is not None else None,
         )
-        gen = generate(model, constraint, prompt, state, rules, temperature=request.temperature, rng=rng,
-                       initial_tokens=initial, typed_len=len(back.typed), started=budget_started)
+        gen = generate(
+            model,
+            constraint,
+            prompt,
+            state,
+            rules,
+            temperature=request.temperature,
+            rng=rng,
+            initial_tokens=initial,
+            typed_len=len(back.typed),
+            started=budget_started,
+        )
         inserted = _complete_utf8(gen.inserted)
         timings.forward_passes += gen.forward_passes
         timings.tokens_generated = len(gen.tokens)
@@ -319,8 +352,13 @@ class CompletionEngine:
         timings.mask_ms = gen.mask_ms
         timings.decode_ms = gen.model_ms
         timings.total_ms = (time.perf_counter() - started) * 1e3
-        return Completion(text=word + inserted, replace_start=replace_start,
-                          stop_reason=gen.stop_reason or "done", timings=timings, note=note)
+        return Completion(
+            text=word + inserted,
+            replace_start=replace_start,
+            stop_reason=gen.stop_reason or "done",
+            timings=timings,
+            note=note,
+        )
 
     def _assemble(self, request: CompletionRequest, back) -> tuple[list[int], list[int], int]:
         """(prompt, the tokens before the cursor in the prompt's last segment, context tokens):
@@ -333,10 +371,20 @@ class CompletionEngine:
         window = self._prompt(back.stable)
         bos = self.tokenizer.bos_token_id
         body = window[1:] if bos is not None and window[:1] == [bos] else window
-        p = assemble(self.tokenizer, body, prefix=request.prefix, suffix=request.suffix, chunks=request.context,
-                     budget=request.context_tokens, path=request.path, language=request.language, repo=request.repo,
-                     template=template, suffix_as_context=use_suffix,
-                     sticky=self._shown.get(request.path, frozenset()))
+        p = assemble(
+            self.tokenizer,
+            body,
+            prefix=request.prefix,
+            suffix=request.suffix,
+            chunks=request.context,
+            budget=request.context_tokens,
+            path=request.path,
+            language=request.language,
+            repo=request.repo,
+            template=template,
+            suffix_as_context=use_suffix,
+            sticky=self._shown.get(request.path, frozenset()),
+        )
         self._shown[request.path] = frozenset(piece_key(q) for q in p.pieces)
         self._shown.move_to_end(request.path)
         while len(self._shown) > 64:
@@ -368,7 +416,7 @@ def prompt_window(prefix: str) -> str:
         return prefix
     cut = (len(prefix) - PROMPT_WINDOW_CHARS) // PROMPT_WINDOW_STEP * PROMPT_WINDOW_STEP
     newline = prefix.find("\n", cut, cut + PROMPT_WINDOW_STEP)
-    return prefix[newline + 1 if newline >= 0 else cut:]
+    return prefix[newline + 1 if newline >= 0 else cut :]
 
 
 def _open_context(request: CompletionRequest, language: str) -> str:

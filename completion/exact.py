@@ -132,9 +132,19 @@ def count_tree_nodes(trie, typed: bytes, bound: int) -> int:
     return min(bound + 1, sum(ways))
 
 
-def expand_covers(model, prompt: list[int], typed: bytes, *, weighting: str = "global", target: bytes | None = None,
-                  want_best: bool = True, enumerate_all: bool = True, full_nodes: int = EXACT_FULL_NODES,
-                  max_nodes: int = EXACT_MAX_NODES, tolerance: float = EXPANSION_TOLERANCE) -> CoverTree:
+def expand_covers(
+    model,
+    prompt: list[int],
+    typed: bytes,
+    *,
+    weighting: str = "global",
+    target: bytes | None = None,
+    want_best: bool = True,
+    enumerate_all: bool = True,
+    full_nodes: int = EXACT_FULL_NODES,
+    max_nodes: int = EXACT_MAX_NODES,
+    tolerance: float = EXPANSION_TOLERANCE,
+) -> CoverTree:
     """Scores the token sequences that spell prefixes of `typed` and the first free
     tokens after them (see the module docstring).
 
@@ -171,8 +181,9 @@ def expand_covers(model, prompt: list[int], typed: bytes, *, weighting: str = "g
     for i in range(n):
         rest = typed[i:]
         k = trie.tokens_prefix_of(rest)
-        e = np.asarray([t for t in trie.tokens_with_prefix(rest) if len(tok.token_bytes(t)) > len(rest)],
-                       dtype=np.int64)
+        e = np.asarray(
+            [t for t in trie.tokens_with_prefix(rest) if len(tok.token_bytes(t)) > len(rest)], dtype=np.int64
+        )
         kids.append(k)
         ext.append(e)
         allowed.append(np.concatenate([np.asarray([t for _, t in k], dtype=np.int64), e]))
@@ -181,8 +192,11 @@ def expand_covers(model, prompt: list[int], typed: bytes, *, weighting: str = "g
     if target is not None:
         for i in range(n):
             tail = target[i:]
-            ok = [j for j, t in enumerate(ext[i].tolist())
-                  if tail.startswith(tok.token_bytes(t)) or tok.token_bytes(t).startswith(tail)]
+            ok = [
+                j
+                for j, t in enumerate(ext[i].tolist())
+                if tail.startswith(tok.token_bytes(t)) or tok.token_bytes(t).startswith(tail)
+            ]
             agree.append(np.asarray(ok, dtype=np.int64))
         tail = target[n:]
         if not tail:
@@ -201,7 +215,7 @@ def expand_covers(model, prompt: list[int], typed: bytes, *, weighting: str = "g
             mass = float(np.logaddexp.reduce(lp.astype(np.float64))) if weighting == "local" else 0.0
             for j, (length, t) in enumerate(kids[pos]):
                 push(node + (t,), pos + length, logw + float(lp[j]) - mass)
-            w = lp[len(kids[pos]):].astype(np.float64) + (logw - mass)
+            w = lp[len(kids[pos]) :].astype(np.float64) + (logw - mass)
             acc.add_ext(pos, w, idx)
             picked = agree[pos].tolist() if target is not None else []
             ids = [int(ext[pos][j]) for j in picked]
@@ -212,7 +226,7 @@ def expand_covers(model, prompt: list[int], typed: bytes, *, weighting: str = "g
             picked = agree[n].tolist() if target is not None else []
             ids = [int(vocab.free_ids[j]) for j in picked]
             ends = [n + len(tok.token_bytes(t)) for t in ids]
-        for j, t, end in zip(picked, ids, ends):
+        for j, t, end in zip(picked, ids, ends, strict=False):
             tree.consistent.append(CoverEvent(node + (t,), end, float(w[j])))
             consistent_mass[0] = float(np.logaddexp(consistent_mass[0], w[j]))
 
@@ -236,13 +250,13 @@ def expand_covers(model, prompt: list[int], typed: bytes, *, weighting: str = "g
                 order.extend((node + (t,), pos + length) for length, t in kids[pos])
         lps = []
         for lo in range(0, len(order), node_limit):
-            lps.extend(score(order[lo:lo + node_limit]))
+            lps.extend(score(order[lo : lo + node_limit]))
         weight = {(): 0.0}
 
         def push_known(child, pos, logw):
             weight[child] = logw
 
-        for (node, pos), lp in zip(order, lps):
+        for (node, pos), lp in zip(order, lps, strict=False):
             absorb(node, pos, weight[node], lp, push_known)
     else:
         tree.best_first = True
@@ -277,15 +291,16 @@ def expand_covers(model, prompt: list[int], typed: bytes, *, weighting: str = "g
                 batch.append((node, pos, -neg))
                 size += cost
             lps = score([(node, pos) for node, pos, _ in batch])
-            for (node, pos, logw), lp in zip(batch, lps):
+            for (node, pos, logw), lp in zip(batch, lps, strict=False):
                 absorb(node, pos, logw, lp, push_heap)
         tree.complete = not heap
         if tree.complete:
             tree.stop = "complete"
         elif tree.stop == "complete":
             tree.stop = "cap"
-        tree.log_frontier = -math.inf if not heap else float(
-            np.logaddexp.reduce(np.asarray([-h[0] for h in heap], dtype=np.float64)))
+        tree.log_frontier = (
+            -math.inf if not heap else float(np.logaddexp.reduce(np.asarray([-h[0] for h in heap], dtype=np.float64)))
+        )
     tree.log_total = acc.log_total()
     if want_best:
         acc.pick_best(tree, tok)
@@ -347,7 +362,7 @@ class _Accumulators:
         for i, e in enumerate(self.ext):
             g = np.empty(e.size, dtype=np.int64)
             for j, t in enumerate(e.tolist()):
-                past = tok.token_bytes(t)[n - i:]
+                past = tok.token_bytes(t)[n - i :]
                 k = vocab.group_of_bytes.get(past)
                 if k is None:
                     k = extra_groups.setdefault(past, base + len(extra_groups))
@@ -355,7 +370,7 @@ class _Accumulators:
             ext_group.append(g)
         total = np.full(base + len(extra_groups), -np.inf)
         np.logaddexp.at(total, vocab.free_group, self.acc_free)
-        for g, a in zip(ext_group, self.acc_ext):
+        for g, a in zip(ext_group, self.acc_ext, strict=False):
             if a.size:
                 np.logaddexp.at(total, g, a)
         if total.size == 0 or not np.isfinite(total).any():
@@ -363,21 +378,24 @@ class _Accumulators:
         top = int(np.argmax(total))
         tree.log_best = float(total[top])
         tree.log_second = float(np.partition(total, -2)[-2]) if total.size > 1 else -math.inf
-        tree.best_text = vocab.group_bytes[top] if top < base else next(
-            b for b, k in extra_groups.items() if k == top)
+        tree.best_text = vocab.group_bytes[top] if top < base else next(b for b, k in extra_groups.items() if k == top)
         best_w, best = -np.inf, None
         for k in np.flatnonzero(vocab.free_group == top).tolist():
             if self.best_free_node[k] >= 0 and self.best_free_w[k] > best_w:
                 best_w = self.best_free_w[k]
-                best = CoverEvent(self.scored[self.best_free_node[k]] + (int(vocab.free_ids[k]),),
-                                  n + len(tree.best_text), float(best_w))
+                best = CoverEvent(
+                    self.scored[self.best_free_node[k]] + (int(vocab.free_ids[k]),),
+                    n + len(tree.best_text),
+                    float(best_w),
+                )
         for i, g in enumerate(ext_group):
             for j in np.flatnonzero(g == top).tolist():
                 if self.best_ext_node[i][j] >= 0 and self.best_ext_w[i][j] > best_w:
                     best_w = self.best_ext_w[i][j]
                     t = int(self.ext[i][j])
-                    best = CoverEvent(self.scored[self.best_ext_node[i][j]] + (t,),
-                                      i + len(tok.token_bytes(t)), float(best_w))
+                    best = CoverEvent(
+                        self.scored[self.best_ext_node[i][j]] + (t,), i + len(tok.token_bytes(t)), float(best_w)
+                    )
         tree.best = best
 
 
@@ -414,9 +432,17 @@ class ExactCompletion:
     tree: CoverTree | None
 
 
-def exact_complete(model, prefix: str, suffix: str = "", *, max_tokens: int = DEFAULT_MAX_TOKENS,
-                   time_budget_s: float = DEFAULT_TIME_BUDGET_S, target: bytes | None = None,
-                   full_nodes: int = EXACT_FULL_NODES, max_nodes: int = EXACT_MAX_NODES) -> ExactCompletion:
+def exact_complete(
+    model,
+    prefix: str,
+    suffix: str = "",
+    *,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    time_budget_s: float = DEFAULT_TIME_BUDGET_S,
+    target: bytes | None = None,
+    full_nodes: int = EXACT_FULL_NODES,
+    max_nodes: int = EXACT_MAX_NODES,
+) -> ExactCompletion:
     """The `exact` mode: the heaviest first free token over every spelling of the typed
     bytes, then the same greedy loop as the engine (single line, no grammar).
     `target` (typed bytes + truth) only records the agreeing events for `logprob`."""
@@ -434,14 +460,27 @@ def exact_complete(model, prefix: str, suffix: str = "", *, max_tokens: int = DE
     tree = None
     if back.typed:
         full_target = back.typed + target if target is not None else None
-        tree = expand_covers(model, prompt, back.typed, weighting="global", target=full_target, want_best=True,
-                             full_nodes=full_nodes, max_nodes=max_nodes)
+        tree = expand_covers(
+            model,
+            prompt,
+            back.typed,
+            weighting="global",
+            target=full_target,
+            want_best=True,
+            full_nodes=full_nodes,
+            max_nodes=max_nodes,
+        )
         if tree.best is not None:
             initial = list(tree.best.tokens)
             for t in initial:
                 state = constraint.advance(state, t)
-    rules = StopRules(max_tokens=max_tokens, single_line=True, suffix_line=suffix.split("\n", 1)[0].strip(),
-                      time_budget_s=time_budget_s)
-    gen = generate(model, constraint, prompt, state, rules, initial_tokens=initial, typed_len=len(back.typed),
-                   started=started)
+    rules = StopRules(
+        max_tokens=max_tokens,
+        single_line=True,
+        suffix_line=suffix.split("\n", 1)[0].strip(),
+        time_budget_s=time_budget_s,
+    )
+    gen = generate(
+        model, constraint, prompt, state, rules, initial_tokens=initial, typed_len=len(back.typed), started=started
+    )
     return ExactCompletion(_utf8_text(gen.inserted), prompt, back.typed, tree)

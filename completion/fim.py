@@ -48,36 +48,71 @@ class FimTemplate:
     space_after_prefix: bool = False
 
     def token_ids(self) -> frozenset[int]:
-        return frozenset(t for t in (self.prefix, self.suffix, self.middle, self.repo_name, self.file_sep)
-                         if t is not None)
+        return frozenset(
+            t for t in (self.prefix, self.suffix, self.middle, self.repo_name, self.file_sep) if t is not None
+        )
 
 
 # family -> (order, {role: spellings, first found wins}, stop spellings, space_after_prefix).
 # Roles: prefix, suffix, middle (required unless missing from the tuple), repo_name, file_sep.
 _FAMILIES: tuple[tuple[str, Order, dict[str, tuple[str, ...]], tuple[str, ...], bool], ...] = (
-    ("codegemma", "psm",
-     {"prefix": ("<|fim_prefix|>",), "suffix": ("<|fim_suffix|>",), "middle": ("<|fim_middle|>",),
-      "file_sep": ("<|file_separator|>",)},
-     ("<|file_separator|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"), False),
-    ("qwen", "psm",
-     {"prefix": ("<|fim_prefix|>",), "suffix": ("<|fim_suffix|>",), "middle": ("<|fim_middle|>",),
-      "repo_name": ("<|repo_name|>",), "file_sep": ("<|file_sep|>",)},
-     ("<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|endoftext|>", "<|im_end|>"), False),
-    ("starcoder", "psm",
-     {"prefix": ("<fim_prefix>", "<fim-prefix>"), "suffix": ("<fim_suffix>", "<fim-suffix>"),
-      "middle": ("<fim_middle>", "<fim-middle>"), "repo_name": ("<repo_name>", "<reponame>"),
-      "file_sep": ("<file_sep>",)},
-     ("<fim_pad>", "<fim-pad>", "<file_sep>", "<|endoftext|>"), False),
-    ("codellama", "psm",
-     {"prefix": ("\u2581<PRE>", " <PRE>", "<PRE>"), "suffix": ("\u2581<SUF>", " <SUF>", "<SUF>"),
-      "middle": ("\u2581<MID>", " <MID>", "<MID>")},
-     ("\u2581<EOT>", " <EOT>", "<EOT>"), True),
-    ("deepseek", "psm",
-     {"prefix": ("<｜fim▁begin｜>",), "suffix": ("<｜fim▁hole｜>",), "middle": ("<｜fim▁end｜>",)},
-     ("<|EOT|>", "<｜end▁of▁sentence｜>"), False),
-    ("codestral", "spm",
-     {"prefix": ("[PREFIX]",), "suffix": ("[SUFFIX]",)},
-     ("[MIDDLE]",), False),
+    (
+        "codegemma",
+        "psm",
+        {
+            "prefix": ("<|fim_prefix|>",),
+            "suffix": ("<|fim_suffix|>",),
+            "middle": ("<|fim_middle|>",),
+            "file_sep": ("<|file_separator|>",),
+        },
+        ("<|file_separator|>", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>"),
+        False,
+    ),
+    (
+        "qwen",
+        "psm",
+        {
+            "prefix": ("<|fim_prefix|>",),
+            "suffix": ("<|fim_suffix|>",),
+            "middle": ("<|fim_middle|>",),
+            "repo_name": ("<|repo_name|>",),
+            "file_sep": ("<|file_sep|>",),
+        },
+        ("<|fim_pad|>", "<|file_sep|>", "<|repo_name|>", "<|endoftext|>", "<|im_end|>"),
+        False,
+    ),
+    (
+        "starcoder",
+        "psm",
+        {
+            "prefix": ("<fim_prefix>", "<fim-prefix>"),
+            "suffix": ("<fim_suffix>", "<fim-suffix>"),
+            "middle": ("<fim_middle>", "<fim-middle>"),
+            "repo_name": ("<repo_name>", "<reponame>"),
+            "file_sep": ("<file_sep>",),
+        },
+        ("<fim_pad>", "<fim-pad>", "<file_sep>", "<|endoftext|>"),
+        False,
+    ),
+    (
+        "codellama",
+        "psm",
+        {
+            "prefix": ("\u2581<PRE>", " <PRE>", "<PRE>"),
+            "suffix": ("\u2581<SUF>", " <SUF>", "<SUF>"),
+            "middle": ("\u2581<MID>", " <MID>", "<MID>"),
+        },
+        ("\u2581<EOT>", " <EOT>", "<EOT>"),
+        True,
+    ),
+    (
+        "deepseek",
+        "psm",
+        {"prefix": ("<｜fim▁begin｜>",), "suffix": ("<｜fim▁hole｜>",), "middle": ("<｜fim▁end｜>",)},
+        ("<|EOT|>", "<｜end▁of▁sentence｜>"),
+        False,
+    ),
+    ("codestral", "spm", {"prefix": ("[PREFIX]",), "suffix": ("[SUFFIX]",)}, ("[MIDDLE]",), False),
 )
 _REQUIRED = ("prefix", "suffix", "middle")
 # CodeGemma shares Qwen's sentinels; its file separator tells them apart.
@@ -96,8 +131,9 @@ def _single_tokens(tokenizer, spellings: set[bytes]) -> dict[bytes, int]:
 
 def detect(tokenizer) -> FimTemplate | None:
     """The FIM template of `tokenizer`'s model family, or None when it has no FIM sentinels."""
-    spellings = {s.encode("utf-8") for _, _, roles, stops, _ in _FAMILIES
-                 for names in (*roles.values(), stops) for s in names}
+    spellings = {
+        s.encode("utf-8") for _, _, roles, stops, _ in _FAMILIES for names in (*roles.values(), stops) for s in names
+    }
     ids = _single_tokens(tokenizer, spellings)
 
     def first(names: tuple[str, ...]) -> int | None:
@@ -113,9 +149,17 @@ def detect(tokenizer) -> FimTemplate | None:
             continue
         stop = {i for i in (first((s,)) for s in stops) if i is not None}
         stop |= set(tokenizer.eos_token_ids)
-        return FimTemplate(family=family, order=order, prefix=found.get("prefix"), suffix=found["suffix"],
-                           middle=found.get("middle"), repo_name=found.get("repo_name"),
-                           file_sep=found.get("file_sep"), stop=frozenset(stop), space_after_prefix=space)
+        return FimTemplate(
+            family=family,
+            order=order,
+            prefix=found.get("prefix"),
+            suffix=found["suffix"],
+            middle=found.get("middle"),
+            repo_name=found.get("repo_name"),
+            file_sep=found.get("file_sep"),
+            stop=frozenset(stop),
+            space_after_prefix=space,
+        )
     return None
 
 

@@ -156,8 +156,9 @@ class Gemma3Spec:
             layer_types=tuple(config.layer_types[: config.num_hidden_layers]),
             window=int(config.sliding_window) if config.sliding_window else None,
             eps=float(config.rms_norm_eps),
-            rope_theta={k: float(v["rope_theta"]) for k, v in config.rope_parameters.items()
-                        if k in set(config.layer_types)},
+            rope_theta={
+                k: float(v["rope_theta"]) for k, v in config.rope_parameters.items() if k in set(config.layer_types)
+            },
             scaling=float(config.query_pre_attn_scalar) ** -0.5,
             final_softcap=getattr(config, "final_logit_softcapping", None) or None,
             max_positions=int(getattr(config, "max_position_embeddings", None) or 8192),
@@ -228,9 +229,21 @@ class StepProfile:
 class LeanGemma3(TransformersModel):
     """Gemma 3 computed by `_forward` below behind the `LanguageModel` protocol."""
 
-    def __init__(self, spec: Gemma3Spec, layers: list[_Layer], embed, final_norm: torch.Tensor, tokenizer, *,
-                 name: str, max_context: int | None = None, capacity: int = DEFAULT_CAPACITY,
-                 threads: int | None = None, max_branch_nodes: int = 1024, prefill_chunk: int = 512):
+    def __init__(
+        self,
+        spec: Gemma3Spec,
+        layers: list[_Layer],
+        embed,
+        final_norm: torch.Tensor,
+        tokenizer,
+        *,
+        name: str,
+        max_context: int | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        threads: int | None = None,
+        max_branch_nodes: int = 1024,
+        prefill_chunk: int = 512,
+    ):
         self.name = name
         self.tokenizer = tokenizer
         self.stats = ModelStats()
@@ -326,8 +339,11 @@ class LeanGemma3(TransformersModel):
         def matrix(*linears):
             if int8:
                 parts = [lin.weights for lin in linears]
-                return _Matrix(Int8Weights.concat(parts) if len(parts) > 1 else
-                               Int8Weights.from_quantized(parts[0].q, parts[0].scales))
+                return _Matrix(
+                    Int8Weights.concat(parts)
+                    if len(parts) > 1
+                    else Int8Weights.from_quantized(parts[0].q, parts[0].scales)
+                )
             return _Matrix(torch.cat([lin.weight.detach() for lin in linears]).contiguous())
 
         def norm(module):
@@ -336,19 +352,21 @@ class LeanGemma3(TransformersModel):
         layers = []
         for i, block in enumerate(base.layers[: len(spec.layer_types)]):
             att, mlp = block.self_attn, block.mlp
-            layers.append(_Layer(
-                kind=spec.layer_types[i],
-                qkv=matrix(att.q_proj, att.k_proj, att.v_proj),
-                o=matrix(att.o_proj),
-                gate_up=matrix(mlp.gate_proj, mlp.up_proj),
-                down=matrix(mlp.down_proj),
-                input_norm=norm(block.input_layernorm),
-                post_attn_norm=norm(block.post_attention_layernorm),
-                pre_ff_norm=norm(block.pre_feedforward_layernorm),
-                post_ff_norm=norm(block.post_feedforward_layernorm),
-                q_norm=norm(att.q_norm),
-                k_norm=norm(att.k_norm),
-            ))
+            layers.append(
+                _Layer(
+                    kind=spec.layer_types[i],
+                    qkv=matrix(att.q_proj, att.k_proj, att.v_proj),
+                    o=matrix(att.o_proj),
+                    gate_up=matrix(mlp.gate_proj, mlp.up_proj),
+                    down=matrix(mlp.down_proj),
+                    input_norm=norm(block.input_layernorm),
+                    post_attn_norm=norm(block.post_attention_layernorm),
+                    pre_ff_norm=norm(block.pre_feedforward_layernorm),
+                    post_ff_norm=norm(block.post_feedforward_layernorm),
+                    q_norm=norm(att.q_norm),
+                    k_norm=norm(att.k_norm),
+                )
+            )
         emb_w = base.embed_tokens.weight.detach()
         if int8:
             head = model._head_int8
@@ -359,8 +377,16 @@ class LeanGemma3(TransformersModel):
             if model._w.data_ptr() != emb_w.data_ptr() and not torch.equal(model._w, emb_w):
                 raise ModelUnavailable("the lean forward needs the output head tied to the token embeddings")
             embed = emb_w
-        lean = cls(spec, layers, embed, norm(base.norm), model.tokenizer, name=model.name,
-                   max_context=model.max_context, **kwargs)
+        lean = cls(
+            spec,
+            layers,
+            embed,
+            norm(base.norm),
+            model.tokenizer,
+            name=model.name,
+            max_context=model.max_context,
+            **kwargs,
+        )
         return lean
 
     def arrays(self) -> tuple[dict, dict[str, np.ndarray]]:
@@ -414,18 +440,23 @@ class LeanGemma3(TransformersModel):
                 if (m.w.out_features, m.w.in_features) != shape:
                     raise ModelUnavailable(f"stored layers.{i}.{part} has shape {m.w.q.shape}, expected {shape}")
                 mats[part] = m
-            layers.append(_Layer(
-                kind=kind, **mats,
-                input_norm=vec(f"layers.{i}.input_norm", sp.hidden),
-                post_attn_norm=vec(f"layers.{i}.post_attn_norm", sp.hidden),
-                pre_ff_norm=vec(f"layers.{i}.pre_ff_norm", sp.hidden),
-                post_ff_norm=vec(f"layers.{i}.post_ff_norm", sp.hidden),
-                q_norm=vec(f"layers.{i}.q_norm", sp.head_dim),
-                k_norm=vec(f"layers.{i}.k_norm", sp.head_dim),
-            ))
+            layers.append(
+                _Layer(
+                    kind=kind,
+                    **mats,
+                    input_norm=vec(f"layers.{i}.input_norm", sp.hidden),
+                    post_attn_norm=vec(f"layers.{i}.post_attn_norm", sp.hidden),
+                    pre_ff_norm=vec(f"layers.{i}.pre_ff_norm", sp.hidden),
+                    post_ff_norm=vec(f"layers.{i}.post_ff_norm", sp.hidden),
+                    q_norm=vec(f"layers.{i}.q_norm", sp.head_dim),
+                    k_norm=vec(f"layers.{i}.k_norm", sp.head_dim),
+                )
+            )
         embed = Int8Weights.from_quantized(get("embed.q"), get("embed.scales"))
         if embed.q.shape != (sp.vocab_size, sp.hidden):
-            raise ModelUnavailable(f"stored embeddings have shape {embed.q.shape}, expected {(sp.vocab_size, sp.hidden)}")
+            raise ModelUnavailable(
+                f"stored embeddings have shape {embed.q.shape}, expected {(sp.vocab_size, sp.hidden)}"
+            )
         return cls(sp, layers, embed, vec("final_norm", sp.hidden), tokenizer, name=name, **kwargs)
 
     # -- checking ----------------------------------------------------------------
@@ -449,8 +480,9 @@ class LeanGemma3(TransformersModel):
         self.stats.reset()
         return np.stack(rows)
 
-    def check_against(self, reference: np.ndarray, probes: Sequence[Sequence[int]],
-                      tolerance: float | None = None) -> float:
+    def check_against(
+        self, reference: np.ndarray, probes: Sequence[Sequence[int]], tolerance: float | None = None
+    ) -> float:
         """Compare the probe logits with `reference` (one row per probe); raises
         ModelUnavailable when any differs by more than `tolerance` (default CHECK_TOLERANCE). Returns the largest
         difference."""
@@ -473,8 +505,13 @@ class LeanGemma3(TransformersModel):
     def _reset_state(self):
         from collections import OrderedDict
 
-        self._cache = StaticKV(len(self._layers), self.spec.kv_heads, self.spec.head_dim,
-                               min(self.capacity, self.max_context), self.max_context)
+        self._cache = StaticKV(
+            len(self._layers),
+            self.spec.kv_heads,
+            self.spec.head_dim,
+            min(self.capacity, self.max_context),
+            self.max_context,
+        )
         self._row_cache = OrderedDict()
         self._branch_cache = OrderedDict()
         self._tokens = np.zeros(0, dtype=np.int64)
@@ -630,8 +667,13 @@ class LeanGemma3(TransformersModel):
         if n > 1:
             # A chunk or a tree: torch's fused attention (no n x L score tensors kept per head).
             out = torch.nn.functional.scaled_dot_product_attention(
-                q.transpose(0, 1)[None], keys[None], values[None], attn_mask=m, scale=sp.scaling,
-                enable_gqa=kvh != sp.heads)
+                q.transpose(0, 1)[None],
+                keys[None],
+                values[None],
+                attn_mask=m,
+                scale=sp.scaling,
+                enable_gqa=kvh != sp.heads,
+            )
             return out[0].transpose(0, 1).reshape(n, sp.heads * sp.head_dim)
         # (kv, rep, hd): the query heads sharing a key head are rows of one product.
         qg = q.view(n, kvh, rep, sp.head_dim).permute(1, 2, 0, 3).reshape(kvh, rep * n, sp.head_dim)
@@ -669,5 +711,14 @@ def reference_logits(model: TransformersModel, probes: Sequence[Sequence[int]]) 
     return np.stack(rows)
 
 
-__all__ = ["LeanGemma3", "Gemma3Spec", "StaticKV", "StepProfile", "build_checked", "reference_logits", "supports",
-           "PROBE_TEXTS", "CHECK_TOLERANCE"]
+__all__ = [
+    "LeanGemma3",
+    "Gemma3Spec",
+    "StaticKV",
+    "StepProfile",
+    "build_checked",
+    "reference_logits",
+    "supports",
+    "PROBE_TEXTS",
+    "CHECK_TOLERANCE",
+]

@@ -94,9 +94,17 @@ def store(folder: Path, model, reference: np.ndarray, probes) -> str | None:
                 f.write(arr.tobytes())
                 offset += arr.nbytes
         np.save(tmp / _REFERENCE, np.asarray(reference, dtype=np.float32), allow_pickle=False)
-        files = {n: {"size": (tmp / n).stat().st_size, "sample": sample_digest(tmp / n)} for n in (_WEIGHTS, _REFERENCE)}
-        manifest = {"format": _FORMAT, "name": model.name, "spec": spec, "arrays": layout,
-                    "probes": [list(map(int, p)) for p in probes], "files": files}
+        files = {
+            n: {"size": (tmp / n).stat().st_size, "sample": sample_digest(tmp / n)} for n in (_WEIGHTS, _REFERENCE)
+        }
+        manifest = {
+            "format": _FORMAT,
+            "name": model.name,
+            "spec": spec,
+            "arrays": layout,
+            "probes": [list(map(int, p)) for p in probes],
+            "files": files,
+        }
         (tmp / _MANIFEST).write_text(json.dumps(manifest), encoding="utf-8")
         try:
             os.rename(tmp, folder)

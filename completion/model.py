@@ -214,8 +214,9 @@ def load_model(
     """
     from . import model_store
 
-    return model_store.load(name_or_path, progress=progress, dtype=dtype, threads=threads, max_context=max_context,
-                            backend=backend)
+    return model_store.load(
+        name_or_path, progress=progress, dtype=dtype, threads=threads, max_context=max_context, backend=backend
+    )
 
 
 def __getattr__(name):

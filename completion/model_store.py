@@ -136,8 +136,13 @@ def load(name_or_path, *, progress=None, dtype="float32", threads=None, max_cont
             return model
     if dtype == "int8" or lean:
         # The transformers load reports up to "ready"; quantizing and the lean check are the last stretch.
-        model = _load(name_or_path, lambda stage, frac: stage != "ready" and report(stage, 0.85 * frac),
-                      "float32", threads, max_context)
+        model = _load(
+            name_or_path,
+            lambda stage, frac: stage != "ready" and report(stage, 0.85 * frac),
+            "float32",
+            threads,
+            max_context,
+        )
         if dtype == "int8":
             report("quantizing weights to int8", 0.85)
             model.quantize_int8()
@@ -149,8 +154,7 @@ def load(name_or_path, *, progress=None, dtype="float32", threads=None, max_cont
                 report("writing the int8 cache", 0.95)
                 from . import lean_store
 
-                why = lean_store.store(lean_store.lean_dir(stored[0]), model, model.probe_reference,
-                                       model.probe_sets())
+                why = lean_store.store(lean_store.lean_dir(stored[0]), model, model.probe_reference, model.probe_sets())
                 if why:
                     model.source = f"{model.source} (int8 copy not cached: {why})"
         report("ready", 1.0)

@@ -329,7 +329,9 @@ class TransformersModel:
                 if len(tree):
                     rows = torch.cat([rows, self._tree_hidden(pre.size, tree)])
                 first = self._row_cache.get(pre.tobytes())
-                for j, score in zip(todo, self._branch_scores(rows, tree, fresh, [None] * len(todo), first)):
+                for j, score in zip(
+                    todo, self._branch_scores(rows, tree, fresh, [None] * len(todo), first), strict=False
+                ):
                     found[keys[j]] = (score.token_logprobs, torch.from_numpy(score.next_logprobs))
             self.stats.cached_rows += len(brs) - len(todo)
             for k in keys:
@@ -341,12 +343,14 @@ class TransformersModel:
             for j, branch in enumerate(brs):
                 token_lp, row = found[keys[j]]
                 ids = allowed_ids[j]
-                out.append(BranchScore(
-                    tokens=tuple(branch.tolist()),
-                    token_logprobs=token_lp.copy(),
-                    next_logprobs=(row if ids is None else row[ids]).numpy().copy(),
-                    allowed=None if ids is None else ids.numpy(),
-                ))
+                out.append(
+                    BranchScore(
+                        tokens=tuple(branch.tolist()),
+                        token_logprobs=token_lp.copy(),
+                        next_logprobs=(row if ids is None else row[ids]).numpy().copy(),
+                        allowed=None if ids is None else ids.numpy(),
+                    )
+                )
             return out
 
     # -- the cache -------------------------------------------------------------

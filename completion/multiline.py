@@ -37,7 +37,7 @@ def plan(prefix: str, suffix: str, multiline: str, single_line: bool) -> tuple[b
     """(single_line, block) for a request's `multiline` setting (see types.py)."""
     if multiline == "never":
         return single_line, None
-    line_before = prefix[prefix.rfind("\n") + 1:]
+    line_before = prefix[prefix.rfind("\n") + 1 :]
     rest = suffix.split("\n", 1)[0]
     opener = line_before.rstrip().endswith(BLOCK_OPENERS) and not rest.strip(_CLOSERS)
     empty = not line_before.strip() and not rest.strip()

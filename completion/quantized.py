@@ -103,7 +103,7 @@ _quantize_compiled = None
 def _quantize_kernel():
     global _quantize_compiled
     if _quantize_compiled is None:
-                _quantize_compiled = njit(quantize_py)
+        _quantize_compiled = njit(quantize_py)
     return _quantize_compiled
 
 
@@ -193,13 +193,15 @@ def int8_rows(q, scales, x, out, threads: int = 1, min_parallel: int | None = No
     # Each thread writes its own block of columns; a contiguous copy keeps the kernel's
     # stores sequential.
     parts = [np.empty((x.shape[0], hi - lo), dtype=np.float32) for lo, hi in pieces]
-    futures = [_pool(threads).submit(_kernel, q[lo:hi], scales[lo:hi], x, part)
-               for (lo, hi), part in zip(pieces[1:], parts[1:])]
+    futures = [
+        _pool(threads).submit(_kernel, q[lo:hi], scales[lo:hi], x, part)
+        for (lo, hi), part in zip(pieces[1:], parts[1:], strict=False)
+    ]
     lo, hi = pieces[0]
     _kernel(q[lo:hi], scales[lo:hi], x, parts[0])
     for f in futures:
         f.result()
-    for (lo, hi), part in zip(pieces, parts):
+    for (lo, hi), part in zip(pieces, parts, strict=False):
         out[:, lo:hi] = part
 
 
@@ -227,8 +229,9 @@ class Int8Weights:
     block (`DEQUANT_BLOCK` output rows at a time) for torch's float32 matmul, which gives
     the same values as the twin would."""
 
-    def __init__(self, weight: torch.Tensor, group: int = GROUP, *, in_place: bool = False,
-                 keep_dequantized: bool = True):
+    def __init__(
+        self, weight: torch.Tensor, group: int = GROUP, *, in_place: bool = False, keep_dequantized: bool = True
+    ):
         """With `in_place`, `weight` (float32, contiguous) itself is overwritten with the
         dequantized values and becomes `dequantized`: no second copy of a large matrix, and
         tensors sharing its storage (a tied embedding table) see the same weights."""
@@ -254,8 +257,13 @@ class Int8Weights:
         if q.ndim != 2 or q.dtype != np.int8:
             raise ValueError(f"expected a 2-D int8 matrix, got {q.dtype} of shape {q.shape}")
         n, k = q.shape
-        if scales.ndim != 2 or scales.dtype != np.float32 or scales.shape[0] != n or not scales.shape[1] \
-                or k % scales.shape[1]:
+        if (
+            scales.ndim != 2
+            or scales.dtype != np.float32
+            or scales.shape[0] != n
+            or not scales.shape[1]
+            or k % scales.shape[1]
+        ):
             raise ValueError(f"scales of {scales.dtype} shape {scales.shape} do not fit an int8 matrix of {q.shape}")
         self = cls.__new__(cls)
         self.q, self.scales = q, scales
@@ -272,8 +280,9 @@ class Int8Weights:
         groups = {p.scales.shape[1] for p in parts}
         if len(groups) != 1 or len({p.in_features for p in parts}) != 1:
             raise ValueError("fused matrices need the same input size and scale groups")
-        return Int8Weights.from_quantized(np.concatenate([p.q for p in parts]),
-                                          np.concatenate([p.scales for p in parts]))
+        return Int8Weights.from_quantized(
+            np.concatenate([p.q for p in parts]), np.concatenate([p.scales for p in parts])
+        )
 
     def dequantize_rows(self, ids: torch.Tensor | np.ndarray | slice) -> torch.Tensor:
         """float32 rows `ids` of the matrix, exactly the dequantized values."""
@@ -311,7 +320,9 @@ class Int8Linear(torch.nn.Module):
         self.in_features = linear.in_features
         self.out_features = linear.out_features
         self.weights = Int8Weights(linear.weight, group)
-        self.bias = None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+        self.bias = (
+            None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().float(), requires_grad=False)
+        )
 
     @property
     def weight(self) -> torch.Tensor:

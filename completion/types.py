@@ -60,8 +60,9 @@ class ContextChunk:
             raise TypeError(f"ContextChunk.text must be a string, got {type(self.text).__name__}")
         if self.path is not None and not isinstance(self.path, str):
             raise TypeError(f"ContextChunk.path must be a string or None, got {type(self.path).__name__}")
-        if self.time is not None and (isinstance(self.time, bool) or not isinstance(self.time, (int, float))
-                                      or self.time != self.time):
+        if self.time is not None and (
+            isinstance(self.time, bool) or not isinstance(self.time, (int, float)) or self.time != self.time
+        ):
             raise TypeError(f"ContextChunk.time must be a number or None, got {self.time!r}")
         if self.kind not in CHUNK_KINDS:
             raise ValueError(f"ContextChunk.kind must be one of {', '.join(CHUNK_KINDS)}, got {self.kind!r}")
@@ -126,8 +127,8 @@ class Completion:
     note: str = ""  # e.g. why the grammar was not used
 
     def typed(self, prefix: str) -> str:
-        return prefix[self.replace_start:]
+        return prefix[self.replace_start :]
 
     def insert_text(self, prefix: str) -> str:
         typed = self.typed(prefix)
-        return self.text[len(typed):] if self.text.startswith(typed) else self.text
+        return self.text[len(typed) :] if self.text.startswith(typed) else self.text

@@ -35,14 +35,20 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
         if expected is None:
             expected = _dtype_objects[dtypes] = tuple(np.dtype(d) for d in dtypes)
         ndims = []
-        for i, (a, dtype) in enumerate(zip(arrays, expected)):
+        for i, (a, dtype) in enumerate(zip(arrays, expected, strict=False)):
             # Each new grammar's arrays are checked here, in its time to first mask: an
             # identity test of interned dtypes and one flags word per array.
             ndim = a.ndim
-            if (a.dtype is not dtype and a.dtype != dtype) or a.flags.num & _CONTIGUOUS_WRITEABLE != _CONTIGUOUS_WRITEABLE or ndim > 2:
+            if (
+                (a.dtype is not dtype and a.dtype != dtype)
+                or a.flags.num & _CONTIGUOUS_WRITEABLE != _CONTIGUOUS_WRITEABLE
+                or ndim > 2
+            ):
                 flags = a.flags
-                raise ValueError(f"array {i}: {a.dtype}, {ndim}-D, contiguous {flags.c_contiguous}, "
-                                 f"writeable {flags.writeable}; expected a writeable contiguous {dtype} array")
+                raise ValueError(
+                    f"array {i}: {a.dtype}, {ndim}-D, contiguous {flags.c_contiguous}, "
+                    f"writeable {flags.writeable}; expected a writeable contiguous {dtype} array"
+                )
             ndims.append(ndim)
         # Readers by each array's own kind: its dimensions too, which the dtypes leave open.
         kinds = (dtypes, tuple(ndims))
@@ -53,7 +59,7 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
     # numpy's own ways to an address (__array_interface__, .ctypes) cost 2.4 to 3.2 µs
     # an array; a compiled reader called without its dispatcher costs about 0.2.
     fields = []
-    for a, read in zip(arrays, readers):
+    for a, read in zip(arrays, readers, strict=False):
         shape = a.shape
         fields.append(read(a))
         fields.append(shape[0])
@@ -124,6 +130,7 @@ def _make_view(context, builder, arrty, dtype, address, shape):
 def _view_codegen(arrty, ndim: int):
     """Code that reads entry `index` of a packed array and builds the view: address,
     then the first `ndim` of (rows, columns)."""
+
     def codegen(context, builder, sig, args):
         packed_val, index_val, _ = args
         entries = context.make_array(sig.args[0])(context, builder, packed_val)

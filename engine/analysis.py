@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 END = 1 << 30  # dot_symbol of a position at the end of its rule
 
+
 def mark_derivers_py(lhs, rhs_len, rhs_flat, lexemes_count, marked):
     """Marks each nonterminal with a rule whose right side is all marked nonterminals
     and, where `lexemes_count`, lexemes (productive: derives a finite string); else a
@@ -129,7 +130,7 @@ rule_tables_jit = njit_calling(rule_tables_py, mark_derivers=mark_derivers_jit)
 def flatten_rules(rules, extra=()) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """`rules` and then `extra` ((lhs, rhs) pairs) as the arrays the compiled analyses
     read: left sides, right-side lengths, and the right sides end to end (int64)."""
-    lhs_of, rhs_of = zip(*rules, *extra) if rules or extra else ((), ())
+    lhs_of, rhs_of = zip(*rules, *extra, strict=False) if rules or extra else ((), ())
     n_rules = len(lhs_of)
     lengths = list(map(len, rhs_of))
     lhs = np.fromiter(lhs_of, dtype=np.int64, count=n_rules)

@@ -112,7 +112,11 @@ _LANGUAGES = {
         LanguageSyntax("generic", ("DQ", "SQ"), apostrophe_in_word=True),
         LanguageSyntax("python", ("TDQ", "TSQ", "DQ", "SQ", "LINE_HASH")),
         LanguageSyntax(
-            "shell", ("DQ_ML", "SQ_RAW_ML", "BT", "LINE_HASH"), hash_in_word=True, backslash_escapes=True, brace_hash=True
+            "shell",
+            ("DQ_ML", "SQ_RAW_ML", "BT", "LINE_HASH"),
+            hash_in_word=True,
+            backslash_escapes=True,
+            brace_hash=True,
         ),
         LanguageSyntax("yaml", ("DQ_ML", "SQ_YAML", "LINE_HASH"), hash_in_word=True, apostrophe_in_word=True),
         LanguageSyntax("toml", ("TDQ", "TSQ_RAW", "DQ", "SQ_RAW", "LINE_HASH")),

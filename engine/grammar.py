@@ -135,21 +135,28 @@ class Grammar:
         content = (
             [(lx.regex, lx.literal, lx.flags) for lx in self.lexemes],
             [(r.lhs, r.rhs) for r in self.rules],
-            self.start, list(self.ignore), self.allow_initial_skip,
+            self.start,
+            list(self.ignore),
+            self.allow_initial_skip,
         )
         return hashlib.sha256(marshal.dumps(content, 2)).hexdigest()
 
     @cached_property
     def _content_key(self) -> tuple:
-        return (tuple([(lx.regex, lx.literal, lx.flags) for lx in self.lexemes]), tuple(self.rules), self.start,
-                tuple(self.ignore), self.allow_initial_skip)
+        return (
+            tuple([(lx.regex, lx.literal, lx.flags) for lx in self.lexemes]),
+            tuple(self.rules),
+            self.start,
+            tuple(self.ignore),
+            self.allow_initial_skip,
+        )
 
     def __str__(self) -> str:
         lines = []
         for r in self.rules:
             rhs = " ".join(self.symbol_name(s) for s in r.rhs) or "ε"
             lines.append(f"{self.nonterminals[r.lhs]} -> {rhs}")
-        for i, lx in enumerate(self.lexemes):
+        for lx in self.lexemes:
             lines.append(f"{lx.name} = /{lx.regex}/{lx.flags}")
         for ig in self.ignore:
             lines.append(f"%ignore /{ig}/")
@@ -277,8 +284,14 @@ class GrammarBuilder:
         return self.sequence_rule(name, [parts])
 
     def build(self, start: int) -> Grammar:
-        g = Grammar(list(self.lexemes), list(self.nonterminals), list(self.rules), start, list(self.ignore),
-                    self.allow_initial_skip)
+        g = Grammar(
+            list(self.lexemes),
+            list(self.nonterminals),
+            list(self.rules),
+            start,
+            list(self.ignore),
+            self.allow_initial_skip,
+        )
         validate(g)
         return g
 

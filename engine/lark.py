@@ -228,9 +228,7 @@ def _lex_string(src: _Source, start: int, toks: list[_Tok]) -> int:
     i = start + 1
     while True:
         if i >= n or text[i] == "\n":
-            raise src.error(
-                start, f"unterminated string: expected '\"' to close it, found {_char_desc(text, i)}"
-            )
+            raise src.error(start, f"unterminated string: expected '\"' to close it, found {_char_desc(text, i)}")
         c = text[i]
         if c == '"':
             i += 1
@@ -496,9 +494,7 @@ class _Parser:
     def import_directive(self, tok: _Tok) -> None:
         mod = self.next()
         if mod.kind != "RULE" or mod.value != "common":
-            raise self.src.error(
-                mod.pos, f"only '%import common' is supported, found {_describe(mod, self.src)}"
-            )
+            raise self.src.error(mod.pos, f"only '%import common' is supported, found {_describe(mod, self.src)}")
         sep = self.next()
         if self.is_op(sep, "."):
             name_tok = self.next()
@@ -1119,7 +1115,9 @@ class _Compiler:
 
     def _size_check(self, regex: str, d: _Def) -> None:
         if len(regex) > self.limits.max_regex_nodes:
-            raise LimitExceeded("max_regex_nodes", self.limits.max_regex_nodes, f"terminal {d.name} inlines to a huge regex")
+            raise LimitExceeded(
+                "max_regex_nodes", self.limits.max_regex_nodes, f"terminal {d.name} inlines to a huge regex"
+            )
 
     def terminal_lexeme(self, name: str) -> int:
         rx = self.term_rx[("", name)]
@@ -1155,7 +1153,9 @@ class _Compiler:
         if isinstance(node, _Re):
             rx = self.term_expr(node, "", d)
             raw = d.src.text[node.pos : node.pos + len(node.pattern) + 2 + len(node.flags)]
-            self.checker.check_lexeme(rx.regex, rx.flags, self._atom_fail(d.src, node.pos), f"the regex {raw} of rule {d.name!r}")
+            self.checker.check_lexeme(
+                rx.regex, rx.flags, self._atom_fail(d.src, node.pos), f"the regex {raw} of rule {d.name!r}"
+            )
             return [[b.lexeme(raw, rx.regex, flags=rx.flags)]]
         if isinstance(node, _Range):
             rx = self.term_expr(node, "", d)

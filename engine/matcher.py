@@ -65,8 +65,16 @@ class TokenAutomaton:
     grammar's content (matchers, constraints, threads), and its tables grow as it is
     used. Masks cover the grammar's tokens only; whether EOS may come is `is_accepting`."""
 
-    def __init__(self, tokenizer, grammar: Grammar, *, limits: Limits = DEFAULT_LIMITS,
-                 trie: TokenTrie | None = None, use_jit: bool = True, slicer: bool | None = None):
+    def __init__(
+        self,
+        tokenizer,
+        grammar: Grammar,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        trie: TokenTrie | None = None,
+        use_jit: bool = True,
+        slicer: bool | None = None,
+    ):
         self.tokenizer = tokenizer
         self.grammar = grammar
         self.trie = trie if trie is not None else trie_for(tokenizer)
@@ -117,8 +125,9 @@ class TokenAutomaton:
             forced = fastforward.forced_bytes(self.rec, state)[0]
             if not forced:
                 return None
-            tokens = fastforward.forced_tokens(self.tokenizer, self.trie, self.walker, self.rec, state,
-                                               list(recent_tokens), forced)
+            tokens = fastforward.forced_tokens(
+                self.tokenizer, self.trie, self.walker, self.rec, state, list(recent_tokens), forced
+            )
             return tokens[0] if tokens else None
 
     def _only(self, token: int) -> np.ndarray:
@@ -153,9 +162,17 @@ class TokenAutomaton:
 
 
 class Matcher:
-    def __init__(self, tokenizer, grammar: Grammar, *, limits: Limits = DEFAULT_LIMITS,
-                 trie: TokenTrie | None = None, use_jit: bool = True, slicer: bool | None = None,
-                 canonical_forced: bool = False):
+    def __init__(
+        self,
+        tokenizer,
+        grammar: Grammar,
+        *,
+        limits: Limits = DEFAULT_LIMITS,
+        trie: TokenTrie | None = None,
+        use_jit: bool = True,
+        slicer: bool | None = None,
+        canonical_forced: bool = False,
+    ):
         self.tokenizer = tokenizer
         self.grammar = grammar
         # True: where the grammar forces text, masks allow only its first canonical token
@@ -259,14 +276,16 @@ class Matcher:
         if self._stopped:
             return []
         return self._guard(
-            lambda: fastforward.forced_tokens(self.tokenizer, self.trie, self.walker, self.rec, self._state, self._recent_tokens())
+            lambda: fastforward.forced_tokens(
+                self.tokenizer, self.trie, self.walker, self.rec, self._state, self._recent_tokens()
+            )
         )
 
     def _recent_tokens(self) -> list[int]:
         # Raw bytes consumed with consume_bytes (-1) break the token context.
-        recent = self.tokens[-fastforward.CONTEXT_TOKENS:]
+        recent = self.tokens[-fastforward.CONTEXT_TOKENS :]
         while -1 in recent:
-            recent = recent[recent.index(-1) + 1:]
+            recent = recent[recent.index(-1) + 1 :]
         return recent
 
     def expected(self) -> str:
@@ -288,7 +307,9 @@ class Matcher:
             raise MatcherError(f"token id {token} is outside the vocabulary (size {self.tokenizer.vocab_size})")
         if token in self.eos_token_ids:
             if not self.rec.is_accepting(self._state):
-                raise MatcherError(f"end of sequence (token {token}) not allowed: the grammar expects {self.expected()}")
+                raise MatcherError(
+                    f"end of sequence (token {token}) not allowed: the grammar expects {self.expected()}"
+                )
             self._history.append(self._state)
             self.tokens.append(token)
             self._stopped = True

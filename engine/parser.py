@@ -37,7 +37,6 @@ from .analysis import END, flatten_rules, productive_rules, rule_tables_jit, rul
 from .grammar import Grammar
 from .limits import DEFAULT_LIMITS, LimitExceeded, Limits
 
-
 # Row building statuses (what `build_row` returns with its value).
 ROW_BUILT = 0  # value: entries appended to the row pool
 NEED_PREDICTION = 1  # value: a nonterminal whose prediction closure is not computed yet
@@ -73,12 +72,43 @@ def push_advanced(row, sym, row_start, row_end, adv_sym, adv_pos, adv_origin, wo
     return n_work
 
 
-def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
-                 dot_symbol, dot_lhs, nullable, accept_pos,
-                 pred_start, pred_end, pred_pool, prednt_start, prednt_end, prednt_pool,
-                 row_start, row_end, row_accepting, adv_sym, adv_pos, adv_origin, pool_used,
-                 hkeys, hstamp, pstamp, ntstamp, work_pos, work_origin, item_pos, item_origin, pred_list,
-                 allowed_out, max_items):
+def build_row_py(
+    row_id,
+    epoch,
+    parent,
+    lexemes,
+    kpos,
+    korigin,
+    nk,
+    dot_symbol,
+    dot_lhs,
+    nullable,
+    accept_pos,
+    pred_start,
+    pred_end,
+    pred_pool,
+    prednt_start,
+    prednt_end,
+    prednt_pool,
+    row_start,
+    row_end,
+    row_accepting,
+    adv_sym,
+    adv_pos,
+    adv_origin,
+    pool_used,
+    hkeys,
+    hstamp,
+    pstamp,
+    ntstamp,
+    work_pos,
+    work_origin,
+    item_pos,
+    item_origin,
+    pred_list,
+    allowed_out,
+    max_items,
+):
     """Builds Earley row `row_id` at `adv_*[pool_used:]`; returns (status, value, n):
     when built, the row's expected lexemes are `allowed_out[:n]`, ascending.
 
@@ -94,8 +124,9 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
     n_work = 0
     if parent >= 0:
         for k in range(lexemes.shape[0]):
-            n_work = push_advanced(parent, -lexemes[k] - 1, row_start, row_end, adv_sym, adv_pos, adv_origin,
-                                   work_pos, work_origin, n_work)
+            n_work = push_advanced(
+                parent, -lexemes[k] - 1, row_start, row_end, adv_sym, adv_pos, adv_origin, work_pos, work_origin, n_work
+            )
             if n_work < 0:
                 return NEED_SCRATCH, 0, 0
         if n_work == 0:
@@ -136,8 +167,9 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
         if sym == end_sym:
             if origin == row_id:
                 continue  # an empty derivation: Aycock-Horspool advanced over it at prediction
-            n_work = push_advanced(origin, dot_lhs[pos], row_start, row_end, adv_sym, adv_pos, adv_origin,
-                                   work_pos, work_origin, n_work)
+            n_work = push_advanced(
+                origin, dot_lhs[pos], row_start, row_end, adv_sym, adv_pos, adv_origin, work_pos, work_origin, n_work
+            )
             if n_work < 0:
                 return NEED_SCRATCH, 0, 0
         elif sym >= 0:
@@ -204,9 +236,9 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
             adv_origin[j + 1] = k_origin
     else:
         # Bottom-up merge sort, runs of `width` merged from src into dst and back.
-        src_sym = adv_sym[base:base + m].copy()
-        src_pos = adv_pos[base:base + m].copy()
-        src_origin = adv_origin[base:base + m].copy()
+        src_sym = adv_sym[base : base + m].copy()
+        src_pos = adv_pos[base : base + m].copy()
+        src_origin = adv_origin[base : base + m].copy()
         dst_sym = np.empty_like(src_sym)
         dst_pos = np.empty_like(src_pos)
         dst_origin = np.empty_like(src_origin)
@@ -234,9 +266,9 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
             src_pos, dst_pos = dst_pos, src_pos
             src_origin, dst_origin = dst_origin, src_origin
             width *= 2
-        adv_sym[base:base + m] = src_sym
-        adv_pos[base:base + m] = src_pos
-        adv_origin[base:base + m] = src_origin
+        adv_sym[base : base + m] = src_sym
+        adv_pos[base : base + m] = src_pos
+        adv_origin[base : base + m] = src_origin
     row_start[row_id] = base
     row_end[row_id] = base + m
     row_accepting[row_id] = accepting
@@ -255,8 +287,25 @@ def build_row_py(row_id, epoch, parent, lexemes, kpos, korigin, nk,
 build_row_jit = njit_calling(build_row_py, push_advanced=njit(push_advanced))
 
 
-def predict_closure_py(nt, epoch, rule_ptr, rule_first, dot_symbol, nullable, pstamp, ntstamp, stack, todo, counts,
-                       pred_start, pred_end, pred_pool, prednt_start, prednt_end, prednt_pool):
+def predict_closure_py(
+    nt,
+    epoch,
+    rule_ptr,
+    rule_first,
+    dot_symbol,
+    nullable,
+    pstamp,
+    ntstamp,
+    stack,
+    todo,
+    counts,
+    pred_start,
+    pred_end,
+    pred_pool,
+    prednt_start,
+    prednt_end,
+    prednt_pool,
+):
     """Stores the prediction closure of nonterminal `nt` (what `build_row` asks for with
     NEED_PREDICTION): the dot positions that predicting `nt` adds to a row, its rules'
     first positions transitively and past nullable symbols, appended to `pred_pool`,
@@ -335,8 +384,9 @@ class EarleyParser:
         # grammar.size(): a symbol per rule and one per right-side symbol, the augmented
         # rule's two aside (checked before the productivity analysis where there is one).
         if n_rules + n_symbols - 2 > limits.max_grammar_size:
-            raise LimitExceeded("max_grammar_size", limits.max_grammar_size,
-                                f"grammar has size {n_rules + n_symbols - 2}")
+            raise LimitExceeded(
+                "max_grammar_size", limits.max_grammar_size, f"grammar has size {n_rules + n_symbols - 2}"
+            )
         self.dot_symbol = np.empty(n_rules + n_symbols, dtype=np.int64)
         self.dot_lhs = np.empty(n_rules + n_symbols, dtype=np.int64)
         first_pos = np.empty(n_rules, dtype=np.int64)
@@ -345,8 +395,17 @@ class EarleyParser:
         # rule_first[rule_ptr[nt]:rule_ptr[nt + 1]].
         self.rule_first = np.empty(n_rules, dtype=np.int64)
         self.rule_ptr = np.empty(n_nt + 2, dtype=np.int64)
-        args = (lhs, rhs_len, rhs_flat, self.dot_symbol, self.dot_lhs, first_pos, self.nullable, self.rule_first,
-                self.rule_ptr)
+        args = (
+            lhs,
+            rhs_len,
+            rhs_flat,
+            self.dot_symbol,
+            self.dot_lhs,
+            first_pos,
+            self.nullable,
+            self.rule_first,
+            self.rule_ptr,
+        )
         compiled_once(rule_tables_jit if use_jit else rule_tables_py, args)(*args)
         dot_symbol = self.dot_symbol
         self.accept_pos = int(first_pos[-1]) + 1
@@ -390,13 +449,40 @@ class EarleyParser:
         arrays = self._walk_arrays
         if arrays is None:
             arrays = self._walk_arrays = (
-                self.counts, self.dot_symbol, self.dot_lhs, self.nullable, self.accept_pos,
-                self.pred_start, self.pred_end, self.pred_pool, self.prednt_start, self.prednt_end,
-                self.prednt_pool, self.row_start, self.row_end, self.row_accepting, self.adv_sym,
-                self.adv_pos, self.adv_origin, self._hkeys, self._hstamp, self._pstamp, self._ntstamp,
-                self._work_pos, self._work_origin, self._item_pos, self._item_origin, self._pred_list,
-                self._allowed_out, max_items, fuel, self._no_lexemes, self.rule_ptr, self.rule_first,
-                self._closure_stack, self._closure_todo,
+                self.counts,
+                self.dot_symbol,
+                self.dot_lhs,
+                self.nullable,
+                self.accept_pos,
+                self.pred_start,
+                self.pred_end,
+                self.pred_pool,
+                self.prednt_start,
+                self.prednt_end,
+                self.prednt_pool,
+                self.row_start,
+                self.row_end,
+                self.row_accepting,
+                self.adv_sym,
+                self.adv_pos,
+                self.adv_origin,
+                self._hkeys,
+                self._hstamp,
+                self._pstamp,
+                self._ntstamp,
+                self._work_pos,
+                self._work_origin,
+                self._item_pos,
+                self._item_origin,
+                self._pred_list,
+                self._allowed_out,
+                max_items,
+                fuel,
+                self._no_lexemes,
+                self.rule_ptr,
+                self.rule_first,
+                self._closure_stack,
+                self._closure_todo,
             )
         return arrays
 
@@ -425,13 +511,41 @@ class EarleyParser:
         while True:
             counts[EPOCH] += 1
             args = (
-                row_id, int(counts[EPOCH]), parent, lexemes, kpos, korigin, kpos.shape[0],
-                self.dot_symbol, self.dot_lhs, self.nullable, self.accept_pos,
-                self.pred_start, self.pred_end, self.pred_pool, self.prednt_start, self.prednt_end, self.prednt_pool,
-                self.row_start, self.row_end, self.row_accepting, self.adv_sym, self.adv_pos, self.adv_origin,
-                int(counts[POOL_USED]), self._hkeys, self._hstamp, self._pstamp, self._ntstamp,
-                self._work_pos, self._work_origin, self._item_pos, self._item_origin, self._pred_list,
-                self._allowed_out, self.limits.max_items_per_row,
+                row_id,
+                int(counts[EPOCH]),
+                parent,
+                lexemes,
+                kpos,
+                korigin,
+                kpos.shape[0],
+                self.dot_symbol,
+                self.dot_lhs,
+                self.nullable,
+                self.accept_pos,
+                self.pred_start,
+                self.pred_end,
+                self.pred_pool,
+                self.prednt_start,
+                self.prednt_end,
+                self.prednt_pool,
+                self.row_start,
+                self.row_end,
+                self.row_accepting,
+                self.adv_sym,
+                self.adv_pos,
+                self.adv_origin,
+                int(counts[POOL_USED]),
+                self._hkeys,
+                self._hstamp,
+                self._pstamp,
+                self._ntstamp,
+                self._work_pos,
+                self._work_origin,
+                self._item_pos,
+                self._item_origin,
+                self._pred_list,
+                self._allowed_out,
+                self.limits.max_items_per_row,
             )
             build = self._build
             if build is None:
@@ -483,9 +597,25 @@ class EarleyParser:
             self.prednt_pool = grown(self.prednt_pool, max(need, 2 * self.prednt_pool.shape[0]), 0)
             self._walk_arrays = None
         counts[EPOCH] += 1
-        args = (nt, int(counts[EPOCH]), self.rule_ptr, self.rule_first, self.dot_symbol, self.nullable, self._pstamp,
-                self._ntstamp, self._closure_stack, self._closure_todo, counts, self.pred_start, self.pred_end,
-                self.pred_pool, self.prednt_start, self.prednt_end, self.prednt_pool)
+        args = (
+            nt,
+            int(counts[EPOCH]),
+            self.rule_ptr,
+            self.rule_first,
+            self.dot_symbol,
+            self.nullable,
+            self._pstamp,
+            self._ntstamp,
+            self._closure_stack,
+            self._closure_todo,
+            counts,
+            self.pred_start,
+            self.pred_end,
+            self.pred_pool,
+            self.prednt_start,
+            self.prednt_end,
+            self.prednt_pool,
+        )
         closure = self._closure
         if closure is None:
             closure = self._closure = compiled_once(self._closure_fn, args)
@@ -527,7 +657,14 @@ class EarleyParser:
     def row_items(self, row_id: int) -> list[tuple[int, int, int]]:
         """(symbol, advanced position, origin) entries of a row, sorted; for tests."""
         lo, hi = int(self.row_start[row_id]), int(self.row_end[row_id])
-        return sorted(zip(self.adv_sym[lo:hi].tolist(), self.adv_pos[lo:hi].tolist(), self.adv_origin[lo:hi].tolist()))
+        return sorted(
+            zip(
+                self.adv_sym[lo:hi].tolist(),
+                self.adv_pos[lo:hi].tolist(),
+                self.adv_origin[lo:hi].tolist(),
+                strict=False,
+            )
+        )
 
     def expected_names(self, row_id: int) -> list[str]:
         return sorted(self.grammar.lexemes[i].name for i in self.allowed_lexemes(row_id))

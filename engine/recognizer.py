@@ -159,14 +159,24 @@ class Recognizer:
         """Bytes held in the tables that grow with use: the parser's item pool and row
         index, the lexer table and the step table (the rest is small beside them)."""
         parser = self.parser
-        return (parser.adv_sym.nbytes + parser.adv_pos.nbytes + parser.adv_origin.nbytes + parser.row_start.nbytes
-                + parser.row_end.nbytes + self.lexer.table.nbytes + self.step_keys.nbytes + self.step_vals.nbytes
-                + self.row_lexstate.nbytes)
+        return (
+            parser.adv_sym.nbytes
+            + parser.adv_pos.nbytes
+            + parser.adv_origin.nbytes
+            + parser.row_start.nbytes
+            + parser.row_end.nbytes
+            + self.lexer.table.nbytes
+            + self.step_keys.nbytes
+            + self.step_vals.nbytes
+            + self.row_lexstate.nbytes
+        )
 
     def worn_out(self) -> bool:
         """Whether new matchers should get a fresh recognizer instead of this one."""
-        return (len(self.lexer.states) > self.limits.max_lexer_states * self.MAX_SHARED_LEXER_STATES_FRACTION
-                or self.footprint_bytes() > self.MAX_SHARED_BYTES)
+        return (
+            len(self.lexer.states) > self.limits.max_lexer_states * self.MAX_SHARED_LEXER_STATES_FRACTION
+            or self.footprint_bytes() > self.MAX_SHARED_BYTES
+        )
 
     @classmethod
     def for_grammar(cls, grammar: Grammar, limits: Limits = DEFAULT_LIMITS) -> "Recognizer":
@@ -228,8 +238,10 @@ class Recognizer:
         if 2 * (fill[START_COUNT] + 1) > self.start_keys.shape[0]:
             self._scan_arrays = None
             size = 2 * self.start_keys.shape[0]
-            old = [(int(self.start_ptr[i]), int(self.start_len[i]), int(self.start_val[i]))
-                   for i in np.flatnonzero(self.start_keys != -1)]
+            old = [
+                (int(self.start_ptr[i]), int(self.start_len[i]), int(self.start_val[i]))
+                for i in np.flatnonzero(self.start_keys != -1)
+            ]
             pool = self.start_pool
             self.start_keys = filled(size, -1, dtype=np.int64)
             self.start_val = np.zeros(size, dtype=np.int64)
@@ -237,7 +249,7 @@ class Recognizer:
             self.start_len = np.zeros(size, dtype=np.int64)
             fill[START_COUNT] = 0
             for ptr, n, val in old:
-                self._insert_start(pool[ptr:ptr + n], ptr, val)
+                self._insert_start(pool[ptr : ptr + n], ptr, val)
         n = allowed.shape[0]
         used = int(fill[START_POOL_USED])
         if used + n > self.start_pool.shape[0]:
@@ -245,7 +257,7 @@ class Recognizer:
             grown[:used] = self.start_pool[:used]
             self.start_pool = grown
             self._scan_arrays = None
-        self.start_pool[used:used + n] = allowed
+        self.start_pool[used : used + n] = allowed
         fill[START_POOL_USED] = used + n
         self._insert_start(allowed, used, lexstate)
 
@@ -258,7 +270,7 @@ class Recognizer:
         while self.start_keys[slot] != -1:
             if self.start_keys[slot] == h and self.start_len[slot] == n:
                 ptr = int(self.start_ptr[slot])
-                if (self.start_pool[ptr:ptr + n] == allowed).all():
+                if (self.start_pool[ptr : ptr + n] == allowed).all():
                     return int(self.start_val[slot])
             slot = (slot + 1) & size_mask
         return -1
@@ -307,8 +319,15 @@ class Recognizer:
         arrays = self._scan_arrays
         if arrays is None:
             arrays = self._scan_arrays = (
-                self.step_fill, self.lexset_ptr, self.lexset_lex, self.lexsets_count,
-                self.start_keys, self.start_val, self.start_ptr, self.start_len, self.start_pool,
+                self.step_fill,
+                self.lexset_ptr,
+                self.lexset_lex,
+                self.lexsets_count,
+                self.start_keys,
+                self.start_val,
+                self.start_ptr,
+                self.start_len,
+                self.start_pool,
                 self.start_fill,
             )
         return arrays

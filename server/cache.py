@@ -36,8 +36,7 @@ MAX_DOCUMENTS = 32
 
 def request_key(request: CompletionRequest) -> tuple:
     """What must agree, besides the text and line mode, for one answer to serve another."""
-    return (request.language, request.grammar, request.max_tokens, request.temperature,
-            request.mode, request.seed)
+    return (request.language, request.grammar, request.max_tokens, request.temperature, request.mode, request.seed)
 
 
 @dataclass(frozen=True)
@@ -50,8 +49,9 @@ class Entry:
     origin: str  # "model" or "prefetch"
 
 
-def answer_may_serve(job_request: CompletionRequest, partial: tuple[int, str] | None, prefix: str, suffix: str,
-                     *, ahead: bool = False) -> bool:
+def answer_may_serve(
+    job_request: CompletionRequest, partial: tuple[int, str] | None, prefix: str, suffix: str, *, ahead: bool = False
+) -> bool:
     """Can the answer to `job_request`, of which `partial` = (replace_start, text so far)
     has been produced (None: nothing yet), still be served from the cache once the text
     before the cursor is `prefix` and after it `suffix`?
@@ -65,7 +65,7 @@ def answer_may_serve(job_request: CompletionRequest, partial: tuple[int, str] | 
     start = job_request.prefix
     if not prefix.startswith(start):
         return ahead and start.startswith(prefix)
-    if job_request.single_line and ("\n" in prefix[len(start):] or "\r" in prefix[len(start):]):
+    if job_request.single_line and ("\n" in prefix[len(start) :] or "\r" in prefix[len(start) :]):
         return False  # typed onto a new line, which a one-line answer cannot reach
     if partial is None:
         return True
@@ -97,7 +97,7 @@ class CompletionCache:
         entries = self._entries.pop(uri, [])
         entries = [e for e in entries if e != entry]
         entries.insert(0, entry)
-        del entries[self._per_document:]
+        del entries[self._per_document :]
         self._entries[uri] = entries
         while len(self._entries) > self._documents:
             self._entries.popitem(last=False)
@@ -113,11 +113,15 @@ class CompletionCache:
         for entry in entries:
             if entry.single_line and not request.single_line:
                 continue
-            if (len(prefix) >= entry.anchor_len and entry.key == key and entry.suffix == request.suffix
-                    and entry.target.startswith(prefix)):
+            if (
+                len(prefix) >= entry.anchor_len
+                and entry.key == key
+                and entry.suffix == request.suffix
+                and entry.target.startswith(prefix)
+            ):
                 target = entry.target
                 if request.single_line and not entry.single_line:
-                    target = prefix + first_line(target[len(prefix):])
+                    target = prefix + first_line(target[len(prefix) :])
                 completion = rebase(target, prefix)
                 if completion is not None:
                     self._entries.move_to_end(uri)

@@ -20,7 +20,6 @@ from pygls.workspace import TextDocument, Workspace
 
 from .positions import UTF16, LineIndex, lsp_lines
 
-
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 

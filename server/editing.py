@@ -53,7 +53,7 @@ def wants_multiline(prefix: str, suffix: str = "") -> bool:
     if not line.strip() and start > 0:
         # a blank line: look at the line above (skipping its end-of-line)
         before = prefix[:start].rstrip("\r\n")
-        line = before[line_start(before):]
+        line = before[line_start(before) :]
     return line.rstrip().endswith(BLOCK_OPENERS)
 
 
@@ -65,7 +65,7 @@ def fit_to_line(completion: Completion, prefix: str, *, single_line: bool = Fals
     if single_line:
         cut = _EOL.search(completion.text)
         if cut is not None:
-            completion = replace(completion, text=completion.text[:cut.start()])
+            completion = replace(completion, text=completion.text[: cut.start()])
     rs = max(0, min(completion.replace_start, len(prefix)))
     ls = line_start(prefix)
     if rs >= ls:
@@ -73,7 +73,7 @@ def fit_to_line(completion: Completion, prefix: str, *, single_line: bool = Fals
     head = prefix[rs:ls]
     if not completion.text.startswith(head):
         return None
-    return replace(completion, text=completion.text[len(head):], replace_start=ls)
+    return replace(completion, text=completion.text[len(head) :], replace_start=ls)
 
 
 def rebase(target: str, prefix: str) -> Completion | None:

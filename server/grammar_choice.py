@@ -36,8 +36,8 @@ import posixpath
 import re
 import stat
 from dataclasses import dataclass
-from typing import Sequence
 from importlib import resources
+from typing import Sequence
 from urllib.parse import unquote, urlparse
 
 from midword.completion.types import GrammarSpec
@@ -223,8 +223,10 @@ class GrammarResolver:
         message naming the file and never its content."""
         real = os.path.realpath(path)
         if allowed is not None and not _inside(real, allowed):
-            raise ValueError(f"{path} is outside the workspace folders; midword reads grammar and schema "
-                             f"files only from the workspace and its bundled schemas")
+            raise ValueError(
+                f"{path} is outside the workspace folders; midword reads grammar and schema "
+                f"files only from the workspace and its bundled schemas"
+            )
         # O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one forever.
         fd = os.open(real, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
         try:
@@ -289,8 +291,7 @@ class GrammarResolver:
             return Choice(choice.spec, choice.origin, note)
         return choice
 
-    def _grammar_value(self, value: str, root: str | None, doc_path: str | None,
-                       allowed: Sequence[str]) -> GrammarSpec:
+    def _grammar_value(self, value: str, root: str | None, doc_path: str | None, allowed: Sequence[str]) -> GrammarSpec:
         low = value.lower()
         if low == "none":
             return GrammarSpec(kind="none")
@@ -325,7 +326,7 @@ class GrammarResolver:
             return None
         try:
             if name.startswith("schemas/"):
-                return bundled_schema(name[len("schemas/"):])
+                return bundled_schema(name[len("schemas/") :])
             return read_grammar(name)
         except (FileNotFoundError, IsADirectoryError, OSError):
             return None
@@ -347,14 +348,19 @@ class GrammarResolver:
             return Choice(GrammarSpec(kind="json_schema", source=bundled_schema(bundled)), f"bundled {bundled}")
         return Choice(plain_json(), "plain JSON")
 
-    def _schema_from_reference(self, ref: str, doc_path: str | None,
-                               allowed: Sequence[str]) -> tuple[GrammarSpec | None, str, str | None]:
+    def _schema_from_reference(
+        self, ref: str, doc_path: str | None, allowed: Sequence[str]
+    ) -> tuple[GrammarSpec | None, str, str | None]:
         parsed = urlparse(ref)
         scheme = parsed.scheme.lower()
         if scheme in ("http", "https"):
             bundled = _bundled_for_url(ref)
             if bundled is not None:
-                return GrammarSpec(kind="json_schema", source=bundled_schema(bundled)), f"bundled {bundled} for {ref}", None
+                return (
+                    GrammarSpec(kind="json_schema", source=bundled_schema(bundled)),
+                    f"bundled {bundled} for {ref}",
+                    None,
+                )
             return None, "", f"$schema {ref} is remote and midword never fetches schemas; using plain JSON"
         if scheme == "file":
             path = unquote(parsed.path)

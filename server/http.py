@@ -146,8 +146,11 @@ class Result:
 
     @property
     def finish_reason(self) -> str:
-        return "length" if self.stop_type == "limit" and self.completion is not None \
-            and self.completion.stop_reason == "max_tokens" else "stop"
+        return (
+            "length"
+            if self.stop_type == "limit" and self.completion is not None and self.completion.stop_reason == "max_tokens"
+            else "stop"
+        )
 
     @property
     def tokens_predicted(self) -> int:
@@ -254,14 +257,29 @@ class HttpService:
             # A request's file is taken relative to the workspace (a `$schema` path relative
             # to the document then resolves there too); outside it, it has no path.
             doc_path = self.grammars.inside(ask.filename or "untitled")
-            spec = self.grammars.choose(path=doc_path, language_id=language, text=ask.prefix + ask.suffix,
-                                        settings=Settings(), root=self.grammars.root).spec
+            spec = self.grammars.choose(
+                path=doc_path,
+                language_id=language,
+                text=ask.prefix + ask.suffix,
+                settings=Settings(),
+                root=self.grammars.root,
+            ).spec
         single = ask.single_line if ask.single_line is not None else not wants_multiline(ask.prefix, ask.suffix)
-        return CompletionRequest(prefix=ask.prefix, suffix=ask.suffix, language=language, grammar=spec,
-                                 max_tokens=ask.max_tokens, temperature=ask.temperature, mode=ask.mode,
-                                 single_line=single, time_budget_s=self.config.time_budget_s, seed=ask.seed,
-                                 context=tuple(ask.context), context_tokens=self.config.context_tokens,
-                                 path=ask.filename)
+        return CompletionRequest(
+            prefix=ask.prefix,
+            suffix=ask.suffix,
+            language=language,
+            grammar=spec,
+            max_tokens=ask.max_tokens,
+            temperature=ask.temperature,
+            mode=ask.mode,
+            single_line=single,
+            time_budget_s=self.config.time_budget_s,
+            seed=ask.seed,
+            context=tuple(ask.context),
+            context_tokens=self.config.context_tokens,
+            path=ask.filename,
+        )
 
     async def complete(self, ask: Ask, request: Request) -> Result:
         """The answer to `ask`; Unavailable when it cannot run now, Disconnected when the
@@ -279,8 +297,9 @@ class HttpService:
             queued = time.perf_counter()
             if self._slot.locked():
                 if self.waiting >= self.config.max_queue:
-                    raise Unavailable(503, f"{self.waiting} requests are already waiting for the model; try again",
-                                      retry_after=1)
+                    raise Unavailable(
+                        503, f"{self.waiting} requests are already waiting for the model; try again", retry_after=1
+                    )
                 self.waiting += 1
                 try:
                     acquired = await _first(self._slot.acquire(), watch)
@@ -306,8 +325,11 @@ class HttpService:
 
         def serves(job: Job) -> bool:
             r = job.request
-            return (request_key(r) == key and (not r.single_line or creq.single_line)
-                    and answer_may_serve(r, job.partial, creq.prefix, creq.suffix))
+            return (
+                request_key(r) == key
+                and (not r.single_line or creq.single_line)
+                and answer_may_serve(r, job.partial, creq.prefix, creq.suffix)
+            )
 
         job = self.worker.join(URI, serves)
         if job is None:
@@ -346,13 +368,21 @@ class HttpService:
             result.stop_type = "limit"
         return result
 
-    def _result(self, ask: Ask, creq: CompletionRequest, completion: Completion, source: str, *,
-                queue_ms: float = 0.0, engine_ms: float = 0.0) -> Result:
+    def _result(
+        self,
+        ask: Ask,
+        creq: CompletionRequest,
+        completion: Completion,
+        source: str,
+        *,
+        queue_ms: float = 0.0,
+        engine_ms: float = 0.0,
+    ) -> Result:
         prefix = creq.prefix
         rs = max(0, min(completion.replace_start, len(prefix)))
         typed = prefix[rs:]
         # A completion that does not re-spell the typed part cannot be said as an insertion.
-        text = completion.text[len(typed):] if completion.text.startswith(typed) else ""
+        text = completion.text[len(typed) :] if completion.text.startswith(typed) else ""
         text = strip_markers(normalize_newlines(text))
         stop_type = "limit" if completion.stop_reason in ("max_tokens", "time") else "eos"
         text, word = cut_at_stop(text, ask.stops)
@@ -362,8 +392,7 @@ class HttpService:
             cut = cut_at_indent(text, ask.n_indent)
             if cut != text:
                 text, stop_type = cut, "eos"
-        return Result(text, completion, source if text else "empty", stop_type, word or "", prefix,
-                      queue_ms, engine_ms)
+        return Result(text, completion, source if text else "empty", stop_type, word or "", prefix, queue_ms, engine_ms)
 
     def next_id(self, kind: str) -> str:
         return f"{kind}-{uuid.uuid4().hex[:12]}-{next(self._ids)}"
@@ -414,12 +443,16 @@ async def _limit(job: Job, ask: Ask, prefix: str, limited: list[str]) -> None:
         if partial is not None:
             rs, text = partial
             typed = prefix[rs:]
-            inserted = text[len(typed):] if text.startswith(typed) else ""
+            inserted = text[len(typed) :] if text.startswith(typed) else ""
             if inserted and first is None:
                 first = time.perf_counter()
             reason = None
-            if (ask.t_max_predict_ms is not None and first is not None and "\n" in inserted
-                    and (time.perf_counter() - first) * 1000.0 >= ask.t_max_predict_ms):
+            if (
+                ask.t_max_predict_ms is not None
+                and first is not None
+                and "\n" in inserted
+                and (time.perf_counter() - first) * 1000.0 >= ask.t_max_predict_ms
+            ):
                 reason = "t_max_predict_ms"
             elif ask.n_indent > 0 and cut_at_indent(inserted, ask.n_indent) != inserted:
                 reason = "n_indent"
@@ -466,10 +499,17 @@ def infill_ask(body: dict, config: HttpConfig) -> tuple[Ask, int]:
     prompt = get_str(body, "prompt", "")
     n_predict = get_int(body, "n_predict", None)
     t_max = get_number(body, "t_max_predict_ms", None, lo=0.0)
-    ask = Ask(prefix=input_prefix + prompt, suffix=input_suffix, context=infill_extra(body),
-              max_tokens=_clamp_tokens(n_predict, config.max_tokens), temperature=_temperature(body),
-              stops=get_stop(body), n_indent=get_int(body, "n_indent", 0, lo=0),
-              t_max_predict_ms=t_max if t_max else None, seed=_seed(body))
+    ask = Ask(
+        prefix=input_prefix + prompt,
+        suffix=input_suffix,
+        context=infill_extra(body),
+        max_tokens=_clamp_tokens(n_predict, config.max_tokens),
+        temperature=_temperature(body),
+        stops=get_stop(body),
+        n_indent=get_int(body, "n_indent", 0, lo=0),
+        t_max_predict_ms=t_max if t_max else None,
+        seed=_seed(body),
+    )
     get_int(body, "n_cmpl", 1)  # checked; one answer (greedy decoding gives the same one each time)
     get_list(body, "response_fields")
     get_bool(body, "cache_prompt", True)
@@ -487,14 +527,25 @@ def completion_ask(body: dict, config: HttpConfig) -> tuple[Ask, int]:
     if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
         prompt = prompt[0]
     if not isinstance(prompt, str):
-        raise BadRequest('"prompt" is required and must be a string' if prompt is None
-                         else '"prompt" must be a string (token arrays are not supported)')
+        raise BadRequest(
+            '"prompt" is required and must be a string'
+            if prompt is None
+            else '"prompt" must be a string (token arrays are not supported)'
+        )
     fim = parse_fim_prompt(prompt, get_str(body, "input_suffix", None))
     n_predict = get_int(body, "n_predict", None)
-    ask = Ask(prefix=fim.prefix, suffix=fim.suffix, context=fim.context, filename=fim.filename,
-              max_tokens=_clamp_tokens(n_predict, config.max_tokens), temperature=_temperature(body),
-              stops=get_stop(body), n_indent=get_int(body, "n_indent", 0, lo=0),
-              t_max_predict_ms=get_number(body, "t_max_predict_ms", None, lo=0.0) or None, seed=_seed(body))
+    ask = Ask(
+        prefix=fim.prefix,
+        suffix=fim.suffix,
+        context=fim.context,
+        filename=fim.filename,
+        max_tokens=_clamp_tokens(n_predict, config.max_tokens),
+        temperature=_temperature(body),
+        stops=get_stop(body),
+        n_indent=get_int(body, "n_indent", 0, lo=0),
+        t_max_predict_ms=get_number(body, "t_max_predict_ms", None, lo=0.0) or None,
+        seed=_seed(body),
+    )
     return _midword_extras(body, ask), (n_predict if n_predict is not None else -1)
 
 
@@ -509,9 +560,16 @@ def openai_ask(body: dict, config: HttpConfig) -> Ask:
     fim = parse_fim_prompt(prompt, get_str(body, "suffix", None))
     get_bool(body, "stream", False)
     get_number(body, "top_p", None)
-    ask = Ask(prefix=fim.prefix, suffix=fim.suffix, context=fim.context, filename=fim.filename,
-              max_tokens=_clamp_tokens(get_int(body, "max_tokens", None), config.max_tokens),
-              temperature=_temperature(body), stops=get_stop(body), seed=_seed(body))
+    ask = Ask(
+        prefix=fim.prefix,
+        suffix=fim.suffix,
+        context=fim.context,
+        filename=fim.filename,
+        max_tokens=_clamp_tokens(get_int(body, "max_tokens", None), config.max_tokens),
+        temperature=_temperature(body),
+        stops=get_stop(body),
+        seed=_seed(body),
+    )
     return _midword_extras(body, ask)
 
 
@@ -519,19 +577,27 @@ def tabby_ask(body: dict, config: HttpConfig) -> Ask:
     segments = get_object(body, "segments")
     if segments is None:
         raise BadRequest('"segments" must be an object with "prefix"')
-    ask = Ask(prefix=get_str(segments, "prefix", where="segments."),
-              suffix=get_str(segments, "suffix", "", where="segments."),
-              language=get_str(body, "language", None),
-              filename=get_str(segments, "filepath", None, where="segments."),
-              context=tabby_snippets(segments), max_tokens=config.max_tokens,
-              temperature=_temperature(body), seed=_seed(body))
+    ask = Ask(
+        prefix=get_str(segments, "prefix", where="segments."),
+        suffix=get_str(segments, "suffix", "", where="segments."),
+        language=get_str(body, "language", None),
+        filename=get_str(segments, "filepath", None, where="segments."),
+        context=tabby_snippets(segments),
+        max_tokens=config.max_tokens,
+        temperature=_temperature(body),
+        seed=_seed(body),
+    )
     return ask
 
 
 def midword_ask(body: dict, config: HttpConfig) -> Ask:
-    ask = Ask(prefix=get_str(body, "prefix"), suffix=get_str(body, "suffix", ""),
-              max_tokens=_clamp_tokens(get_int(body, "max_tokens", None), config.max_tokens),
-              temperature=_temperature(body), seed=_seed(body))
+    ask = Ask(
+        prefix=get_str(body, "prefix"),
+        suffix=get_str(body, "suffix", ""),
+        max_tokens=_clamp_tokens(get_int(body, "max_tokens", None), config.max_tokens),
+        temperature=_temperature(body),
+        seed=_seed(body),
+    )
     multi = get_bool(body, "multi_line", False) if "multi_line" in body else None
     ask.single_line = None if multi is None else not multi
     if "grammar" in body:
@@ -544,7 +610,7 @@ def _grammar_spec(value: Any) -> GrammarSpec:
         return GrammarSpec(kind="none")
     if not isinstance(value, dict) or len(value) != 1:
         raise BadRequest('"grammar" must be null or an object with one of "lark", "json_schema", "regex"')
-    (kind, source), = value.items()
+    ((kind, source),) = value.items()
     if kind in ("lark", "regex"):
         if not isinstance(source, str):
             raise BadRequest(f'"grammar.{kind}" must be a string')
@@ -580,7 +646,9 @@ def llama_answer(service: HttpService, result: Result | None, n_predict: int, as
         "tokens_predicted": predicted_n,
         "tokens_evaluated": 0,
         "generation_settings": {
-            "n_ctx": N_CTX, "n_predict": n_predict, "model": service.model_id,
+            "n_ctx": N_CTX,
+            "n_predict": n_predict,
+            "model": service.model_id,
             "temperature": ask.temperature if ask is not None else 0.0,
             "mode": ask.mode if ask is not None else "cpc",
         },
@@ -589,8 +657,7 @@ def llama_answer(service: HttpService, result: Result | None, n_predict: int, as
         "stop_type": result.stop_type if result is not None else "limit",
         "stopping_word": result.stopping_word if result is not None else "",
         "tokens_cached": 0,
-        "timings": llama_timings(0, t.prefill_ms if t else 0.0, predicted_n,
-                                 (t.total_ms - t.prefill_ms) if t else 0.0),
+        "timings": llama_timings(0, t.prefill_ms if t else 0.0, predicted_n, (t.total_ms - t.prefill_ms) if t else 0.0),
     }
 
 
@@ -610,18 +677,31 @@ def midword_answer(result: Result) -> dict[str, Any]:
     c = result.completion
     prefix = result.prefix
     if c is None:
-        return {"text": "", "insert_text": "", "replace_start": len(prefix), "stop_reason": "", "timings": {},
-                "note": "", "source": result.source}
+        return {
+            "text": "",
+            "insert_text": "",
+            "replace_start": len(prefix),
+            "stop_reason": "",
+            "timings": {},
+            "note": "",
+            "source": result.source,
+        }
     t = c.timings
     return {
-        "text": prefix[max(0, min(c.replace_start, len(prefix))):] + result.text,
+        "text": prefix[max(0, min(c.replace_start, len(prefix))) :] + result.text,
         "insert_text": result.text,
         "replace_start": c.replace_start,
         "stop_reason": c.stop_reason,
-        "timings": {"total_ms": round(t.total_ms, 3), "prefill_ms": round(t.prefill_ms, 3),
-                    "decode_ms": round(t.decode_ms, 3), "mask_ms": round(t.mask_ms, 3), "cpc_ms": round(t.cpc_ms, 3),
-                    "forward_passes": t.forward_passes, "tokens_generated": t.tokens_generated,
-                    "tokens_forced": t.tokens_forced},
+        "timings": {
+            "total_ms": round(t.total_ms, 3),
+            "prefill_ms": round(t.prefill_ms, 3),
+            "decode_ms": round(t.decode_ms, 3),
+            "mask_ms": round(t.mask_ms, 3),
+            "cpc_ms": round(t.cpc_ms, 3),
+            "forward_passes": t.forward_passes,
+            "tokens_generated": t.tokens_generated,
+            "tokens_forced": t.tokens_forced,
+        },
         "note": c.note,
         "source": result.source,
     }
@@ -643,8 +723,10 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 def _sse(events: list[bytes]) -> Response:
     # The whole answer exists before the first byte goes out, so one body: every event
     # parses on its own and no `: ping` comment precedes them (Continue's parser stops there).
-    return Response(b"".join(events), headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache",
-                                               "X-Accel-Buffering": "no"})
+    return Response(
+        b"".join(events),
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
 
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/v1/models", "/models"})
@@ -696,6 +778,7 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
             if outcome is not None:
                 service.metrics.record(route, outcome, time.perf_counter() - started)
             return response
+
         return run
 
     def timing_headers(request: Request, result: Result | None, started: float) -> dict[str, str]:
@@ -703,9 +786,11 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
         server_ms = (time.perf_counter() - started) * 1000.0
         if result is None:
             return {"Server-Timing": f"total;dur={server_ms:.3f}"}
-        return {"Server-Timing": f"queue;dur={result.queue_ms:.3f}, engine;dur={result.engine_ms:.3f}, "
-                                 f"total;dur={server_ms:.3f}",
-                "X-Midword-Source": result.source}
+        return {
+            "Server-Timing": f"queue;dur={result.queue_ms:.3f}, engine;dur={result.engine_ms:.3f}, "
+            f"total;dur={server_ms:.3f}",
+            "X-Midword-Source": result.source,
+        }
 
     # -- llama.cpp -------------------------------------------------------------------
 
@@ -738,9 +823,19 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
             return _CompactJSON(final, headers=headers)
         events = []
         if result is not None and result.text:
-            events.append(sse_event({"index": 0, "content": result.text, "tokens": [], "stop": False,
-                                     "id_slot": 0, "tokens_predicted": result.tokens_predicted,
-                                     "tokens_evaluated": 0}))
+            events.append(
+                sse_event(
+                    {
+                        "index": 0,
+                        "content": result.text,
+                        "tokens": [],
+                        "stop": False,
+                        "id_slot": 0,
+                        "tokens_predicted": result.tokens_predicted,
+                        "tokens_evaluated": 0,
+                    }
+                )
+            )
         events.append(sse_event({**final, "content": ""}))
         response = _sse(events)
         response.headers.update(headers)
@@ -753,8 +848,10 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
         body = await read_body(request)
         if "segments" in body:  # tabby-agent's own format
             result = await service.complete(tabby_ask(body, config), request)
-            return _CompactJSON({"id": service.next_id("cmpl"), "choices": [{"index": 0, "text": result.text}]},
-                                headers=timing_headers(request, result, started))
+            return _CompactJSON(
+                {"id": service.next_id("cmpl"), "choices": [{"index": 0, "text": result.text}]},
+                headers=timing_headers(request, result, started),
+            )
         ask = openai_ask(body, config)
         stream = get_bool(body, "stream", False)
         result = await service.complete(ask, request)
@@ -765,10 +862,19 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
             return _CompactJSON(answer, headers=headers)
         events = []
         if result.text:
-            events.append(sse_event({**answer, "choices": [{"index": 0, "text": result.text, "logprobs": None,
-                                                            "finish_reason": None}]}))
-        events.append(sse_event({**answer, "choices": [{"index": 0, "text": "", "logprobs": None,
-                                                        "finish_reason": result.finish_reason}]}))
+            events.append(
+                sse_event(
+                    {**answer, "choices": [{"index": 0, "text": result.text, "logprobs": None, "finish_reason": None}]}
+                )
+            )
+        events.append(
+            sse_event(
+                {
+                    **answer,
+                    "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": result.finish_reason}],
+                }
+            )
+        )
         events.append(SSE_DONE)
         response = _sse(events)
         response.headers.update(headers)
@@ -793,19 +899,21 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
         # One body for tabby-agent (HealthState: model, device, arch, cpu_info, cpu_count,
         # cuda_devices, version.git_describe) and for llama.cpp-style checks (status).
         status = {"ready": "ok", "error": "error"}.get(service.state, "loading")
-        return _CompactJSON({
-            "status": status,
-            "model": service.model_id,
-            "chat_model": None,
-            "chat_device": None,
-            "device": "cpu",
-            "arch": platform.machine() or "unknown",
-            "cpu_info": platform.processor() or platform.machine() or "unknown",
-            "cpu_count": os.cpu_count() or 1,
-            "cuda_devices": [],
-            "version": {"build_date": "", "build_timestamp": "", "git_sha": "", "git_describe": f"v{__version__}"},
-            "webserver": False,
-        })
+        return _CompactJSON(
+            {
+                "status": status,
+                "model": service.model_id,
+                "chat_model": None,
+                "chat_device": None,
+                "device": "cpu",
+                "arch": platform.machine() or "unknown",
+                "cpu_info": platform.processor() or platform.machine() or "unknown",
+                "cpu_count": os.cpu_count() or 1,
+                "cuda_devices": [],
+                "version": {"build_date": "", "build_timestamp": "", "git_sha": "", "git_describe": f"v{__version__}"},
+                "webserver": False,
+            }
+        )
 
     async def events(request: Request) -> Response:
         # tabby-agent's view/select/dismiss events: accepted whatever they hold, not kept
@@ -820,19 +928,31 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
         return _CompactJSON({"disable_client_side_telemetry": True})
 
     async def models(request: Request) -> Response:
-        return _CompactJSON({"object": "list", "data": [
-            {"id": service.model_id, "object": "model", "created": int(service.started), "owned_by": "midword"}]})
+        return _CompactJSON(
+            {
+                "object": "list",
+                "data": [
+                    {"id": service.model_id, "object": "model", "created": int(service.started), "owned_by": "midword"}
+                ],
+            }
+        )
 
     async def props(request: Request) -> Response:
-        return _CompactJSON({
-            "default_generation_settings": {"n_ctx": N_CTX, "n_predict": config.max_tokens, "model": service.model_id,
-                                            "params": {"n_predict": config.max_tokens, "temperature": 0.0}},
-            "total_slots": 1,
-            "model_path": config.model,
-            "chat_template": "",
-            "build_info": f"midword {__version__}",
-            "modalities": {"vision": False, "audio": False},
-        })
+        return _CompactJSON(
+            {
+                "default_generation_settings": {
+                    "n_ctx": N_CTX,
+                    "n_predict": config.max_tokens,
+                    "model": service.model_id,
+                    "params": {"n_predict": config.max_tokens, "temperature": 0.0},
+                },
+                "total_slots": 1,
+                "model_path": config.model,
+                "chat_template": "",
+                "build_info": f"midword {__version__}",
+                "modalities": {"vision": False, "audio": False},
+            }
+        )
 
     async def metrics(request: Request) -> Response:
         return Response(_prometheus(service), media_type="text/plain; version=0.0.4; charset=utf-8")
@@ -873,41 +993,47 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
 def _prometheus(service: HttpService) -> str:
     m = service.metrics
     w = service.worker
-    lines = ["# HELP midword_http_requests_total HTTP requests by route and outcome.",
-             "# TYPE midword_http_requests_total counter"]
+    lines = [
+        "# HELP midword_http_requests_total HTTP requests by route and outcome.",
+        "# TYPE midword_http_requests_total counter",
+    ]
     for (route, outcome), n in sorted(m.requests.items()):
         lines.append(f'midword_http_requests_total{{route="{route}",outcome="{outcome}"}} {n}')
-    lines += ["# HELP midword_http_cancellations_total Requests whose client left before the answer.",
-              "# TYPE midword_http_cancellations_total counter",
-              f"midword_http_cancellations_total {m.cancellations}",
-              "# HELP midword_http_request_duration_seconds Time to answer a completion request.",
-              "# TYPE midword_http_request_duration_seconds histogram"]
+    lines += [
+        "# HELP midword_http_cancellations_total Requests whose client left before the answer.",
+        "# TYPE midword_http_cancellations_total counter",
+        f"midword_http_cancellations_total {m.cancellations}",
+        "# HELP midword_http_request_duration_seconds Time to answer a completion request.",
+        "# TYPE midword_http_request_duration_seconds histogram",
+    ]
     cumulative = 0
-    for bound, n in zip(LATENCY_BUCKETS_S, m.buckets):
+    for bound, n in zip(LATENCY_BUCKETS_S, m.buckets, strict=False):
         cumulative += n
         lines.append(f'midword_http_request_duration_seconds_bucket{{le="{bound}"}} {cumulative}')
     cumulative += m.buckets[-1]
-    lines += [f'midword_http_request_duration_seconds_bucket{{le="+Inf"}} {cumulative}',
-              f"midword_http_request_duration_seconds_sum {m.latency_sum:.6f}",
-              f"midword_http_request_duration_seconds_count {m.latency_count}",
-              "# HELP midword_tokens_generated_total Tokens the model generated.",
-              "# TYPE midword_tokens_generated_total counter",
-              f"midword_tokens_generated_total {w.tokens_generated}",
-              "# HELP midword_tokens_forced_total Tokens the grammar forced without a model call.",
-              "# TYPE midword_tokens_forced_total counter",
-              f"midword_tokens_forced_total {w.tokens_forced}",
-              "# HELP midword_engine_runs_total Completions the engine ran (stopped_runs: ended early).",
-              "# TYPE midword_engine_runs_total counter",
-              f"midword_engine_runs_total {w.runs}",
-              f"midword_engine_stopped_runs_total {w.stopped_runs}",
-              "# HELP midword_http_queue_waiting Requests waiting for the model thread.",
-              "# TYPE midword_http_queue_waiting gauge",
-              f"midword_http_queue_waiting {service.waiting}",
-              "# HELP process_resident_memory_bytes Resident memory of the server process.",
-              "# TYPE process_resident_memory_bytes gauge",
-              f"process_resident_memory_bytes {_rss_bytes()}",
-              "# HELP midword_model_state 1 for the model's current state.",
-              "# TYPE midword_model_state gauge"]
+    lines += [
+        f'midword_http_request_duration_seconds_bucket{{le="+Inf"}} {cumulative}',
+        f"midword_http_request_duration_seconds_sum {m.latency_sum:.6f}",
+        f"midword_http_request_duration_seconds_count {m.latency_count}",
+        "# HELP midword_tokens_generated_total Tokens the model generated.",
+        "# TYPE midword_tokens_generated_total counter",
+        f"midword_tokens_generated_total {w.tokens_generated}",
+        "# HELP midword_tokens_forced_total Tokens the grammar forced without a model call.",
+        "# TYPE midword_tokens_forced_total counter",
+        f"midword_tokens_forced_total {w.tokens_forced}",
+        "# HELP midword_engine_runs_total Completions the engine ran (stopped_runs: ended early).",
+        "# TYPE midword_engine_runs_total counter",
+        f"midword_engine_runs_total {w.runs}",
+        f"midword_engine_stopped_runs_total {w.stopped_runs}",
+        "# HELP midword_http_queue_waiting Requests waiting for the model thread.",
+        "# TYPE midword_http_queue_waiting gauge",
+        f"midword_http_queue_waiting {service.waiting}",
+        "# HELP process_resident_memory_bytes Resident memory of the server process.",
+        "# TYPE process_resident_memory_bytes gauge",
+        f"process_resident_memory_bytes {_rss_bytes()}",
+        "# HELP midword_model_state 1 for the model's current state.",
+        "# TYPE midword_model_state gauge",
+    ]
     for state in ("loading", "ready", "error"):
         lines.append(f'midword_model_state{{state="{state}"}} {1 if service.state == state else 0}')
     return "\n".join(lines) + "\n"
@@ -924,58 +1050,112 @@ def _rss_bytes() -> int:
 
 def openapi_document() -> dict[str, Any]:
     """A description of every route (request fields as the clients send them)."""
+
     def obj(props: dict[str, str], required: tuple[str, ...] = ()) -> dict[str, Any]:
         types = {"s": "string", "i": "integer", "n": "number", "b": "boolean", "a": "array", "o": "object"}
-        schema: dict[str, Any] = {"type": "object", "additionalProperties": True,
-                                  "properties": {k: {"type": types[v]} for k, v in props.items()}}
+        schema: dict[str, Any] = {
+            "type": "object",
+            "additionalProperties": True,
+            "properties": {k: {"type": types[v]} for k, v in props.items()},
+        }
         if required:
             schema["required"] = list(required)
         return schema
 
     def post(summary: str, schema: dict[str, Any], answer: str = "application/json") -> dict[str, Any]:
-        return {"post": {"summary": summary,
-                         "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
-                         "responses": {"200": {"description": "the completion", "content": {answer: {}}},
-                                       "400": {"description": "malformed request (the message names the field)"},
-                                       "401": {"description": "missing or wrong API key"},
-                                       "413": {"description": "request body too large"},
-                                       "503": {"description": "model loading or queue full (Retry-After)"}}}}
+        return {
+            "post": {
+                "summary": summary,
+                "requestBody": {"required": True, "content": {"application/json": {"schema": schema}}},
+                "responses": {
+                    "200": {"description": "the completion", "content": {answer: {}}},
+                    "400": {"description": "malformed request (the message names the field)"},
+                    "401": {"description": "missing or wrong API key"},
+                    "413": {"description": "request body too large"},
+                    "503": {"description": "model loading or queue full (Retry-After)"},
+                },
+            }
+        }
 
     def get(summary: str) -> dict[str, Any]:
         return {"get": {"summary": summary, "responses": {"200": {"description": "OK"}}}}
 
-    infill = obj({"input_prefix": "s", "input_suffix": "s", "prompt": "s", "input_extra": "a", "n_predict": "i",
-                  "n_indent": "i", "t_max_predict_ms": "n", "stop": "a", "n_cmpl": "i", "response_fields": "a",
-                  "temperature": "n", "cache_prompt": "b", "samplers": "a", "id_slot": "i", "language": "s",
-                  "filename": "s"}, ("input_prefix", "input_suffix"))
+    infill = obj(
+        {
+            "input_prefix": "s",
+            "input_suffix": "s",
+            "prompt": "s",
+            "input_extra": "a",
+            "n_predict": "i",
+            "n_indent": "i",
+            "t_max_predict_ms": "n",
+            "stop": "a",
+            "n_cmpl": "i",
+            "response_fields": "a",
+            "temperature": "n",
+            "cache_prompt": "b",
+            "samplers": "a",
+            "id_slot": "i",
+            "language": "s",
+            "filename": "s",
+        },
+        ("input_prefix", "input_suffix"),
+    )
     completion = obj({"prompt": "s", "n_predict": "i", "stream": "b", "stop": "a", "temperature": "n"}, ("prompt",))
-    completions = {"oneOf": [
-        obj({"prompt": "s", "suffix": "s", "max_tokens": "i", "temperature": "n", "top_p": "n", "stop": "a",
-             "stream": "b", "model": "s"}, ("prompt",)),
-        obj({"language": "s", "segments": "o", "temperature": "n", "seed": "i"}, ("segments",)),
-    ]}
-    midword = obj({"prefix": "s", "suffix": "s", "language": "s", "filename": "s", "mode": "s", "max_tokens": "i",
-                   "multi_line": "b", "grammar": "o", "temperature": "n"}, ("prefix",))
+    completions = {
+        "oneOf": [
+            obj(
+                {
+                    "prompt": "s",
+                    "suffix": "s",
+                    "max_tokens": "i",
+                    "temperature": "n",
+                    "top_p": "n",
+                    "stop": "a",
+                    "stream": "b",
+                    "model": "s",
+                },
+                ("prompt",),
+            ),
+            obj({"language": "s", "segments": "o", "temperature": "n", "seed": "i"}, ("segments",)),
+        ]
+    }
+    midword = obj(
+        {
+            "prefix": "s",
+            "suffix": "s",
+            "language": "s",
+            "filename": "s",
+            "mode": "s",
+            "max_tokens": "i",
+            "multi_line": "b",
+            "grammar": "o",
+            "temperature": "n",
+        },
+        ("prefix",),
+    )
     paths = {
         "/infill": post("llama.cpp fill-in-the-middle (llama.vscode, llama.vim)", infill),
-        "/completion": post("llama.cpp completion of a (FIM-templated) prompt; stream: SSE without [DONE]",
-                            completion),
-        "/v1/completions": post("OpenAI completions (FIM templates parsed back) or Tabby (segments); "
-                                "stream: SSE ending with data: [DONE]", completions),
+        "/completion": post("llama.cpp completion of a (FIM-templated) prompt; stream: SSE without [DONE]", completion),
+        "/v1/completions": post(
+            "OpenAI completions (FIM templates parsed back) or Tabby (segments); stream: SSE ending with data: [DONE]",
+            completions,
+        ),
         "/completions": post("alias of /v1/completions", completions),
         "/beta/completions": post("alias of /v1/completions", completions),
         "/v1/midword/complete": post("midword's own completion: prefix, suffix, grammar", midword),
         "/health": get("{status: ok}, 503 while the model loads"),
-        "/v1/health": {**get("server state for tabby-agent and llama.cpp clients"),
-                       "post": {"summary": "same as GET", "responses": {"200": {"description": "OK"}}}},
+        "/v1/health": {
+            **get("server state for tabby-agent and llama.cpp clients"),
+            "post": {"summary": "same as GET", "responses": {"200": {"description": "OK"}}},
+        },
         "/v1/events": post("tabby-agent events (accepted, not kept)", obj({"type": "s", "completion_id": "s"})),
         "/v1/models": get("the model, as an OpenAI model list"),
         "/props": get("llama.cpp server properties"),
         "/metrics": get("Prometheus metrics"),
         "/openapi.json": get("this document"),
     }
-    return {"openapi": "3.1.0", "info": {"title": "midword completion API", "version": __version__},
-            "paths": paths}
+    return {"openapi": "3.1.0", "info": {"title": "midword completion API", "version": __version__}, "paths": paths}
 
 
 # --------------------------------------------------------------------------------------
@@ -1018,8 +1198,10 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
     """The warning a bind reachable from other machines without an API key deserves."""
     if api_key or is_loopback(host):
         return None
-    return (f"midword serve: WARNING: listening on {host or 'all interfaces'}, reachable from other machines, "
-            "without an API key: anyone who can reach it can use the model. Set --api-key or MIDWORD_API_KEY.")
+    return (
+        f"midword serve: WARNING: listening on {host or 'all interfaces'}, reachable from other machines, "
+        "without an API key: anyone who can reach it can use the model. Set --api-key or MIDWORD_API_KEY."
+    )
 
 
 def serve_http(engine_factory: EngineFactory, host: str, port: int, config: HttpConfig) -> int:
@@ -1049,7 +1231,16 @@ def serve_http(engine_factory: EngineFactory, host: str, port: int, config: Http
 
     # Keep-alive outlives the clients' own (Node's agents keep idle sockets 5 s): a server that
     # closes first races a client reusing the socket, which then sees a reset.
-    server = _Server(uvicorn.Config(app, http="h11", lifespan="on", log_level="warning", access_log=False,
-                                    timeout_keep_alive=30, timeout_graceful_shutdown=2))
+    server = _Server(
+        uvicorn.Config(
+            app,
+            http="h11",
+            lifespan="on",
+            log_level="warning",
+            access_log=False,
+            timeout_keep_alive=30,
+            timeout_graceful_shutdown=2,
+        )
+    )
     server.run(sockets=[sock])
     return 0

@@ -89,8 +89,9 @@ def get_str(body: dict, name: str, default: Any = _MISSING, *, where: str = "") 
     return normalize_newlines(value)
 
 
-def get_int(body: dict, name: str, default: int | None, *, lo: int | None = None, hi: int | None = None,
-            where: str = "") -> int | None:
+def get_int(
+    body: dict, name: str, default: int | None, *, lo: int | None = None, hi: int | None = None, where: str = ""
+) -> int | None:
     """An integer field (a float with no fraction counts); clamped into [lo, hi]."""
     value = body.get(name)
     if value is None:
@@ -108,8 +109,9 @@ def get_int(body: dict, name: str, default: int | None, *, lo: int | None = None
     return value
 
 
-def get_number(body: dict, name: str, default: float | None, *, lo: float | None = None, hi: float | None = None,
-               where: str = "") -> float | None:
+def get_number(
+    body: dict, name: str, default: float | None, *, lo: float | None = None, hi: float | None = None, where: str = ""
+) -> float | None:
     value = body.get(name)
     if value is None:
         return default
@@ -182,15 +184,21 @@ def infill_extra(body: dict) -> list[ContextChunk]:
 def tabby_snippets(segments: dict) -> list[ContextChunk]:
     """Tabby's declarations and relevant snippets, each `{filepath, body}`."""
     chunks = []
-    kinds: dict[str, ChunkKind] = {"declarations": "definition", "relevant_snippets_from_changed_files": "edit",
-                                   "relevant_snippets_from_recently_opened_files": "snippet"}
+    kinds: dict[str, ChunkKind] = {
+        "declarations": "definition",
+        "relevant_snippets_from_changed_files": "edit",
+        "relevant_snippets_from_recently_opened_files": "snippet",
+    }
     for key, kind in kinds.items():
         for i, item in enumerate(get_list(segments, key, where="segments.")):
             where = f"segments.{key}[{i}]."
             if not isinstance(item, dict):
                 raise BadRequest(f'"{where[:-1]}" must be an object with "body"')
-            chunks.append(ContextChunk(get_str(item, "body", where=where),
-                                       path=get_str(item, "filepath", None, where=where), kind=kind))
+            chunks.append(
+                ContextChunk(
+                    get_str(item, "body", where=where), path=get_str(item, "filepath", None, where=where), kind=kind
+                )
+            )
     return chunks
 
 
@@ -214,14 +222,41 @@ _PSM_FAMILIES = (
     # Qwen2.5-Coder, CodeGemma: <|fim_prefix|>P<|fim_suffix|>S<|fim_middle|>
     ("qwen", "<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>"),
     # DeepSeek-Coder: <｜fim▁begin｜>P<｜fim▁hole｜>S<｜fim▁end｜>
-    ("deepseek", "<\uff5cfim\u2581begin\uff5c>", "<\uff5cfim\u2581hole\uff5c>", "<\uff5cfim\u2581end\uff5c>", None, None),
+    (
+        "deepseek",
+        "<\uff5cfim\u2581begin\uff5c>",
+        "<\uff5cfim\u2581hole\uff5c>",
+        "<\uff5cfim\u2581end\uff5c>",
+        None,
+        None,
+    ),
 )
 TABBY_FIM = "<|FIM|>"
 # Every marker any family uses: none may reach an answer.
-FIM_MARKERS = tuple(sorted({m for fam in _PSM_FAMILIES for m in fam[1:] if m}
-                           | {"<PRE>", "<SUF>", "<MID>", "<EOT>", "[PREFIX]", "[SUFFIX]", "[MIDDLE]",
-                              "<|endoftext|>", "<|fim_pad|>", "<fim_pad>", "<filename>", "<gh_stars>",
-                              "<\uff5cend\u2581of\u2581sentence\uff5c>", "<|file_separator|>", TABBY_FIM}, key=len, reverse=True))
+FIM_MARKERS = tuple(
+    sorted(
+        {m for fam in _PSM_FAMILIES for m in fam[1:] if m}
+        | {
+            "<PRE>",
+            "<SUF>",
+            "<MID>",
+            "<EOT>",
+            "[PREFIX]",
+            "[SUFFIX]",
+            "[MIDDLE]",
+            "<|endoftext|>",
+            "<|fim_pad|>",
+            "<fim_pad>",
+            "<filename>",
+            "<gh_stars>",
+            "<\uff5cend\u2581of\u2581sentence\uff5c>",
+            "<|file_separator|>",
+            TABBY_FIM,
+        },
+        key=len,
+        reverse=True,
+    )
+)
 
 
 def parse_fim_prompt(prompt: str, suffix: str | None = None) -> FimPrompt:
@@ -241,8 +276,8 @@ def parse_fim_prompt(prompt: str, suffix: str | None = None) -> FimPrompt:
         if s < 0:
             continue
         m = prompt.find(mid, s + len(suf))
-        head, prefix = prompt[:p], prompt[p + len(pre):s]
-        fim_suffix = prompt[s + len(suf):m if m >= 0 else len(prompt)]
+        head, prefix = prompt[:p], prompt[p + len(pre) : s]
+        fim_suffix = prompt[s + len(suf) : m if m >= 0 else len(prompt)]
         context, filename = _repo_context(head, file_sep, repo_name)
         return FimPrompt(prefix, fim_suffix + given_suffix, context, filename, family)
     # CodeLlama: "<PRE> {prefix} <SUF>{suffix} <MID>"
@@ -251,10 +286,10 @@ def parse_fim_prompt(prompt: str, suffix: str | None = None) -> FimPrompt:
         s = prompt.find("<SUF>", p)
         if s >= 0:
             m = prompt.find("<MID>", s)
-            prefix = prompt[p + len("<PRE>"):s]
+            prefix = prompt[p + len("<PRE>") : s]
             prefix = prefix[1:] if prefix.startswith(" ") else prefix
             prefix = prefix[:-1] if prefix.endswith(" ") else prefix
-            fim_suffix = prompt[s + len("<SUF>"):m if m >= 0 else len(prompt)]
+            fim_suffix = prompt[s + len("<SUF>") : m if m >= 0 else len(prompt)]
             fim_suffix = fim_suffix[:-1] if m >= 0 and fim_suffix.endswith(" ") else fim_suffix
             head = prompt[:p]
             context = [ContextChunk(head)] if head.strip() else []
@@ -270,8 +305,13 @@ def parse_fim_prompt(prompt: str, suffix: str | None = None) -> FimPrompt:
         if p >= 0:
             head = prompt[:s]
             context = [ContextChunk(head)] if head.strip() else []
-            return FimPrompt(prompt[p + len("[PREFIX]"):], prompt[s + len("[SUFFIX]"):p] + given_suffix, context,
-                             None, "codestral")
+            return FimPrompt(
+                prompt[p + len("[PREFIX]") :],
+                prompt[s + len("[SUFFIX]") : p] + given_suffix,
+                context,
+                None,
+                "codestral",
+            )
     return FimPrompt(prompt, given_suffix, [], None, "plain")
 
 
@@ -384,12 +424,19 @@ def llama_timings(prompt_n: int, prompt_ms: float, predicted_n: int, predicted_m
         "predicted_n": predicted_n,
         "predicted_ms": round(predicted_ms, 3),
         "predicted_per_token_ms": round(predicted_ms / predicted_n, 3) if predicted_n else 0.0,
-        "predicted_per_second": round(predicted_n * 1000.0 / predicted_ms, 3) if predicted_ms > 0 and predicted_n else 0.0,
+        "predicted_per_second": round(predicted_n * 1000.0 / predicted_ms, 3)
+        if predicted_ms > 0 and predicted_n
+        else 0.0,
     }
 
 
 def error_body(status: int, message: str) -> dict[str, Any]:
     """llama.cpp's and OpenAI's error shape."""
-    kind = {400: "invalid_request_error", 401: "authentication_error", 404: "not_found_error",
-            413: "invalid_request_error", 503: "unavailable_error"}.get(status, "server_error")
+    kind = {
+        400: "invalid_request_error",
+        401: "authentication_error",
+        404: "not_found_error",
+        413: "invalid_request_error",
+        503: "unavailable_error",
+    }.get(status, "server_error")
     return {"error": {"code": status, "message": message, "type": kind}}

@@ -34,9 +34,9 @@ import functools
 import itertools
 import logging
 import time
-from urllib.parse import unquote
 from dataclasses import asdict, dataclass, replace
 from typing import Any, NamedTuple
+from urllib.parse import unquote
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcContentModified
@@ -50,12 +50,11 @@ from midword.completion.types import Completion, CompletionRequest, GrammarSpec
 from .cache import CompletionCache, answer_may_serve, request_key
 from .documents import Document, DocumentWorkspace
 from .editing import first_line, fit_to_line, wants_multiline
-from .grammar_choice import (Choice, GrammarResolver, document_language, fallback_grammar, is_json_document,
-                             uri_to_path)
+from .grammar_choice import Choice, GrammarResolver, document_language, fallback_grammar, is_json_document, uri_to_path
 from .positions import choose_encoding
 from .settings import SECTION, Settings, parse_settings, section_of
-from .workspace_context import WorkspaceContext
 from .worker import EngineFactory, Event, ModelWorker, Outcome
+from .workspace_context import WorkspaceContext
 
 log = logging.getLogger(__name__)
 
@@ -151,8 +150,12 @@ class MidwordProtocol(LanguageServerProtocol):
 
 class MidwordServer(LanguageServer):
     def __init__(self, engine_factory: EngineFactory, *, default_model: str | None = None):
-        super().__init__("midword", __version__, protocol_cls=MidwordProtocol,
-                         text_document_sync_kind=types.TextDocumentSyncKind.Incremental)
+        super().__init__(
+            "midword",
+            __version__,
+            protocol_cls=MidwordProtocol,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+        )
         self.engine_factory = engine_factory
         # What a setting the client leaves unset (null) means: the command line's choice.
         self.defaults = Settings() if default_model is None else Settings(model=default_model)
@@ -273,7 +276,8 @@ class MidwordServer(LanguageServer):
         """Ask the client for the `midword` section (clients that push nothing)."""
         try:
             values = await self.workspace_configuration_async(
-                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)]))
+                types.ConfigurationParams(items=[types.ConfigurationItem(section=SECTION)])
+            )
         except Exception as e:  # a client that cannot answer keeps the current settings
             self.log(f"workspace/configuration failed: {e}", types.MessageType.Warning)
             return
@@ -363,8 +367,12 @@ class MidwordServer(LanguageServer):
                     # a client that never answers must not hold up the reports that follow
                     await asyncio.wait_for(self.work_done_progress.create_async(candidate), 10)
                     token = candidate
-                    self.work_done_progress.begin(token, types.WorkDoneProgressBegin(
-                        title="midword", message=event.message, percentage=0, cancellable=False))
+                    self.work_done_progress.begin(
+                        token,
+                        types.WorkDoneProgressBegin(
+                            title="midword", message=event.message, percentage=0, cancellable=False
+                        ),
+                    )
                 elif token is None:
                     continue
                 elif event.kind == "progress":
@@ -372,8 +380,9 @@ class MidwordServer(LanguageServer):
                     if (event.message, pct) == shown:
                         continue
                     shown = (event.message, pct)
-                    self.work_done_progress.report(token, types.WorkDoneProgressReport(
-                        message=event.message, percentage=pct))
+                    self.work_done_progress.report(
+                        token, types.WorkDoneProgressReport(message=event.message, percentage=pct)
+                    )
                 else:  # ready / error
                     self.work_done_progress.end(token, types.WorkDoneProgressEnd(message=event.message))
                     token = None
@@ -393,12 +402,19 @@ class MidwordServer(LanguageServer):
     async def choose_grammar(self, doc: Document, path: str | None) -> Choice:
         """The document's grammar, chosen on a thread (it may read a file) within
         GRAMMAR_CHOICE_TIMEOUT_S; past that, or on any failure, the fallback grammar."""
-        choose = functools.partial(self.grammars.choose, path=path, language_id=doc.language_id, text=doc.source,
-                                   settings=self.settings, root=self.workspace.root_path,
-                                   roots=self.workspace_roots())
+        choose = functools.partial(
+            self.grammars.choose,
+            path=path,
+            language_id=doc.language_id,
+            text=doc.source,
+            settings=self.settings,
+            root=self.workspace.root_path,
+            roots=self.workspace_roots(),
+        )
         try:
-            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(None, choose),
-                                          GRAMMAR_CHOICE_TIMEOUT_S)
+            return await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(None, choose), GRAMMAR_CHOICE_TIMEOUT_S
+            )
         except asyncio.TimeoutError:
             note = f"choosing the grammar took over {GRAMMAR_CHOICE_TIMEOUT_S:g} s (a slow grammar file?)"
         except Exception as e:  # noqa: BLE001 - a bad grammar file never takes completions down
@@ -433,10 +449,15 @@ class MidwordServer(LanguageServer):
         root = self.workspace.root_path
         chunks = ()
         if self.settings.context_tokens > 0:
-            chunks = self.context.chunks(((u, d.source) for u, d in self.workspace.text_documents.items()),
-                                         unquote(doc.uri), root)
-        return dict(context=chunks, context_tokens=self.settings.context_tokens,
-                    path=self.context.path_of(doc.uri, root), multiline="never" if single_line else "always")
+            chunks = self.context.chunks(
+                ((u, d.source) for u, d in self.workspace.text_documents.items()), unquote(doc.uri), root
+            )
+        return dict(
+            context=chunks,
+            context_tokens=self.settings.context_tokens,
+            path=self.context.path_of(doc.uri, root),
+            multiline="never" if single_line else "always",
+        )
 
     async def complete(self, doc: Document, offset: int, *, single_line: bool) -> Answer:
         """A completion at `offset` of `doc` (or none) and where it came from. Raises
@@ -460,12 +481,21 @@ class MidwordServer(LanguageServer):
             self._latency(started)
             if self.settings.prefetch:  # typing through it: the end of it is where the user goes next
                 self._schedule_prefetch(doc.uri, doc.version, replace(request, prefix=entry.target, single_line=False))
-            return Answer(fit_to_line(completion, request.prefix, single_line=request.single_line), "prefetch" if entry.origin == "prefetch" else "cache")
+            return Answer(
+                fit_to_line(completion, request.prefix, single_line=request.single_line),
+                "prefetch" if entry.origin == "prefetch" else "cache",
+            )
 
         key = request_key(request)
-        running = self.worker.join(doc.uri, lambda job: (
-            not job.prefetch and request_key(job.request) == key and (request.single_line or not job.request.single_line)
-            and answer_may_serve(job.request, job.partial, request.prefix, request.suffix)))
+        running = self.worker.join(
+            doc.uri,
+            lambda job: (
+                not job.prefetch
+                and request_key(job.request) == key
+                and (request.single_line or not job.request.single_line)
+                and answer_may_serve(job.request, job.partial, request.prefix, request.suffix)
+            ),
+        )
         if running is not None:
             # The user typed on while the model worked, and typed what it predicts: its
             # answer will cover this keystroke too.
@@ -582,8 +612,9 @@ class MidwordServer(LanguageServer):
         current = self.document(uri)
         if current is None or current.version != version:
             self.stats.content_modified += 1
-            raise JsonRpcContentModified(f"{uri} changed (version {version} -> "
-                                         f"{None if current is None else current.version}) during completion")
+            raise JsonRpcContentModified(
+                f"{uri} changed (version {version} -> {None if current is None else current.version}) during completion"
+            )
 
     def _still_useful(self, job) -> bool:
         """Whether `job`'s answer can still be served for the document as it is now
@@ -595,7 +626,7 @@ class MidwordServer(LanguageServer):
         suffix = job.request.suffix
         if len(text) < len(suffix) or not text.endswith(suffix):
             return False
-        return answer_may_serve(job.request, job.partial, text[:len(text) - len(suffix)], suffix, ahead=job.prefetch)
+        return answer_may_serve(job.request, job.partial, text[: len(text) - len(suffix)], suffix, ahead=job.prefetch)
 
     def _latency(self, started: float) -> None:
         self.last_latency_ms = round((time.perf_counter() - started) * 1000.0, 1)
@@ -612,7 +643,8 @@ class MidwordServer(LanguageServer):
         if self.loop is None:
             return
         self._prefetch_timer = self.loop.call_later(
-            self.settings.prefetch_delay_ms / 1000.0, self._prefetch, uri, version, request)
+            self.settings.prefetch_delay_ms / 1000.0, self._prefetch, uri, version, request
+        )
 
     def _prefetch(self, uri: str, version: int | None, request: CompletionRequest) -> None:
         self._prefetch_timer = None
@@ -660,7 +692,7 @@ def completion_list(doc: Document, answer: Answer, cursor: int) -> types.Complet
     if completion is None or not completion.text:
         return types.CompletionList(is_incomplete=True, items=[])
     text = completion.text
-    typed = doc.source[completion.replace_start:cursor]
+    typed = doc.source[completion.replace_start : cursor]
     label = first_line(text).strip() or text.strip() or text
     if len(label) > MAX_LABEL:
         label = label[: MAX_LABEL - 1] + "…"
@@ -755,8 +787,11 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
         if doc is None:
             return types.CompletionList(is_incomplete=True, items=[])
         ctx = params.context
-        if (ctx is not None and ctx.trigger_kind == types.CompletionTriggerKind.TriggerCharacter
-                and ctx.trigger_character not in triggers_for(doc.language_id, uri_to_path(doc.uri))):
+        if (
+            ctx is not None
+            and ctx.trigger_kind == types.CompletionTriggerKind.TriggerCharacter
+            and ctx.trigger_character not in triggers_for(doc.language_id, uri_to_path(doc.uri))
+        ):
             return types.CompletionList(is_incomplete=True, items=[])
         cursor = doc.offset_of(params.position)
         result = await ls.complete(doc, cursor, single_line=True)
@@ -770,8 +805,9 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
             return types.InlineCompletionList(items=[])
         cursor = doc.offset_of(params.position)
         lines = ls.settings.multiline
-        multi = lines == "always" or (lines == "auto" and wants_multiline(doc.source[:cursor],
-                                                                           doc.source[cursor:cursor + 200]))
+        multi = lines == "always" or (
+            lines == "auto" and wants_multiline(doc.source[:cursor], doc.source[cursor : cursor + 200])
+        )
         result = await ls.complete(doc, cursor, single_line=not multi)
         return inline_list(doc, result, cursor)
 
@@ -779,14 +815,20 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
     def stats(ls: MidwordServer, params):
         out = asdict(ls.stats)
         worker = ls.worker
-        out.update(model_calls=worker.runs if worker else 0,
-                   tokens_generated=worker.tokens_generated if worker else 0,
-                   tokens_forced=worker.tokens_forced if worker else 0,
-                   model_calls_stopped=worker.stopped_runs if worker else 0,
-                   engine_ms={k: round(v, 1) for k, v in worker.engine_ms.items()} if worker else {})
-        out.update(state=ls.status_state, lastLatencyMs=ls.last_latency_ms, cacheEntries=len(ls.cache),
-                   model=ls.settings.model, positionEncoding=str(getattr(
-                       ls.workspace.position_encoding, "value", ls.workspace.position_encoding)))
+        out.update(
+            model_calls=worker.runs if worker else 0,
+            tokens_generated=worker.tokens_generated if worker else 0,
+            tokens_forced=worker.tokens_forced if worker else 0,
+            model_calls_stopped=worker.stopped_runs if worker else 0,
+            engine_ms={k: round(v, 1) for k, v in worker.engine_ms.items()} if worker else {},
+        )
+        out.update(
+            state=ls.status_state,
+            lastLatencyMs=ls.last_latency_ms,
+            cacheEntries=len(ls.cache),
+            model=ls.settings.model,
+            positionEncoding=str(getattr(ls.workspace.position_encoding, "value", ls.workspace.position_encoding)),
+        )
         return out
 
     return server

@@ -107,7 +107,7 @@ class LineIndex:
         the edit left alone), and only the few in between are scanned again, so a
         keystroke costs a splice, not a scan of the whole text."""
         starts = self.starts
-        head = starts[:bisect_right(starts, start - 1)]
+        head = starts[: bisect_right(starts, start - 1)]
         if not head:
             head = [0]
         stop = start + inserted + 1  # new line starts up to here are scanned
@@ -137,7 +137,7 @@ class LineIndex:
         return len(self.text)
 
     def line_text(self, line: int) -> str:
-        return self.text[self.starts[line]:self.line_end(line)]
+        return self.text[self.starts[line] : self.line_end(line)]
 
     def offset(self, line: int, character: int, encoding: str) -> int:
         """Offset into the text of the position (line, character). A line past the last
@@ -147,7 +147,7 @@ class LineIndex:
         if line >= len(self.starts):
             return len(self.text)
         start = self.starts[line]
-        return start + index_of_column(self.text[start:self.line_end(line)], character, encoding)
+        return start + index_of_column(self.text[start : self.line_end(line)], character, encoding)
 
     def position(self, offset: int, encoding: str) -> tuple[int, int]:
         """The (line, character) of an offset into the text (clamped to the text). An
@@ -166,7 +166,7 @@ def lsp_lines(text: str) -> list[str]:
     """The lines of `text` as the protocol counts them, each with its end-of-line."""
     idx = LineIndex(text)
     starts = idx.starts + [len(text)]
-    lines = [text[starts[i]:starts[i + 1]] for i in range(len(idx.starts))]
+    lines = [text[starts[i] : starts[i + 1]] for i in range(len(idx.starts))]
     if lines and lines[-1] == "" and len(lines) > 1:
         lines.pop()  # a text ending in an end-of-line has no extra (empty) last line to store
     return lines if text else []

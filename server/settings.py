@@ -65,8 +65,12 @@ def _bool(key: str, value: Any) -> bool:
 
 def _int(lo: int, hi: int):
     def check(key: str, value: Any) -> int:
-        if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
-                or int(value) != value):
+        if (
+            isinstance(value, bool)
+            or not isinstance(value, (int, float))
+            or not math.isfinite(value)
+            or int(value) != value
+        ):
             raise ValueError(f"{SECTION}.{key} must be an integer from {lo} to {hi}, got {_show(value)}")
         if not lo <= value <= hi:
             raise ValueError(f"{SECTION}.{key} must be from {lo} to {hi}, got {_show(value)}")
@@ -104,7 +108,7 @@ def _multiline(key: str, value: Any) -> str:
 def _grammars(key: str, value: Any) -> tuple[tuple[str, str], ...]:
     if not isinstance(value, dict):
         raise ValueError(
-            f'{SECTION}.{key} must be an object mapping a glob or languageId to a grammar file, '
+            f"{SECTION}.{key} must be an object mapping a glob or languageId to a grammar file, "
             f'e.g. {{"*.toml": "grammars/toml.lark"}}, got {_show(value)}'
         )
     pairs = []
@@ -143,8 +147,9 @@ def section_of(raw: Any) -> Any:
     return raw
 
 
-def parse_settings(raw: Any, previous: Settings | None = None,
-                   defaults: Settings | None = None) -> tuple[Settings, list[str]]:
+def parse_settings(
+    raw: Any, previous: Settings | None = None, defaults: Settings | None = None
+) -> tuple[Settings, list[str]]:
     """Settings from a client's JSON and one message per problem.
 
     A client sends the whole section each time, so a key left out or `null` takes its

@@ -51,10 +51,13 @@ INVALID_PARAMS = -32602
 
 _CONTENT_LENGTH = re.compile(rb"content-length[ \t]*:[ \t]*([^\r\n]*)", re.I)
 _HTTP_REQUEST_LINE = re.compile(rb"\A(GET|POST|PUT|HEAD|OPTIONS|DELETE|PATCH|CONNECT|TRACE) \S+ HTTP/\d")
-HTTP_REFUSAL = (b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
-                b"Content-Length: %d\r\n\r\n%s")
-HTTP_REFUSAL_TEXT = (b"midword: this port speaks the Language Server Protocol (JSON-RPC with Content-Length "
-                     b"headers), not HTTP\n")
+HTTP_REFUSAL = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n"
+    b"Content-Length: %d\r\n\r\n%s"
+)
+HTTP_REFUSAL_TEXT = (
+    b"midword: this port speaks the Language Server Protocol (JSON-RPC with Content-Length headers), not HTTP\n"
+)
 
 
 class SessionEnd(Exception):
@@ -175,9 +178,8 @@ class Session:
                     continue  # stray blank lines between frames
                 break
             seen_header = True
-            found = None
-            for found in _CONTENT_LENGTH.finditer(line):
-                pass
+            matches = list(_CONTENT_LENGTH.finditer(line))
+            found = matches[-1] if matches else None
             if found is not None:
                 value = found.group(1).strip()
                 if value.isdigit() and len(value) <= 20:
@@ -191,8 +193,10 @@ class Session:
                 self._error(PARSE_ERROR, "a message header without Content-Length")
             return b""
         if length > MAX_MESSAGE_BYTES:
-            self._error(PARSE_ERROR, f"Content-Length {length} is over the limit of {MAX_MESSAGE_BYTES} bytes; "
-                                     f"closing the connection")
+            self._error(
+                PARSE_ERROR,
+                f"Content-Length {length} is over the limit of {MAX_MESSAGE_BYTES} bytes; closing the connection",
+            )
             raise SessionEnd(1, "message too large")
         body = await self.reader.readexactly(length)
         if len(body) < length:
@@ -305,8 +309,9 @@ class _Writer:
         self._close()
 
 
-async def _serve_session(server, reader, write: Callable[[bytes], None], close: Callable[[], None],
-                         *, on_http=None) -> int:
+async def _serve_session(
+    server, reader, write: Callable[[bytes], None], close: Callable[[], None], *, on_http=None
+) -> int:
     protocol = server.protocol
     protocol.set_writer(_Writer(write, close))
     session = Session(protocol, reader, write, on_http=on_http)
@@ -338,8 +343,9 @@ def serve_stdio(server, stdin: BinaryIO | None = None, stdout: BinaryIO | None =
     return asyncio.run(main())
 
 
-def serve_tcp(make_server: Callable[[], Any], host: str, port: int, *,
-              ready: Callable[[tuple], None] | None = None) -> int:
+def serve_tcp(
+    make_server: Callable[[], Any], host: str, port: int, *, ready: Callable[[tuple], None] | None = None
+) -> int:
     """Serve LSP clients on host:port, one at a time, each with a fresh server from
     `make_server()`. Returns when a client sends `exit` (its exit code)."""
 
@@ -351,8 +357,12 @@ def serve_tcp(make_server: Callable[[], Any], host: str, port: int, *,
             peer = writer.get_extra_info("peername")
             if live:
                 log.warning("refused a second client %s while one is connected", peer)
-                writer.write(error_frame(INVALID_REQUEST, "midword: another client is connected to this server; "
-                                                          "it serves one client at a time"))
+                writer.write(
+                    error_frame(
+                        INVALID_REQUEST,
+                        "midword: another client is connected to this server; it serves one client at a time",
+                    )
+                )
                 await _close(writer, reader)
                 return
             live.append(writer)

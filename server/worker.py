@@ -54,8 +54,13 @@ class Engine(Protocol):
     @property
     def ready(self) -> bool: ...
 
-    def complete(self, request: CompletionRequest, *, cancelled: Callable[[], bool] | None = None,
-                 partial: Callable[[str, int], None] | None = None) -> Completion: ...
+    def complete(
+        self,
+        request: CompletionRequest,
+        *,
+        cancelled: Callable[[], bool] | None = None,
+        partial: Callable[[str, int], None] | None = None,
+    ) -> Completion: ...
 
 
 EngineFactory = Callable[..., Engine]
@@ -111,8 +116,12 @@ class Event:
 
 
 class ModelWorker:
-    def __init__(self, factory: EngineFactory, notify: Callable[[Event], None] | None = None,
-                 keep_alive: Callable[[Job], bool] | None = None):
+    def __init__(
+        self,
+        factory: EngineFactory,
+        notify: Callable[[Event], None] | None = None,
+        keep_alive: Callable[[Job], bool] | None = None,
+    ):
         self._factory = factory
         self._notify = notify or (lambda event: None)
         self._keep_alive = keep_alive
@@ -171,8 +180,13 @@ class ModelWorker:
                 _resolve(job.future, Outcome("superseded"))  # only when idle
                 return job
             for other in (self._running, self._pending):
-                if (other is not None and not other.stopped() and not other.prefetch
-                        and other.uri == uri and other.request == request):
+                if (
+                    other is not None
+                    and not other.stopped()
+                    and not other.prefetch
+                    and other.uri == uri
+                    and other.request == request
+                ):
                     other.waiters += 1
                     return other
             self._supersede_pending()
@@ -287,8 +301,13 @@ class ModelWorker:
             if restart and model is not None and self._load_model is None:
                 self._load_model = model
                 self.state = "loading"
-        self._emit(Event("error", f"the model thread crashed ({message}); "
-                                  + ("restarting it" if restart else "too many crashes, not restarting")))
+        self._emit(
+            Event(
+                "error",
+                f"the model thread crashed ({message}); "
+                + ("restarting it" if restart else "too many crashes, not restarting"),
+            )
+        )
         if restart:
             self._thread = self._start_thread()
 
@@ -377,6 +396,7 @@ class ModelWorker:
             return
         self._emit(Event("busy", "completing", data={"prefetch": job.prefetch}))
         started = time.perf_counter()
+
         def stop_now() -> bool:
             if job.stopped():
                 return True
@@ -386,8 +406,12 @@ class ModelWorker:
                 job.stop("stale")
                 return True
             orphaned = job.orphaned_at
-            if (job.waiters <= 0 and orphaned is not None and not job.edited
-                    and time.monotonic() - orphaned > CANCEL_GRACE_S):
+            if (
+                job.waiters <= 0
+                and orphaned is not None
+                and not job.edited
+                and time.monotonic() - orphaned > CANCEL_GRACE_S
+            ):
                 job.stop("cancelled")  # cancelled, and not because the user typed on
                 return True
             return False

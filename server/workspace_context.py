@@ -56,16 +56,18 @@ class WorkspaceContext:
         for key in [k for k in self._edits if k[0] == uri]:
             del self._edits[key]
 
-    def chunks(self, documents: Iterable[tuple[str, str]], current: str, root: str | None = None
-               ) -> tuple[ContextChunk, ...]:
+    def chunks(
+        self, documents: Iterable[tuple[str, str]], current: str, root: str | None = None
+    ) -> tuple[ContextChunk, ...]:
         """Chunks for a completion in `current`, from the open `documents` ((uri, text) pairs)."""
         texts = dict(documents)
         out = []
         others = [u for u in texts if u != current and len(texts[u]) <= MAX_DOCUMENT_CHARS]
         others.sort(key=lambda u: -self._touched.get(u, float("-inf")))
         for uri in others[:MAX_DOCUMENTS]:
-            out.append(ContextChunk(texts[uri], path=_relative(uri, root), time=self._touched.get(uri),
-                                    kind="document"))
+            out.append(
+                ContextChunk(texts[uri], path=_relative(uri, root), time=self._touched.get(uri), kind="document")
+            )
         for (uri, _), (line, when) in self._edits.items():
             text = texts.get(uri)
             if text is None:

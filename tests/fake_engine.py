@@ -26,9 +26,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections import deque
 import threading
 import time
+from collections import deque
 from urllib.parse import parse_qsl
 
 from midword.completion.types import Completion, CompletionRequest, Timings
@@ -88,11 +88,17 @@ class FakeEngine:
             self.calls.append(request)
         if self.log_path:
             record = {
-                "prefix": request.prefix, "suffix": request.suffix, "language": request.language,
-                "grammar_kind": request.grammar.kind, "grammar_source": request.grammar.source,
-                "single_line": request.single_line, "max_tokens": request.max_tokens,
-                "temperature": request.temperature, "mode": request.mode,
-                "context": [[c.path, c.text, c.kind] for c in request.context], "path": request.path,
+                "prefix": request.prefix,
+                "suffix": request.suffix,
+                "language": request.language,
+                "grammar_kind": request.grammar.kind,
+                "grammar_source": request.grammar.source,
+                "single_line": request.single_line,
+                "max_tokens": request.max_tokens,
+                "temperature": request.temperature,
+                "mode": request.mode,
+                "context": [[c.path, c.text, c.kind] for c in request.context],
+                "path": request.path,
             }
             with open(self.log_path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(record) + "\n")
@@ -124,8 +130,12 @@ class FakeEngine:
     @staticmethod
     def _done(text: str, rs: int, reason: str, steps: int, started: float) -> Completion:
         ms = (time.perf_counter() - started) * 1000
-        return Completion(text=text, replace_start=rs, stop_reason=reason,
-                          timings=Timings(total_ms=ms, decode_ms=ms, forward_passes=steps, tokens_generated=steps))
+        return Completion(
+            text=text,
+            replace_start=rs,
+            stop_reason=reason,
+            timings=Timings(total_ms=ms, decode_ms=ms, forward_passes=steps, tokens_generated=steps),
+        )
 
 
 def _lines(text: str, single_line: bool) -> str:
@@ -144,15 +154,15 @@ def propose(request: CompletionRequest) -> tuple[str, int]:
             word = m.group()
             if word.startswith(typed) and word != typed:
                 at = re.search(r"(?<!\w)" + re.escape(word) + r"(?!\w)", before)
-                rest = before[at.end():] if at else ""
+                rest = before[at.end() :] if at else ""
                 return word + _lines(rest, request.single_line), rs
         return "", len(prefix)
-    line = prefix[prefix.rfind("\n") + 1:]
+    line = prefix[prefix.rfind("\n") + 1 :]
     # the end of the line's text (up to 12 characters), or on a blank line its indentation
-    key = line.lstrip()[-12:] if line.strip() else prefix[-(len(line) + 1):] if len(prefix) > len(line) else ""
+    key = line.lstrip()[-12:] if line.strip() else prefix[-(len(line) + 1) :] if len(prefix) > len(line) else ""
     if not key:
         return "", len(prefix)
     at = prefix.rfind(key, 0, len(prefix) - 1)
     if at < 0:
         return "", len(prefix)
-    return _lines(prefix[at + len(key):], request.single_line), len(prefix)
+    return _lines(prefix[at + len(key) :], request.single_line), len(prefix)

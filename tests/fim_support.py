@@ -7,6 +7,7 @@ from __future__ import annotations
 from functools import cache
 
 import numpy as np
+
 from midword.completion.model import BranchScore, ModelStats
 from midword.engine import Tokenizer
 
@@ -18,14 +19,34 @@ CORPUS = [
 ]
 
 FAMILY_SPECIALS = {
-    "qwen": ["<|endoftext|>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|fim_pad|>",
-             "<|repo_name|>", "<|file_sep|>"],
-    "starcoder": ["<|endoftext|>", "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<repo_name>",
-                  "<file_sep>"],
+    "qwen": [
+        "<|endoftext|>",
+        "<|fim_prefix|>",
+        "<|fim_middle|>",
+        "<|fim_suffix|>",
+        "<|fim_pad|>",
+        "<|repo_name|>",
+        "<|file_sep|>",
+    ],
+    "starcoder": [
+        "<|endoftext|>",
+        "<fim_prefix>",
+        "<fim_middle>",
+        "<fim_suffix>",
+        "<fim_pad>",
+        "<repo_name>",
+        "<file_sep>",
+    ],
     "codegemma": ["<eos>", "<bos>", "<|fim_prefix|>", "<|fim_middle|>", "<|fim_suffix|>", "<|file_separator|>"],
     "codellama": ["</s>", "<s>", "\u2581<PRE>", "\u2581<MID>", "\u2581<SUF>", "\u2581<EOT>"],
-    "deepseek": ["<｜end▁of▁sentence｜>", "<｜begin▁of▁sentence｜>", "<｜fim▁begin｜>", "<｜fim▁hole｜>",
-                 "<｜fim▁end｜>", "<|EOT|>"],
+    "deepseek": [
+        "<｜end▁of▁sentence｜>",
+        "<｜begin▁of▁sentence｜>",
+        "<｜fim▁begin｜>",
+        "<｜fim▁hole｜>",
+        "<｜fim▁end｜>",
+        "<|EOT|>",
+    ],
     "codestral": ["</s>", "<s>", "[PREFIX]", "[SUFFIX]", "[MIDDLE]"],
     "plain": ["<|endoftext|>"],
 }
@@ -39,8 +60,9 @@ def fim_tokenizer(family: str) -> Tokenizer:
     hf = HFTokenizer(models.BPE())
     hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     hf.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-                                  show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=600, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False
+    )
     hf.train_from_iterator(CORPUS * 20, trainer)
     # added tokens, as the real tokenizers hold them (their text is not byte-level encoded)
     hf.add_special_tokens(FAMILY_SPECIALS[family])
@@ -77,11 +99,11 @@ class MiddleModel:
         return True
 
     def _logits(self, tokens) -> np.ndarray:
-        done = self.tokenizer.decode(tokens[len(self.prompts[-1]):])
+        done = self.tokenizer.decode(tokens[len(self.prompts[-1]) :])
         rest = b""
-        for want in ((b" " + self.want, self.want) if self.lead_space else (self.want,)):
+        for want in (b" " + self.want, self.want) if self.lead_space else (self.want,):
             if want.startswith(done) and (done or not self.lead_space or want == b" " + self.want):
-                rest = want[len(done):]
+                rest = want[len(done) :]
                 break
         out = np.full(self.vocab_size, -20.0)
         if not rest:

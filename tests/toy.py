@@ -31,7 +31,7 @@ class ToyTokenizer:
         out, i = [], 0
         while i < len(data):
             for n in range(min(self._max_len, len(data) - i), 0, -1):
-                t = self._index.get(data[i:i + n])
+                t = self._index.get(data[i : i + n])
                 if t is not None:
                     out.append(t)
                     i += n
@@ -43,9 +43,43 @@ class ToyTokenizer:
 
 
 JSONISH_PIECES = [
-    b'{"', b'":', b'",', b'"}', b"true", b"false", b"null", b"12", b"123", b"00", b" [", b"],", b"[]", b"{}",
-    b"ab", b"abc", b"ba", b"  ", b"\n ", b"name", b"order", b"orderId", b"Id", b"Name", b'":"', b'\\"', b"\\u",
-    b"e+", b"1.", b".5", b"-1", b"caf\xc3\xa9", b"\xc3", b"\xe2\x82", b"xyz", b" x", b"x ",
+    b'{"',
+    b'":',
+    b'",',
+    b'"}',
+    b"true",
+    b"false",
+    b"null",
+    b"12",
+    b"123",
+    b"00",
+    b" [",
+    b"],",
+    b"[]",
+    b"{}",
+    b"ab",
+    b"abc",
+    b"ba",
+    b"  ",
+    b"\n ",
+    b"name",
+    b"order",
+    b"orderId",
+    b"Id",
+    b"Name",
+    b'":"',
+    b'\\"',
+    b"\\u",
+    b"e+",
+    b"1.",
+    b".5",
+    b"-1",
+    b"caf\xc3\xa9",
+    b"\xc3",
+    b"\xe2\x82",
+    b"xyz",
+    b" x",
+    b"x ",
 ]
 
 

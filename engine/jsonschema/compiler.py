@@ -68,8 +68,7 @@ from .strings import _string_body
 
 
 class _Compiler:
-    def __init__(self, schema: Any, *, strict: bool, limits: Limits, lenient: bool = False,
-                 formats: str = "assert"):
+    def __init__(self, schema: Any, *, strict: bool, limits: Limits, lenient: bool = False, formats: str = "assert"):
         self.doc = schema
         self.strict = strict
         self.lenient = lenient
@@ -199,7 +198,9 @@ class _Compiler:
     def _index(self, s: Any, base: str, path: tuple, depth: int = 0) -> None:
         """Record the base URI of every subschema, its `$id`s and anchors."""
         if depth > self.limits.max_schema_depth:
-            raise LimitExceeded("max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}")
+            raise LimitExceeded(
+                "max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}"
+            )
         if not isinstance(s, dict):
             return
         new_base = self._own_id(s, base)
@@ -329,7 +330,9 @@ class _Compiler:
         self.depth += 1
         try:
             if self.depth > self.limits.max_schema_depth:
-                raise LimitExceeded("max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}")
+                raise LimitExceeded(
+                    "max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}"
+                )
             return self._norm(s, base, path)
         except RecursionError:
             # Python's stack ran out before max_schema_depth did (each level takes
@@ -397,7 +400,9 @@ class _Compiler:
                 node = self.intersect(node, self.norm(sub, base, path + ("allOf", i)))
         if "anyOf" in s:
             subs = self._schema_list(s, "anyOf", path)
-            node = self.intersect(node, self.union(self.norm(sub, base, path + ("anyOf", i)) for i, sub in enumerate(subs)))
+            node = self.intersect(
+                node, self.union(self.norm(sub, base, path + ("anyOf", i)) for i, sub in enumerate(subs))
+            )
         if "not" in s:
             inner = self.norm(s["not"], base, path + ("not",))
             node = self.intersect(node, self.negate(inner, _ptr(path + ("not",))))
@@ -501,6 +506,7 @@ class _Compiler:
 
     def _negate_within(self, node: _Node, kind: str, where: str, depth: int) -> _Node:
         """Values of the same kind as `node` that `node` rejects."""
+
         def unsupported(what: str) -> GrammarError:
             return GrammarError(f"not at {where}: cannot express the complement of {what}")
 
@@ -816,7 +822,9 @@ class _Compiler:
         if "contains" in s:
             min_c = self._count(s, "minContains", path)
             if "maxContains" in s:
-                raise GrammarError(f"unsupported keyword 'maxContains' at {_ptr(path)} (counting matches is not supported)")
+                raise GrammarError(
+                    f"unsupported keyword 'maxContains' at {_ptr(path)} (counting matches is not supported)"
+                )
             if min_c is None or min_c == 1:
                 witness = self.norm(s["contains"], base, path + ("contains",))
                 arr = self.intersect(arr, self._contains(witness, len(prefix)))
@@ -980,8 +988,9 @@ class _Compiler:
                     raise GrammarError(f"allOf: cannot combine multipleOf {a.mult} and {b.mult} exactly")
         not_mult = a.not_mult + tuple(k for k in b.not_mult if k not in a.not_mult)
         excluded = a.excluded + tuple(x for x in b.excluded if x not in a.excluded)
-        n = _make_num(a.integer or b.integer, lo, lox, hi, hix, mult, "allOf", a.fractional or b.fractional, not_mult,
-                      excluded)
+        n = _make_num(
+            a.integer or b.integer, lo, lox, hi, hix, mult, "allOf", a.fractional or b.fractional, not_mult, excluded
+        )
         if n is not NOTHING:
             _num_regex(n, "allOf")
         return n

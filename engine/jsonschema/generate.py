@@ -325,9 +325,14 @@ class _Generator:
             b.rule(nt, [self.LBRACK, self.RBRACK])
         first = prefix[0] if prefix else item
         if first is not None and (hi is None or hi >= 1):
-            tail = rest[1] if p >= 1 else (
-                self.repeat(comma_item, max(0, lo - 1), None if hi is None else hi - 1)
-                if (hi is None or hi > 1) else None
+            tail = (
+                rest[1]
+                if p >= 1
+                else (
+                    self.repeat(comma_item, max(0, lo - 1), None if hi is None else hi - 1)
+                    if (hi is None or hi > 1)
+                    else None
+                )
             )
             if tail is not None or lo <= 1:
                 b.rule(nt, [self.LBRACK, first] + ([tail] if tail is not None else []) + [self.RBRACK])
@@ -462,8 +467,7 @@ class _Generator:
         b.rule(obj, [self.LBRACE, state[0][0], self.RBRACE])
         return obj
 
-    def object_any_order(self, listed: list, required: tuple, extra: int | None, lo: int, hi: int | None
-                         ) -> int | None:
+    def object_any_order(self, listed: list, required: tuple, extra: int | None, lo: int, hi: int | None) -> int | None:
         """An object whose members come in any order, or None (after a warning) where
         that cannot be compiled within the limits: then the members follow schema order.
 
@@ -504,16 +508,22 @@ class _Generator:
         counted = len(tracked) == n and extra is None
         count_members = hi is not None and not counted
         if not counted and lo > len(req_idx):
-            self.c.note(f"{where}: minProperties {lo} beyond its required keys, past "
-                        f"Limits.max_key_set_states={budget}; its keys must come in schema order")
+            self.c.note(
+                f"{where}: minProperties {lo} beyond its required keys, past "
+                f"Limits.max_key_set_states={budget}; its keys must come in schema order"
+            )
             return None
         if count_members and n_sets * (hi + 1) > self.limits.max_object_states:
-            self.c.note(f"{where}: maxProperties {hi} past Limits.max_object_states={self.limits.max_object_states}; "
-                        "its keys must come in schema order")
+            self.c.note(
+                f"{where}: maxProperties {hi} past Limits.max_object_states={self.limits.max_object_states}; "
+                "its keys must come in schema order"
+            )
             return None
         if len(tracked) < n:
-            self.c.note(f"{where}: {n} keys are past Limits.max_key_set_states={budget}; an optional key may repeat"
-                        + ("; the required keys come in the order of `required` or `properties`" if chains else ""))
+            self.c.note(
+                f"{where}: {n} keys are past Limits.max_key_set_states={budget}; an optional key may repeat"
+                + ("; the required keys come in the order of `required` or `properties`" if chains else "")
+            )
         b = self.b
         member = []
         for k, v, _ in listed:

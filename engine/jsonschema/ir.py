@@ -53,8 +53,18 @@ class _Num(_Node):
 
     __slots__ = ("integer", "lo", "lox", "hi", "hix", "mult", "fractional", "not_mult", "excluded")
 
-    def __init__(self, integer=False, lo=None, lox=False, hi=None, hix=False, mult=None, fractional=False, not_mult=(),
-                 excluded=()):
+    def __init__(
+        self,
+        integer=False,
+        lo=None,
+        lox=False,
+        hi=None,
+        hix=False,
+        mult=None,
+        fractional=False,
+        not_mult=(),
+        excluded=(),
+    ):
         super().__init__(("num", integer, lo, lox, hi, hix, mult, fractional, not_mult, excluded))
         self.integer, self.lo, self.lox, self.hi, self.hix, self.mult = integer, lo, lox, hi, hix, mult
         self.fractional, self.not_mult, self.excluded = fractional, not_mult, excluded

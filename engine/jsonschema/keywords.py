@@ -26,9 +26,7 @@ ANNOTATION_KEYWORDS = frozenset(
 
 # JSON Schema vocabulary this compiler does not enforce. Meeting one is an error, so
 # the grammar never accepts more than the schema.
-UNSUPPORTED_KEYWORDS = frozenset(
-    """$dynamicRef $recursiveRef extends disallow divisibleBy""".split()
-)
+UNSUPPORTED_KEYWORDS = frozenset("""$dynamicRef $recursiveRef extends disallow divisibleBy""".split())
 
 # Keywords that are deliberately *not* enforced. Every use adds a line to the grammar's
 # `warnings`; `strict=True` turns each into a GrammarError instead.
@@ -90,8 +88,13 @@ _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 # In-place applicators: beside them, unevaluated* would depend on which subschemas matched.
 _APPLICATORS = ("allOf", "anyOf", "oneOf", "$ref", "not", "if", "dependentSchemas", "dependencies")
 _TYPE_KIND = {
-    "null": "null", "boolean": "bool", "integer": "num", "number": "num",
-    "string": "str", "array": "arr", "object": "obj",
+    "null": "null",
+    "boolean": "bool",
+    "integer": "num",
+    "number": "num",
+    "string": "str",
+    "array": "arr",
+    "object": "obj",
 }
 _ALL_KINDS = frozenset(_TYPE_KIND.values())
 # Every keyword that _typed (and the per-type methods under it) reads besides `type`.
@@ -105,11 +108,26 @@ _TYPE_KEYWORDS = frozenset(
 # Keywords holding subschemas, by shape: "map" (name -> schema), "list" (a schema or a
 # list of them), "one" (a schema).
 _SUBSCHEMA_SHAPE = {
-    **dict.fromkeys(("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"),
-                    "map"),
+    **dict.fromkeys(
+        ("properties", "patternProperties", "$defs", "definitions", "dependentSchemas", "dependencies"), "map"
+    ),
     **dict.fromkeys(("items", "prefixItems", "allOf", "anyOf", "oneOf"), "list"),
-    **dict.fromkeys(("additionalProperties", "additionalItems", "not", "if", "then", "else", "contains",
-                     "propertyNames", "unevaluatedProperties", "unevaluatedItems", "contentSchema"), "one"),
+    **dict.fromkeys(
+        (
+            "additionalProperties",
+            "additionalItems",
+            "not",
+            "if",
+            "then",
+            "else",
+            "contains",
+            "propertyNames",
+            "unevaluatedProperties",
+            "unevaluatedItems",
+            "contentSchema",
+        ),
+        "one",
+    ),
 }
 
 # A union with more string constants than this gets them as one lexeme.

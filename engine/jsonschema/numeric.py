@@ -393,7 +393,8 @@ def _num_regex(n: _Num, where: str, limits: Limits = DEFAULT_LIMITS) -> tuple[st
             # Few values: list them (exact, and small even where a divisibility regex is not).
             first = -((-lo) // k) * k
             values = [
-                v for v in range(first, hi + 1, k)
+                v
+                for v in range(first, hi + 1, k)
                 if not any(v % int(m) == 0 for m in n.not_mult) and Decimal(v) not in n.excluded
             ]
             result = (_enum_numbers(values), False) if values else None
@@ -407,7 +408,7 @@ def _num_regex(n: _Num, where: str, limits: Limits = DEFAULT_LIMITS) -> tuple[st
             _num_cache[n] = None
             return None
         conj.append(rng)
-        for m in ([k] if k != 1 else []):
+        for m in [k] if k != 1 else []:
             mre = multiple_of_regex(m, limits.max_multiple_of_states)
             if mre is None:
                 raise GrammarLimitExceeded(

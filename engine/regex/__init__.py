@@ -15,6 +15,15 @@ from .parser import _Parser
 from .printer import regex_escape_bytes
 
 __all__ = [
-    "ExprSet", "LazyDFA", "refine_byte_sets", "utf8_sequences", "regex_escape_bytes",
-    "MAX_HEIGHT", "MAX_NESTING", "MAX_REPEAT_COUNT", "_class_map", "_split_class_map", "_Parser",
+    "ExprSet",
+    "LazyDFA",
+    "refine_byte_sets",
+    "utf8_sequences",
+    "regex_escape_bytes",
+    "MAX_HEIGHT",
+    "MAX_NESTING",
+    "MAX_REPEAT_COUNT",
+    "_class_map",
+    "_split_class_map",
+    "_Parser",
 ]

@@ -103,9 +103,9 @@ def case_fold(ranges: CharSet) -> CharSet:
     non_ascii = 0
     for lo, hi in ranges:
         for a, b, shift in ((65, 90, 32), (97, 122, -32)):
-            l, h = max(lo, a), min(hi, b)
-            if l <= h:
-                out.append((l + shift, h + shift))
+            low, high = max(lo, a), min(hi, b)
+            if low <= high:
+                out.append((low + shift, high + shift))
         if hi >= 0x80:
             non_ascii += hi - max(lo, 0x80) + 1
     if non_ascii <= _FOLD_SMALL:
@@ -142,7 +142,7 @@ def _utf8_split(lo: int, hi: int, out: list) -> None:
         else:
             a = chr(lo).encode("utf-8")
             b = chr(hi).encode("utf-8")
-            out.append(tuple(zip(a, b)))
+            out.append(tuple(zip(a, b, strict=False)))
             return
 
 
@@ -151,9 +151,9 @@ def utf8_sequences(ranges: Iterable[tuple[int, int]]) -> list[tuple[tuple[int, i
     out: list = []
     for lo, hi in normalize(ranges):
         for a, b in ((0, 0x7F), (0x80, 0x7FF), (0x800, 0xFFFF), (0x10000, MAX_CODE_POINT)):
-            l, h = max(lo, a), min(hi, b)
-            if l <= h:
-                _utf8_split(l, h, out)
+            low, high = max(lo, a), min(hi, b)
+            if low <= high:
+                _utf8_split(low, high, out)
     return out
 
 
@@ -167,22 +167,63 @@ PY_SPACE = normalize([(0x09, 0x0D), (0x20, 0x20)])
 PY_DOT = complement(single(0x0A))
 # ECMA-262 WhiteSpace and LineTerminator (`\s`), and `.`: anything but a line terminator.
 ECMA_SPACE = normalize(
-    [(0x09, 0x0D), (0x20, 0x20), (0xA0, 0xA0), (0x1680, 0x1680), (0x2000, 0x200A), (0x2028, 0x2029),
-     (0x202F, 0x202F), (0x205F, 0x205F), (0x3000, 0x3000), (0xFEFF, 0xFEFF)]
+    [
+        (0x09, 0x0D),
+        (0x20, 0x20),
+        (0xA0, 0xA0),
+        (0x1680, 0x1680),
+        (0x2000, 0x200A),
+        (0x2028, 0x2029),
+        (0x202F, 0x202F),
+        (0x205F, 0x205F),
+        (0x3000, 0x3000),
+        (0xFEFF, 0xFEFF),
+    ]
 )
 ECMA_DOT = complement(normalize([(0x0A, 0x0A), (0x0D, 0x0D), (0x2028, 0x2029)]))
 
 _CATEGORY_NAMES = {
-    "Letter": "L", "Cased_Letter": "LC", "Uppercase_Letter": "Lu", "Lowercase_Letter": "Ll",
-    "Titlecase_Letter": "Lt", "Modifier_Letter": "Lm", "Other_Letter": "Lo", "Mark": "M",
-    "Combining_Mark": "M", "Nonspacing_Mark": "Mn", "Spacing_Mark": "Mc", "Enclosing_Mark": "Me",
-    "Number": "N", "Decimal_Number": "Nd", "digit": "Nd", "Letter_Number": "Nl", "Other_Number": "No",
-    "Punctuation": "P", "punct": "P", "Connector_Punctuation": "Pc", "Dash_Punctuation": "Pd",
-    "Open_Punctuation": "Ps", "Close_Punctuation": "Pe", "Initial_Punctuation": "Pi",
-    "Final_Punctuation": "Pf", "Other_Punctuation": "Po", "Symbol": "S", "Math_Symbol": "Sm",
-    "Currency_Symbol": "Sc", "Modifier_Symbol": "Sk", "Other_Symbol": "So", "Separator": "Z",
-    "Space_Separator": "Zs", "Line_Separator": "Zl", "Paragraph_Separator": "Zp", "Other": "C",
-    "Control": "Cc", "cntrl": "Cc", "Format": "Cf", "Surrogate": "Cs", "Private_Use": "Co",
+    "Letter": "L",
+    "Cased_Letter": "LC",
+    "Uppercase_Letter": "Lu",
+    "Lowercase_Letter": "Ll",
+    "Titlecase_Letter": "Lt",
+    "Modifier_Letter": "Lm",
+    "Other_Letter": "Lo",
+    "Mark": "M",
+    "Combining_Mark": "M",
+    "Nonspacing_Mark": "Mn",
+    "Spacing_Mark": "Mc",
+    "Enclosing_Mark": "Me",
+    "Number": "N",
+    "Decimal_Number": "Nd",
+    "digit": "Nd",
+    "Letter_Number": "Nl",
+    "Other_Number": "No",
+    "Punctuation": "P",
+    "punct": "P",
+    "Connector_Punctuation": "Pc",
+    "Dash_Punctuation": "Pd",
+    "Open_Punctuation": "Ps",
+    "Close_Punctuation": "Pe",
+    "Initial_Punctuation": "Pi",
+    "Final_Punctuation": "Pf",
+    "Other_Punctuation": "Po",
+    "Symbol": "S",
+    "Math_Symbol": "Sm",
+    "Currency_Symbol": "Sc",
+    "Modifier_Symbol": "Sk",
+    "Other_Symbol": "So",
+    "Separator": "Z",
+    "Space_Separator": "Zs",
+    "Line_Separator": "Zl",
+    "Paragraph_Separator": "Zp",
+    "Other": "C",
+    "Control": "Cc",
+    "cntrl": "Cc",
+    "Format": "Cf",
+    "Surrogate": "Cs",
+    "Private_Use": "Co",
     "Unassigned": "Cn",
 }
 _CATEGORIES = frozenset(_CATEGORY_NAMES.values()) | {"Lu", "Ll", "Lt", "Lm", "Lo", "Cs"}

@@ -286,7 +286,7 @@ class _Derivatives:
                 self._or_firsts[expr] = firsts
             bit = 1 << b
             derivative = self.derivative
-            return self.alt(*[derivative(m, b) for m, f in zip(a, firsts) if f & bit])
+            return self.alt(*[derivative(m, b) for m, f in zip(a, firsts, strict=False) if f & bit])
         if k == _AND:
             if not (self.first_bytes(expr) >> b) & 1:
                 return 0
@@ -315,4 +315,3 @@ class _Derivatives:
         if d == 0:
             return 0
         return self._concat2(d, self.repeat(inner, max(lo - 1, 0), None if hi is None else hi - 1))
-

@@ -41,7 +41,6 @@ def range_mask(lo: int, hi: int) -> int:
     return ((1 << (hi + 1)) - 1) ^ ((1 << lo) - 1)
 
 
-
 def refine_byte_sets(byte_sets: Iterable[int]) -> list[int]:
     """The partition of all 256 bytes (bitmasks) in which two bytes share a block
     exactly when every one of `byte_sets` holds both or neither."""

@@ -25,11 +25,22 @@ ECMA_MAX_REPEAT = 100_000
 
 _F_I, _F_S, _F_X = 1, 2, 4
 _FLAG_BITS = {"i": _F_I, "s": _F_S, "x": _F_X, "m": 0, "u": 0, "a": 0}
-_CLASS_ESCAPES = {"d": (charset.DIGIT, False), "D": (charset.DIGIT, True), "w": (charset.WORD, False),
-                  "W": (charset.WORD, True), "s": (charset.PY_SPACE, False), "S": (charset.PY_SPACE, True)}
-_ECMA_CLASS_ESCAPES = {"d": charset.DIGIT, "D": charset.complement(charset.DIGIT), "w": charset.WORD,
-                       "W": charset.complement(charset.WORD), "s": charset.ECMA_SPACE,
-                       "S": charset.complement(charset.ECMA_SPACE)}
+_CLASS_ESCAPES = {
+    "d": (charset.DIGIT, False),
+    "D": (charset.DIGIT, True),
+    "w": (charset.WORD, False),
+    "W": (charset.WORD, True),
+    "s": (charset.PY_SPACE, False),
+    "S": (charset.PY_SPACE, True),
+}
+_ECMA_CLASS_ESCAPES = {
+    "d": charset.DIGIT,
+    "D": charset.complement(charset.DIGIT),
+    "w": charset.WORD,
+    "W": charset.complement(charset.WORD),
+    "s": charset.ECMA_SPACE,
+    "S": charset.complement(charset.ECMA_SPACE),
+}
 _ECMA_CHAR_ESCAPES = {"t": 9, "n": 10, "v": 11, "f": 12, "r": 13}
 _CHAR_ESCAPES = {"a": 7, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11}
 _ANCHOR_ESCAPES = {"A": "anchor \\A", "Z": "anchor \\Z", "b": "word boundary \\b", "B": "word boundary \\B"}
@@ -91,8 +102,9 @@ class _Parser:
     `look(negative, node)`; only an ExprSet shares group parses between patterns.
     """
 
-    def __init__(self, es, pattern: str, flags: str = "", extended: bool = False, *, dialect: str = "python",
-                 where: str = ""):
+    def __init__(
+        self, es, pattern: str, flags: str = "", extended: bool = False, *, dialect: str = "python", where: str = ""
+    ):
         if not isinstance(pattern, str):
             raise TypeError(f"regex pattern must be str, got {type(pattern).__name__}")
         if dialect not in ("python", "ecma"):
@@ -213,7 +225,7 @@ class _Parser:
                     if end < self.n and p[end] in "*+?{":
                         end -= 1
                     if end - self.pos >= 2:
-                        items.append(self.es.literal(p[self.pos:end].encode("ascii")))
+                        items.append(self.es.literal(p[self.pos : end].encode("ascii")))
                         self.pos = end
                         continue
             items.append(self.piece(flags, depth))
@@ -366,7 +378,11 @@ class _Parser:
         r = self._group(flags, depth)
         # Stored only when the scan found the end the parse found, so a hit is always
         # the parse of exactly that text.
-        if key is not None and self.pos == start + len(key[0]) and len(self.es._groups) < self.es.limits.max_regex_nodes:
+        if (
+            key is not None
+            and self.pos == start + len(key[0])
+            and len(self.es._groups) < self.es.limits.max_regex_nodes
+        ):
             self.es._groups[key] = r
         return r
 
@@ -434,7 +450,7 @@ class _Parser:
                 raise self.error(f"lookahead (?{c}...) is not supported", start)
             elif c == "<":
                 if p.startswith("<=", self.pos) or p.startswith("<!", self.pos):
-                    raise self.error(f"lookbehind (?{p[self.pos:self.pos + 2]}...) is not supported", start)
+                    raise self.error(f"lookbehind (?{p[self.pos : self.pos + 2]}...) is not supported", start)
                 raise self.error("unknown extension ?<", start)
             elif c == "(":
                 raise self.error("conditional groups (?(...)...) are not supported", start)
@@ -462,7 +478,7 @@ class _Parser:
             words = _PLAIN_ALTERNATION.match(p, self.pos)
             if words is not None:
                 literal = self.es.literal
-                r = self.es.alt(*[literal(w.encode("ascii")) for w in p[self.pos:words.end() - 1].split("|")])
+                r = self.es.alt(*[literal(w.encode("ascii")) for w in p[self.pos : words.end() - 1].split("|")])
                 self.pos = words.end()
                 return r
         r = self.alt(inner_flags, depth + 1)
@@ -521,7 +537,7 @@ class _Parser:
                     while k < 2 and k < len(more) and more[k] in _OCT:
                         k += 1
                     more = more[:k]
-                if (in_class or (len(more) == 2 and set(more) <= _OCT)):
+                if in_class or (len(more) == 2 and set(more) <= _OCT):
                     value = int(c + more, 8)
                     if value > 0o377:
                         raise self.error(f"octal escape value \\{c + more} outside of range 0-0o377", start)
@@ -628,11 +644,7 @@ class _Parser:
             first = False
             item_pos = self.pos
             lo = self._class_item()
-            if (
-                self.pos + 1 < self.n
-                and p[self.pos] == "-"
-                and p[self.pos + 1] != "]"
-            ):
+            if self.pos + 1 < self.n and p[self.pos] == "-" and p[self.pos + 1] != "]":
                 self.pos += 1
                 hi = self._class_item()
                 if (lo[0] != "cp" or hi[0] != "cp") and self.ecma:
@@ -665,4 +677,3 @@ class _Parser:
             return self.escape(in_class=True)
         self.pos += 1
         return "cp", self._check_cp(ord(c), self.pos - 1)
-

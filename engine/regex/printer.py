@@ -135,7 +135,6 @@ def to_str(self: "ExprSet", expr: int, max_chars: int = 2000) -> str:
     return "".join(out)
 
 
-
 _PRINTABLE_SAFE = set(range(0x20, 0x7F)) - set(b"\\[]^-.|&~()*+?{}$#")
 
 
@@ -196,7 +195,6 @@ def _render_byte_set(mask: int) -> str:
         else:
             b += 1
     return "[" + ("^" if neg else "") + "".join(parts) + "]"
-
 
 
 def regex_escape_bytes(data: bytes) -> str:

@@ -63,8 +63,12 @@ def prepare_revision(rev: str, root: Path | None = None, cache_dir: Path | None 
     name (`midword_at_<commit>`: its `engine` and `grammars` subpackages)."""
     root = root or source_root()
     try:
-        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
-                             capture_output=True, text=True, check=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--verify", "--quiet", f"{rev}^{{commit}}"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError) as e:
         raise BenchInputError(f"--against {rev!r}: not a revision of {root} ({e})") from None
     name = f"midword_at_{sha[:12]}"
@@ -73,8 +77,11 @@ def prepare_revision(rev: str, root: Path | None = None, cache_dir: Path | None 
     if not (package / ".complete").exists():
         partial = home / (name + ".partial")
         shutil.rmtree(partial, ignore_errors=True)
-        archive = subprocess.run(["git", "-C", str(root), "archive", "--format=tar", sha, "engine", "grammars",
-                                  "midword/__init__.py"], capture_output=True, check=True).stdout
+        archive = subprocess.run(
+            ["git", "-C", str(root), "archive", "--format=tar", sha, "engine", "grammars", "midword/__init__.py"],
+            capture_output=True,
+            check=True,
+        ).stdout
         unpacked = home / "unpacked"
         shutil.rmtree(unpacked, ignore_errors=True)
         with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
@@ -121,8 +128,13 @@ def summarize(results: list[FileResult]) -> dict[str, Any]:
     return {
         "passed": sum(r.passed for r in results),
         "masks": int(tbm.size),
-        "tbm_avg": stat(tbm, "mean"), "tbm_p50": stat(tbm, 50), "tbm_p90": stat(tbm, 90), "tbm_p99": stat(tbm, 99),
-        "ttfm_p50": stat(ttfm, 50), "ttfm_p90": stat(ttfm, 90), "ttfm_mean": stat(ttfm, "mean"),
+        "tbm_avg": stat(tbm, "mean"),
+        "tbm_p50": stat(tbm, 50),
+        "tbm_p90": stat(tbm, 90),
+        "tbm_p99": stat(tbm, 99),
+        "ttfm_p50": stat(ttfm, 50),
+        "ttfm_p90": stat(ttfm, 90),
+        "ttfm_mean": stat(ttfm, "mean"),
     }
 
 
@@ -166,16 +178,19 @@ def run_ab(args: argparse.Namespace) -> int:
         except BenchInputError as e:
             print(f"bench ab: skipping {e}", file=sys.stderr)
             continue
-        for label in (labels if n % 2 == 0 else labels[::-1]):
-            results[label].append(run_file(adapters[label], case, spec.eos_ids, args.timeout or None, "file",
-                                           clock=time.thread_time_ns))
+        for label in labels if n % 2 == 0 else labels[::-1]:
+            results[label].append(
+                run_file(adapters[label], case, spec.eos_ids, args.timeout or None, "file", clock=time.thread_time_ns)
+            )
     new, old = summarize(results[labels[0]]), summarize(results[labels[1]])
     if args.json:
         print(json.dumps({labels[0]: new, labels[1]: old}, indent=2))
     else:
         print(format_ab(new, old, labels[0], labels[1]))
-        print("\nCPU time of the calls, both engines in one process taking turns file by file; "
-              "`--against HEAD` on a clean tree shows the noise floor.")
+        print(
+            "\nCPU time of the calls, both engines in one process taking turns file by file; "
+            "`--against HEAD` on a clean tree shows the noise floor."
+        )
     return 0
 
 

@@ -82,8 +82,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
-from midword.completion.exact import (DEFAULT_MAX_TOKENS, DEFAULT_TIME_BUDGET_S, EXACT_FULL_NODES, EXACT_MAX_NODES,
-                                      CoverEvent, CoverTree, _Vocab, exact_complete, expand_covers, make_prompt)
+from midword.completion.exact import (
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_TIME_BUDGET_S,
+    EXACT_FULL_NODES,
+    EXACT_MAX_NODES,
+    CoverEvent,
+    CoverTree,
+    _Vocab,
+    exact_complete,
+    expand_covers,
+    make_prompt,
+)
 from midword.engine.limits import LimitExceeded
 
 ALL_MODES = ("naive", "heal1", "align", "cpc", "exact")
@@ -208,8 +218,9 @@ def _read_source(path: Path) -> str | None:
         return None
 
 
-def sample_corpus(root: Path, seed: int = 0, pattern: str = "*.py",
-                  context_chars: int = DEFAULT_CONTEXT_CHARS) -> Iterator[Case]:
+def sample_corpus(
+    root: Path, seed: int = 0, pattern: str = "*.py", context_chars: int = DEFAULT_CONTEXT_CHARS
+) -> Iterator[Case]:
     """An endless deterministic stream of cuts (the first N are the same for every N).
 
     Each draw picks a file uniformly, then an identifier or number in it uniformly, then
@@ -273,8 +284,13 @@ def read_jsonl(path: Path, context_chars: int = DEFAULT_CONTEXT_CHARS) -> Iterat
                 nl = prompt.find("\n", start)
                 if nl >= 0:
                     start = nl + 1
-            yield Case(name=str(item.get("task_id", f"{path.name}:{n}")), prefix=prompt[start:], suffix=suffix,
-                       truth=middle + suffix, line_truth=middle.split("\n", 1)[0])
+            yield Case(
+                name=str(item.get("task_id", f"{path.name}:{n}")),
+                prefix=prompt[start:],
+                suffix=suffix,
+                truth=middle + suffix,
+                line_truth=middle.split("\n", 1)[0],
+            )
 
 
 # Metrics ----------------------------------------------------------------------------------
@@ -332,8 +348,9 @@ def _logsumexp(values) -> float:
 # The logprob metric --------------------------------------------------------------------------
 
 
-def continuation_logprob(model, prompt: list[int], events: list[CoverEvent], target: bytes, log_norm: float,
-                         keep: int = CONTINUATION_EVENTS) -> float:
+def continuation_logprob(
+    model, prompt: list[int], events: list[CoverEvent], target: bytes, log_norm: float, keep: int = CONTINUATION_EVENTS
+) -> float:
     """log Σ_e exp(logw_e - log_norm) · P(encode(target[end_e:]) | prompt + e.tokens) over
     the `keep` heaviest events."""
     import numpy as np
@@ -342,7 +359,7 @@ def continuation_logprob(model, prompt: list[int], events: list[CoverEvent], tar
     chosen = sorted(events, key=lambda e: -e.logw)[:keep]
     branches, used = [], []
     for ev in chosen:
-        rest = target[ev.end:] if ev.end < len(target) else b""
+        rest = target[ev.end :] if ev.end < len(target) else b""
         try:
             cont = tok.encode(rest) if rest else []
         except ValueError:
@@ -352,13 +369,16 @@ def continuation_logprob(model, prompt: list[int], events: list[CoverEvent], tar
     if not branches:
         return -math.inf
     scores = model.score_branches(prompt, branches)
-    vals = [ev.logw + float(np.sum(s.token_logprobs[len(ev.tokens):], dtype=np.float64))
-            for ev, s in zip(used, scores)]
+    vals = [
+        ev.logw + float(np.sum(s.token_logprobs[len(ev.tokens) :], dtype=np.float64))
+        for ev, s in zip(used, scores, strict=False)
+    ]
     return _logsumexp(vals) - log_norm
 
 
-def cpc_events(model, prompt: list[int], stable: list[int], typed: bytes, target: bytes,
-               checks: int = CANON_CHECKS) -> tuple[list[CoverEvent], float]:
+def cpc_events(
+    model, prompt: list[int], stable: list[int], typed: bytes, target: bytes, checks: int = CANON_CHECKS
+) -> tuple[list[CoverEvent], float]:
     """The cpc sampler's covers that agree with `target`, and log Σ P(canonical covers)."""
     import numpy as np
 
@@ -366,8 +386,9 @@ def cpc_events(model, prompt: list[int], stable: list[int], typed: bytes, target
 
     tok = model.tokenizer
     vocab = _Vocab.of(tok)
-    search = search_covers(model, tok, prompt, stable, typed,
-                           lambda rest: vocab.constraint.candidates_after(None, rest), exhaustive=True)
+    search = search_covers(
+        model, tok, prompt, stable, typed, lambda rest: vocab.constraint.candidates_after(None, rest), exhaustive=True
+    )
     if not search.splits:
         return [], -math.inf
     flat = np.concatenate([sp.left_logprob + sp.candidate_logprobs.astype(np.float64) for sp in search.splits])
@@ -377,26 +398,37 @@ def cpc_events(model, prompt: list[int], stable: list[int], typed: bytes, target
     canonical = []
     for k in order[:checks].tolist():
         sp = search.splits[owner[k]]
-        if is_canonical(tok, search.context, sp.left, int(sp.candidates[index[k]]), typed[:sp.split]):
+        if is_canonical(tok, search.context, sp.left, int(sp.candidates[index[k]]), typed[: sp.split]):
             canonical.append(flat[k])
     unchecked = flat[order[checks:]]
     log_norm = _logsumexp(canonical + ([float(np.logaddexp.reduce(unchecked))] if unchecked.size else []))
     events = []
     for sp in search.splits:
-        tail = target[sp.split:]
+        tail = target[sp.split :]
         for j, t in enumerate(sp.candidates.tolist()):
             b = tok.token_bytes(t)
             if not (tail.startswith(b) or b.startswith(tail)):
                 continue
-            if is_canonical(tok, search.context, sp.left, t, typed[:sp.split]):
-                events.append(CoverEvent(tuple(sp.left) + (t,), sp.split + len(b),
-                                         sp.left_logprob + float(sp.candidate_logprobs[j])))
+            if is_canonical(tok, search.context, sp.left, t, typed[: sp.split]):
+                events.append(
+                    CoverEvent(
+                        tuple(sp.left) + (t,), sp.split + len(b), sp.left_logprob + float(sp.candidate_logprobs[j])
+                    )
+                )
     return events, log_norm
 
 
-def mode_logprob(model, mode: str, prefix: str, head: bytes, *, exact_tree: CoverTree | None = None,
-                 full_nodes: int = EXACT_FULL_NODES, max_nodes: int = EXACT_MAX_NODES,
-                 keep: int = CONTINUATION_EVENTS) -> float:
+def mode_logprob(
+    model,
+    mode: str,
+    prefix: str,
+    head: bytes,
+    *,
+    exact_tree: CoverTree | None = None,
+    full_nodes: int = EXACT_FULL_NODES,
+    max_nodes: int = EXACT_MAX_NODES,
+    keep: int = CONTINUATION_EVENTS,
+) -> float:
     """log P(head | prefix) under `mode` (see the module docstring); nan when `head` is empty."""
     from midword.completion.cpc import backoff
 
@@ -412,8 +444,17 @@ def mode_logprob(model, mode: str, prefix: str, head: bytes, *, exact_tree: Cove
     weighting = "local" if mode in ("heal1", "align") else "global"
     tree = exact_tree if mode == "exact" and exact_tree is not None and exact_tree.complete else None
     if tree is None:
-        tree = expand_covers(model, prompt, back.typed, weighting=weighting, target=target, want_best=False,
-                             enumerate_all=False, full_nodes=full_nodes, max_nodes=max_nodes)
+        tree = expand_covers(
+            model,
+            prompt,
+            back.typed,
+            weighting=weighting,
+            target=target,
+            want_best=False,
+            enumerate_all=False,
+            full_nodes=full_nodes,
+            max_nodes=max_nodes,
+        )
     log_norm = tree.log_total if weighting == "global" and back.typed else 0.0
     return continuation_logprob(model, prompt, tree.consistent, target, log_norm, keep)
 
@@ -469,9 +510,16 @@ def run_case(engine, case: Case, modes, opts: Options) -> dict[str, ModeResult]:
         t0 = time.perf_counter()
         note = ""
         if mode == "exact":
-            res = exact_complete(model, case.prefix, case.suffix, max_tokens=opts.max_tokens,
-                                 time_budget_s=opts.time_budget_s, target=head if opts.logprob else None,
-                                 full_nodes=opts.exact_full_nodes, max_nodes=opts.exact_max_nodes)
+            res = exact_complete(
+                model,
+                case.prefix,
+                case.suffix,
+                max_tokens=opts.max_tokens,
+                time_budget_s=opts.time_budget_s,
+                target=head if opts.logprob else None,
+                full_nodes=opts.exact_full_nodes,
+                max_nodes=opts.exact_max_nodes,
+            )
             inserted = res.inserted
             exact_tree = res.tree
             if exact_tree is not None and exact_tree.best_first:
@@ -479,19 +527,39 @@ def run_case(engine, case: Case, modes, opts: Options) -> dict[str, ModeResult]:
                 if exact_tree.stop == "cap":
                     note += ", certified" if exact_tree.certified else ", not certified"
         else:
-            request = CompletionRequest(prefix=case.prefix, suffix=case.suffix, language="python",
-                                        grammar=GrammarSpec(kind="none"), max_tokens=opts.max_tokens,
-                                        temperature=0.0, mode=mode, single_line=True,
-                                        time_budget_s=opts.time_budget_s)
+            request = CompletionRequest(
+                prefix=case.prefix,
+                suffix=case.suffix,
+                language="python",
+                grammar=GrammarSpec(kind="none"),
+                max_tokens=opts.max_tokens,
+                temperature=0.0,
+                mode=mode,
+                single_line=True,
+                time_budget_s=opts.time_budget_s,
+            )
             inserted = engine.complete(request).insert_text(case.prefix)
         ms = (time.perf_counter() - t0) * 1e3
-        out[mode] = ModeResult(inserted=inserted, em_word=word_match(case, inserted), em_line=line_match(case, inserted),
-                               latency_ms=ms, forwards=model.stats.forward_passes - before,
-                               positions=model.stats.tokens_prefilled - before_pos, note=note)
+        out[mode] = ModeResult(
+            inserted=inserted,
+            em_word=word_match(case, inserted),
+            em_line=line_match(case, inserted),
+            latency_ms=ms,
+            forwards=model.stats.forward_passes - before,
+            positions=model.stats.tokens_prefilled - before_pos,
+            note=note,
+        )
     if opts.logprob:
         for mode in modes:
-            out[mode].logprob = mode_logprob(model, mode, case.prefix, head, exact_tree=exact_tree,
-                                             full_nodes=opts.exact_full_nodes, max_nodes=opts.exact_max_nodes)
+            out[mode].logprob = mode_logprob(
+                model,
+                mode,
+                case.prefix,
+                head,
+                exact_tree=exact_tree,
+                full_nodes=opts.exact_full_nodes,
+                max_nodes=opts.exact_max_nodes,
+            )
     return out
 
 
@@ -518,21 +586,24 @@ def summarize(records: list[dict[str, ModeResult]], modes) -> tuple[dict, list[s
             "positions": _mean([float(r.positions) for r in rs]),
         }
         if len(finite) < len(lps):
-            notes.append(f"{mode}: {len(lps) - len(finite)} case(s) where the mode cannot spell the truth "
-                         "(log-prob -inf) are left out of its mean")
+            notes.append(
+                f"{mode}: {len(lps) - len(finite)} case(s) where the mode cannot spell the truth "
+                "(log-prob -inf) are left out of its mean"
+            )
         if mode == "exact":
             big = [r for r in rs if r.note]
             if big:
                 capped = [r for r in big if "stop: cap" in r.note]
                 uncert = [r for r in capped if "not certified" in r.note]
-                notes.append(f"exact: {len(big)} case(s) had too many spellings to score them all and were expanded "
-                             f"heaviest first until the argmax was certified; {len(capped)} hit the node cap, "
-                             f"{len(uncert)} of those without a certified argmax")
+                notes.append(
+                    f"exact: {len(big)} case(s) had too many spellings to score them all and were expanded "
+                    f"heaviest first until the argmax was certified; {len(capped)} hit the node cap, "
+                    f"{len(uncert)} of those without a certified argmax"
+                )
     return summary, notes
 
 
-def run_benchmark(engine, cases, modes=ALL_MODES, opts: Options | None = None, *, progress=None,
-                  dump=None) -> dict:
+def run_benchmark(engine, cases, modes=ALL_MODES, opts: Options | None = None, *, progress=None, dump=None) -> dict:
     """Runs every case through every mode; returns the JSON summary (`cases`, `modes`, `notes`)."""
     opts = opts or Options()
     for m in modes:
@@ -560,26 +631,39 @@ def _case_record(case: Case, res: dict[str, ModeResult]) -> dict:
         "typed_word": case.typed_word,
         "truth_word": case.truth_word,
         "truth_line": case.line_truth,
-        "modes": {m: {"inserted": r.inserted, "em_word": r.em_word, "em_line": r.em_line,
-                      "logprob": None if math.isnan(r.logprob) else (r.logprob if r.logprob != -math.inf else "-inf"),
-                      "latency_ms": round(r.latency_ms, 2), "forwards": r.forwards, "positions": r.positions,
-                      **({"note": r.note} if r.note else {})}
-                  for m, r in res.items()},
+        "modes": {
+            m: {
+                "inserted": r.inserted,
+                "em_word": r.em_word,
+                "em_line": r.em_line,
+                "logprob": None if math.isnan(r.logprob) else (r.logprob if r.logprob != -math.inf else "-inf"),
+                "latency_ms": round(r.latency_ms, 2),
+                "forwards": r.forwards,
+                "positions": r.positions,
+                **({"note": r.note} if r.note else {}),
+            }
+            for m, r in res.items()
+        },
     }
 
 
 def format_table(result: dict) -> str:
-    head = (f"{'mode':<7} {'em_word':>8} {'em_line':>8} {'logprob':>9} {'p50 ms':>8} {'p95 ms':>8} {'forwards':>9} "
-            f"{'positions':>10}")
+    head = (
+        f"{'mode':<7} {'em_word':>8} {'em_line':>8} {'logprob':>9} {'p50 ms':>8} {'p95 ms':>8} {'forwards':>9} "
+        f"{'positions':>10}"
+    )
     lines = [head]
+
     def cell(value, width, fmt):
         return f"{'-':>{width}}" if value is None else f"{value:>{width}{fmt}}"
 
     for mode, s in result["modes"].items():
-        lines.append(f"{mode:<7} {cell(s['em_word'], 8, '.3f')} {cell(s['em_line'], 8, '.3f')} "
-                     f"{cell(s['logprob'], 9, '.3f')} {cell(s['latency_p50_ms'], 8, '.0f')} "
-                     f"{cell(s['latency_p95_ms'], 8, '.0f')} {cell(s['forwards'], 9, '.1f')} "
-                     f"{cell(s.get('positions'), 10, '.1f')}")
+        lines.append(
+            f"{mode:<7} {cell(s['em_word'], 8, '.3f')} {cell(s['em_line'], 8, '.3f')} "
+            f"{cell(s['logprob'], 9, '.3f')} {cell(s['latency_p50_ms'], 8, '.0f')} "
+            f"{cell(s['latency_p95_ms'], 8, '.0f')} {cell(s['forwards'], 9, '.1f')} "
+            f"{cell(s.get('positions'), 10, '.1f')}"
+        )
     for note in result.get("notes", []):
         lines.append(f"note: {note}")
     return "\n".join(lines)
@@ -590,25 +674,43 @@ def format_table(result: dict) -> str:
 
 def add_cpc_arguments(parser: argparse.ArgumentParser) -> None:
     src = parser.add_mutually_exclusive_group()
-    src.add_argument("--corpus", metavar="DIR",
-                     help="cut source files under DIR (default: this Python's standard library)")
+    src.add_argument(
+        "--corpus", metavar="DIR", help="cut source files under DIR (default: this Python's standard library)"
+    )
     src.add_argument("--jsonl", metavar="FILE", help="HumanEval-infilling cases (prompt, canonical_solution, suffix)")
     parser.add_argument("--glob", default="*.py", help="which corpus files to cut (default: *.py)")
     parser.add_argument("--seed", type=int, default=0, help="corpus sampling seed (default: 0)")
     parser.add_argument("--limit", type=int, default=100, help="take the first N cases (default: 100)")
-    parser.add_argument("--modes", default=",".join(ALL_MODES),
-                        help=f"comma-separated, from {','.join(ALL_MODES)} (default: all)")
+    parser.add_argument(
+        "--modes", default=",".join(ALL_MODES), help=f"comma-separated, from {','.join(ALL_MODES)} (default: all)"
+    )
     parser.add_argument("--model", default="gemma3", help='"gemma3" (default), a .gguf file or a model folder')
-    parser.add_argument("--weights", choices=["int8", "float32", "bfloat16"], default="int8",
-                        help="how the model's weights are held (default int8)")
+    parser.add_argument(
+        "--weights",
+        choices=["int8", "float32", "bfloat16"],
+        default="int8",
+        help="how the model's weights are held (default int8)",
+    )
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
-    parser.add_argument("--context-chars", type=int, default=DEFAULT_CONTEXT_CHARS,
-                        help="document characters before the cursor given to the model")
+    parser.add_argument(
+        "--context-chars",
+        type=int,
+        default=DEFAULT_CONTEXT_CHARS,
+        help="document characters before the cursor given to the model",
+    )
     parser.add_argument("--time-budget", type=float, default=DEFAULT_TIME_BUDGET_S, help="seconds per completion")
-    parser.add_argument("--exact-full-nodes", type=int, default=EXACT_FULL_NODES,
-                        help="exact mode: cover trees up to this size are scored whole")
-    parser.add_argument("--exact-max-nodes", type=int, default=EXACT_MAX_NODES,
-                        help="exact mode: larger trees are expanded best-first up to this many nodes")
+    parser.add_argument(
+        "--exact-full-nodes",
+        type=int,
+        default=EXACT_FULL_NODES,
+        help="exact mode: cover trees up to this size are scored whole",
+    )
+    parser.add_argument(
+        "--exact-max-nodes",
+        type=int,
+        default=EXACT_MAX_NODES,
+        help="exact mode: larger trees are expanded best-first up to this many nodes",
+    )
     parser.add_argument("--no-logprob", action="store_true", help="skip the log-prob metric (faster)")
     parser.add_argument("--dump", metavar="FILE", help="write one JSON line per case (what every mode inserted)")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
@@ -668,15 +770,23 @@ def run_cpc(args, *, engine=None) -> int:
         except ModelUnavailable as err:
             print(f"midword bench cpc: {err}", file=sys.stderr)
             return 2
-    opts = Options(max_tokens=args.max_tokens, time_budget_s=args.time_budget, logprob=not args.no_logprob,
-                   exact_full_nodes=args.exact_full_nodes, exact_max_nodes=args.exact_max_nodes)
+    opts = Options(
+        max_tokens=args.max_tokens,
+        time_budget_s=args.time_budget,
+        logprob=not args.no_logprob,
+        exact_full_nodes=args.exact_full_nodes,
+        exact_max_nodes=args.exact_max_nodes,
+    )
 
     def progress(k, case, res):
         if args.quiet:
             return
         marks = " ".join(f"{m}:{'W' if r.em_word else '-'}{'L' if r.em_line else '-'}" for m, r in res.items())
-        print(f"[{k}/{len(cases)}] {case.name}  {case.typed_word}|{case.truth_word[len(case.typed_word):]}  {marks}",
-              file=sys.stderr, flush=True)
+        print(
+            f"[{k}/{len(cases)}] {case.name}  {case.typed_word}|{case.truth_word[len(case.typed_word) :]}  {marks}",
+            file=sys.stderr,
+            flush=True,
+        )
 
     dump = open(args.dump, "w", encoding="utf-8") if args.dump else None
     try:
@@ -687,7 +797,9 @@ def run_cpc(args, *, engine=None) -> int:
     if args.json:
         print(json.dumps(result, indent=2))
     else:
-        print(f"character prefix conditioning: {result['cases']} cases from {source}; model {args.model}, greedy, "
-              f"single line, at most {args.max_tokens} tokens, no grammar")
+        print(
+            f"character prefix conditioning: {result['cases']} cases from {source}; model {args.model}, greedy, "
+            f"single line, at most {args.max_tokens} tokens, no grammar"
+        )
         print(format_table(result))
     return 0

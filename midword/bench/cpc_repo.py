@@ -82,8 +82,9 @@ def package_files(root: Path) -> dict[str, str]:
     return files
 
 
-def sample_cases(files: dict[str, str], n: int, seed: int = 0, module: str | None = None,
-                 context_chars: int = 2000) -> list[RepoCase]:
+def sample_cases(
+    files: dict[str, str], n: int, seed: int = 0, module: str | None = None, context_chars: int = 2000
+) -> list[RepoCase]:
     """`n` distinct cuts: a module uniformly, then a word in it, then a cursor inside it."""
     names = [m for m in files if module is None or m == module or m.endswith("/" + module)]
     if not names:
@@ -109,26 +110,47 @@ def sample_cases(files: dict[str, str], n: int, seed: int = 0, module: str | Non
             start = nl + 1 if nl >= 0 else start
         end = text.find("\n", cut)
         truth = text[cut:]
-        suffix = "" if end < 0 else text[end + 1:end + 1 + context_chars]
+        suffix = "" if end < 0 else text[end + 1 : end + 1 + context_chars]
         line = text.count("\n", 0, cut) + 1
-        case = Case(name=f"{m}:{line}:{cut - text.rfind(chr(10), 0, cut) - 1}", prefix=text[start:cut], suffix="",
-                    truth=truth, line_truth=truth.split("\n", 1)[0])
+        case = Case(
+            name=f"{m}:{line}:{cut - text.rfind(chr(10), 0, cut) - 1}",
+            prefix=text[start:cut],
+            suffix="",
+            truth=truth,
+            line_truth=truth.split("\n", 1)[0],
+        )
         out.append(RepoCase(case, m, suffix))
     return out
 
 
-def _request(rc: RepoCase, setting: str, mode: str, files: dict[str, str], args, prefix: str | None = None,
-             max_tokens: int | None = None):
+def _request(
+    rc: RepoCase,
+    setting: str,
+    mode: str,
+    files: dict[str, str],
+    args,
+    prefix: str | None = None,
+    max_tokens: int | None = None,
+):
     from midword.completion.types import CompletionRequest, ContextChunk, GrammarSpec
 
     context = ()
     if setting == "on":
         context = tuple(ContextChunk(text, path=p, kind="document") for p, text in files.items() if p != rc.path)
-    return CompletionRequest(prefix=rc.case.prefix if prefix is None else prefix, suffix=rc.suffix,
-                             language="python", grammar=GrammarSpec(kind="none"),
-                             max_tokens=args.max_tokens if max_tokens is None else max_tokens, temperature=0.0,
-                             mode=mode, single_line=True, time_budget_s=args.time_budget, context=context,
-                             context_tokens=args.context_tokens, path=rc.path)
+    return CompletionRequest(
+        prefix=rc.case.prefix if prefix is None else prefix,
+        suffix=rc.suffix,
+        language="python",
+        grammar=GrammarSpec(kind="none"),
+        max_tokens=args.max_tokens if max_tokens is None else max_tokens,
+        temperature=0.0,
+        mode=mode,
+        single_line=True,
+        time_budget_s=args.time_budget,
+        context=context,
+        context_tokens=args.context_tokens,
+        path=rc.path,
+    )
 
 
 def run_case(engine, rc: RepoCase, settings, modes, files, args) -> dict:
@@ -139,15 +161,21 @@ def run_case(engine, rc: RepoCase, settings, modes, files, args) -> dict:
         try:
             for mode in modes:
                 # the KV cache holds the prompt up to the cursor's line, context included
-                engine.complete(_request(rc, setting, "naive", files, args, prefix=rc.case.prefix[:line_start],
-                                         max_tokens=1))
+                engine.complete(
+                    _request(rc, setting, "naive", files, args, prefix=rc.case.prefix[:line_start], max_tokens=1)
+                )
                 t0 = time.perf_counter()
                 c = engine.complete(_request(rc, setting, mode, files, args))
                 ms = (time.perf_counter() - t0) * 1e3
                 inserted = c.insert_text(rc.case.prefix)
-                out[(setting, mode)] = {"inserted": inserted, "em_word": word_match(rc.case, inserted),
-                                        "em_line": line_match(rc.case, inserted), "latency_ms": ms,
-                                        "prompt": c.timings.prompt_tokens, "context": c.timings.context_tokens}
+                out[(setting, mode)] = {
+                    "inserted": inserted,
+                    "em_word": word_match(rc.case, inserted),
+                    "em_line": line_match(rc.case, inserted),
+                    "latency_ms": ms,
+                    "prompt": c.timings.prompt_tokens,
+                    "context": c.timings.context_tokens,
+                }
         finally:
             engine.suffix_context = False
     return out
@@ -161,39 +189,57 @@ def summarize(records: list[dict], settings, modes) -> dict:
             lat = [r["latency_ms"] for r in rs]
             n = len(rs)
             table[f"{setting}/{mode}"] = {
-                "em_word": sum(r["em_word"] for r in rs) / n, "em_line": sum(r["em_line"] for r in rs) / n,
-                "prompt": sum(r["prompt"] for r in rs) / n, "context": sum(r["context"] for r in rs) / n,
-                "latency_p50_ms": percentile(lat, 50), "latency_p95_ms": percentile(lat, 95)}
+                "em_word": sum(r["em_word"] for r in rs) / n,
+                "em_line": sum(r["em_line"] for r in rs) / n,
+                "prompt": sum(r["prompt"] for r in rs) / n,
+                "context": sum(r["context"] for r in rs) / n,
+                "latency_p50_ms": percentile(lat, 50),
+                "latency_p95_ms": percentile(lat, 95),
+            }
     return table
 
 
 def format_table(table: dict) -> str:
-    lines = [(f"{'setting/mode':<14} {'em_word':>8} {'em_line':>8} {'prompt':>7} {'context':>8} {'p50 ms':>8} "
-              f"{'p95 ms':>8}")]
+    lines = [
+        (f"{'setting/mode':<14} {'em_word':>8} {'em_line':>8} {'prompt':>7} {'context':>8} {'p50 ms':>8} {'p95 ms':>8}")
+    ]
     for key, s in table.items():
-        lines.append(f"{key:<14} {s['em_word']:>8.3f} {s['em_line']:>8.3f} {s['prompt']:>7.0f} {s['context']:>8.0f} "
-                     f"{s['latency_p50_ms']:>8.0f} {s['latency_p95_ms']:>8.0f}")
+        lines.append(
+            f"{key:<14} {s['em_word']:>8.3f} {s['em_line']:>8.3f} {s['prompt']:>7.0f} {s['context']:>8.0f} "
+            f"{s['latency_p50_ms']:>8.0f} {s['latency_p95_ms']:>8.0f}"
+        )
     return "\n".join(lines)
 
 
 def add_repo_arguments(parser) -> None:
     from midword.completion.types import DEFAULT_CONTEXT_TOKENS
 
-    parser.add_argument("--repo", metavar="PKG",
-                        help="repository setting: cut the modules of PKG (a standard-library package such as "
-                             "email, json, asyncio, or a package directory) with its other modules as context")
+    parser.add_argument(
+        "--repo",
+        metavar="PKG",
+        help="repository setting: cut the modules of PKG (a standard-library package such as "
+        "email, json, asyncio, or a package directory) with its other modules as context",
+    )
     parser.add_argument("--repo-module", metavar="NAME", help="with --repo: cut only this module")
-    parser.add_argument("--context-tokens", type=int, default=DEFAULT_CONTEXT_TOKENS,
-                        help=f"with --repo: context budget in tokens (default {DEFAULT_CONTEXT_TOKENS})")
-    parser.add_argument("--suffix", action="store_true",
-                        help="with --repo: also the `suffix` setting (text after the cursor before the document)")
+    parser.add_argument(
+        "--context-tokens",
+        type=int,
+        default=DEFAULT_CONTEXT_TOKENS,
+        help=f"with --repo: context budget in tokens (default {DEFAULT_CONTEXT_TOKENS})",
+    )
+    parser.add_argument(
+        "--suffix",
+        action="store_true",
+        help="with --repo: also the `suffix` setting (text after the cursor before the document)",
+    )
 
 
 def run_repo(args, *, engine=None) -> int:
     """`midword bench cpc --repo PKG`; `engine` replaces the model named by `--model` (tests)."""
     try:
-        modes = tuple(m.strip() for m in (args.modes if args.modes != _all_modes() else DEFAULT_MODES).split(",")
-                      if m.strip())
+        modes = tuple(
+            m.strip() for m in (args.modes if args.modes != _all_modes() else DEFAULT_MODES).split(",") if m.strip()
+        )
         bad = [m for m in modes if m not in ("naive", "heal1", "align", "cpc")]
         if bad or not modes:
             raise BenchError(f"--modes: with --repo, some of naive, heal1, align, cpc (got {args.modes!r})")
@@ -225,12 +271,22 @@ def run_repo(args, *, engine=None) -> int:
             res = run_case(engine, rc, settings, modes, files, args)
             records.append(res)
             if dump is not None:
-                dump.write(json.dumps({"name": rc.case.name, "truth_line": rc.case.line_truth,
-                                       **{f"{s}/{m}": r for (s, m), r in res.items()}}, ensure_ascii=False) + "\n")
+                dump.write(
+                    json.dumps(
+                        {
+                            "name": rc.case.name,
+                            "truth_line": rc.case.line_truth,
+                            **{f"{s}/{m}": r for (s, m), r in res.items()},
+                        },
+                        ensure_ascii=False,
+                    )
+                    + "\n"
+                )
                 dump.flush()
             if not args.quiet:
-                marks = " ".join(f"{s}/{m}:{'W' if r['em_word'] else '-'}{'L' if r['em_line'] else '-'}"
-                                 for (s, m), r in res.items())
+                marks = " ".join(
+                    f"{s}/{m}:{'W' if r['em_word'] else '-'}{'L' if r['em_line'] else '-'}" for (s, m), r in res.items()
+                )
                 print(f"[{k}/{len(cases)}] {rc.case.name} {rc.case.typed_word}|  {marks}", file=sys.stderr, flush=True)
     finally:
         if dump is not None:
@@ -239,9 +295,11 @@ def run_repo(args, *, engine=None) -> int:
     if args.json:
         print(json.dumps({"cases": len(records), "package": str(root), "settings": table}, indent=2))
     else:
-        print(f"repository setting: {len(records)} cuts in {root} (seed {args.seed}), the other "
-              f"{len(files) - 1} modules as context up to {args.context_tokens} tokens; model {args.model}, greedy, "
-              f"single line, at most {args.max_tokens} tokens, no grammar")
+        print(
+            f"repository setting: {len(records)} cuts in {root} (seed {args.seed}), the other "
+            f"{len(files) - 1} modules as context up to {args.context_tokens} tokens; model {args.model}, greedy, "
+            f"single line, at most {args.max_tokens} tokens, no grammar"
+        )
         print(format_table(table))
     return 0
 

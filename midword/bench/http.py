@@ -40,8 +40,12 @@ from .lsp import DEFAULT_ENGINE, _round, _summary, percentile
 
 def add_http_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the file whose typing is replayed")
-    parser.add_argument("--engine", default=DEFAULT_ENGINE, metavar="MODULE:ATTR",
-                        help="engine the server uses (e.g. tests.fake_engine:FakeEngine)")
+    parser.add_argument(
+        "--engine",
+        default=DEFAULT_ENGINE,
+        metavar="MODULE:ATTR",
+        help="engine the server uses (e.g. tests.fake_engine:FakeEngine)",
+    )
     parser.add_argument("--model", default=None, help="model the server loads (default: gemma3)")
     parser.add_argument("--clients", default="1,4,16", help="numbers of concurrent clients, comma-separated")
     parser.add_argument("--start", type=int, default=0, help="characters of FILE already typed when typing starts")
@@ -50,9 +54,13 @@ def add_http_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--line-pause-ms", type=float, default=600.0, help="extra pause after typing a newline")
     parser.add_argument("--debounce-ms", type=float, default=50.0, help="quiet time after a keystroke before asking")
     parser.add_argument("--n-predict", type=int, default=128, help="n_predict of each request (llama.vscode's default)")
-    parser.add_argument("--client", choices=["vscode", "vim"], default="vscode",
-                        help="vscode: one request in flight, sent for the newest keystroke once the last one is "
-                             "answered (llama.vscode); vim: a keystroke aborts the request in flight (llama.vim)")
+    parser.add_argument(
+        "--client",
+        choices=["vscode", "vim"],
+        default="vscode",
+        help="vscode: one request in flight, sent for the newest keystroke once the last one is "
+        "answered (llama.vscode); vim: a keystroke aborts the request in flight (llama.vim)",
+    )
     parser.add_argument("--ready-timeout-s", type=float, default=900.0, help="how long to wait for the model to load")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -67,11 +75,21 @@ def infill_body(text: str, cursor: int, n_predict: int) -> dict[str, Any]:
     prompt = text[line_start:cursor]
     indent = len(line) - len(line.lstrip())
     return {
-        "id_slot": 0, "input_prefix": text[:line_start], "input_suffix": text[cursor:line_end] + "\n" +
-        text[line_end + 1:], "input_extra": [], "prompt": "" if not prompt.strip() else prompt,
-        "n_predict": n_predict, "n_cmpl": 1, "top_k": 40, "top_p": 0.99, "stream": False,
-        "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True,
-        **({"n_indent": indent} if indent else {}), "t_max_prompt_ms": 500, "t_max_predict_ms": 1000,
+        "id_slot": 0,
+        "input_prefix": text[:line_start],
+        "input_suffix": text[cursor:line_end] + "\n" + text[line_end + 1 :],
+        "input_extra": [],
+        "prompt": "" if not prompt.strip() else prompt,
+        "n_predict": n_predict,
+        "n_cmpl": 1,
+        "top_k": 40,
+        "top_p": 0.99,
+        "stream": False,
+        "samplers": ["top_k", "top_p", "infill"],
+        "cache_prompt": True,
+        **({"n_indent": indent} if indent else {}),
+        "t_max_prompt_ms": 500,
+        "t_max_predict_ms": 1000,
     }
 
 
@@ -137,7 +155,7 @@ class _Client:
             if args.debounce_ms < gap:
                 await asyncio.sleep(max(0.0, args.debounce_ms / 1000.0 - (time.perf_counter() - keystroke)))
                 # the document is the file typed up to i (the rest of it stays after the cursor)
-                buffer = text[:i + 1] + text[end:]
+                buffer = text[: i + 1] + text[end:]
                 if args.client == "vim":
                     outstanding = asyncio.ensure_future(self._ask(buffer, i + 1, keystroke))
                 else:
@@ -229,10 +247,14 @@ async def _level(url: str, text: str, n: int, args: argparse.Namespace, pid: int
         "skipped": outcomes.get("skipped", 0),
         "latency": _summary([r["latency_ms"] for r in answered]),
         "latency_model": _summary([r["latency_ms"] for r in model]),
-        "overhead_ms": {"p50": _round(percentile([r["overhead_ms"] for r in responded], 50)),
-                        "p95": _round(percentile([r["overhead_ms"] for r in responded], 95))},
-        "server_overhead_ms": {"p50": _round(percentile([r["server_overhead_ms"] for r in responded], 50)),
-                               "p95": _round(percentile([r["server_overhead_ms"] for r in responded], 95))},
+        "overhead_ms": {
+            "p50": _round(percentile([r["overhead_ms"] for r in responded], 50)),
+            "p95": _round(percentile([r["overhead_ms"] for r in responded], 95)),
+        },
+        "server_overhead_ms": {
+            "p50": _round(percentile([r["server_overhead_ms"] for r in responded], 50)),
+            "p95": _round(percentile([r["server_overhead_ms"] for r in responded], 95)),
+        },
         "queue_ms_p95": _round(percentile([r["queue_ms"] for r in responded], 95)),
         "rss_mib": _round(rss / 1024) if rss else None,
         "peak_rss_mib": _round(hwm / 1024) if hwm else None,
@@ -291,28 +313,42 @@ async def _bench(args: argparse.Namespace) -> dict[str, Any]:
         except subprocess.TimeoutExpired:
             proc.kill()
     cancellations = re.search(r"^midword_http_cancellations_total (\d+)", metrics, re.M)
-    return {"file": args.file, "client": args.client, "engine": args.engine, "model": args.model or "gemma3", "load_s": round(load_s, 2),
-            "typed_chars": args.limit, "interval_ms": args.interval_ms, "levels": rows,
-            "server_cancellations": int(cancellations.group(1)) if cancellations else None}
+    return {
+        "file": args.file,
+        "client": args.client,
+        "engine": args.engine,
+        "model": args.model or "gemma3",
+        "load_s": round(load_s, 2),
+        "typed_chars": args.limit,
+        "interval_ms": args.interval_ms,
+        "levels": rows,
+        "server_cancellations": int(cancellations.group(1)) if cancellations else None,
+    }
 
 
 def format_report(report: dict[str, Any]) -> str:
-    rows = [f"midword bench http: {report['file']} ({report['client']}-style clients, "
-            f"{report['typed_chars']} keystrokes each, "
-            f"{report['interval_ms']:.0f} ms apart; engine {report['engine']}, model {report['model']} "
-            f"loaded in {report['load_s']} s)",
-            f"{'clients':>7} {'requests':>8} {'answered':>8} {'p50 ms':>8} {'p95 ms':>8} {'model p50':>9} "
-            f"{'aborted':>7} {'skipped':>7} {'busy':>5} {'ovh p50':>7} {'ovh p95':>7} {'srv p50':>7} {'RSS MiB':>7} {'peak':>6}"]
+    rows = [
+        f"midword bench http: {report['file']} ({report['client']}-style clients, "
+        f"{report['typed_chars']} keystrokes each, "
+        f"{report['interval_ms']:.0f} ms apart; engine {report['engine']}, model {report['model']} "
+        f"loaded in {report['load_s']} s)",
+        f"{'clients':>7} {'requests':>8} {'answered':>8} {'p50 ms':>8} {'p95 ms':>8} {'model p50':>9} "
+        f"{'aborted':>7} {'skipped':>7} {'busy':>5} {'ovh p50':>7} {'ovh p95':>7} {'srv p50':>7} {'RSS MiB':>7} {'peak':>6}",
+    ]
     for lv in report["levels"]:
         lat, lm, ovh = lv["latency"], lv["latency_model"], lv["overhead_ms"]
-        rows.append(f"{lv['clients']:>7} {lv['asked']:>8} {str(lv['answered_share']) + '%':>8} "
-                    f"{_show(lat['p50_ms']):>8} {_show(lat['p95_ms']):>8} {_show(lm['p50_ms']):>9} "
-                    f"{lv['aborted']:>7} {lv['skipped']:>7} {lv['outcomes'].get('busy', 0):>5} {_show(ovh['p50']):>7} "
-                    f"{_show(ovh['p95']):>7} {_show(lv['server_overhead_ms']['p50']):>7} "
-                    f"{_show(lv['rss_mib']):>7} {_show(lv['peak_rss_mib']):>6}")
+        rows.append(
+            f"{lv['clients']:>7} {lv['asked']:>8} {str(lv['answered_share']) + '%':>8} "
+            f"{_show(lat['p50_ms']):>8} {_show(lat['p95_ms']):>8} {_show(lm['p50_ms']):>9} "
+            f"{lv['aborted']:>7} {lv['skipped']:>7} {lv['outcomes'].get('busy', 0):>5} {_show(ovh['p50']):>7} "
+            f"{_show(ovh['p95']):>7} {_show(lv['server_overhead_ms']['p50']):>7} "
+            f"{_show(lv['rss_mib']):>7} {_show(lv['peak_rss_mib']):>6}"
+        )
     rows.append(f"server-side cancellations (client aborts seen by the server): {report['server_cancellations']}")
-    rows.append("latency: keystroke to answer; ovh: request to answer minus queue wait and engine time "
-                "(Server-Timing), over all responses; srv: the same inside the server's handler")
+    rows.append(
+        "latency: keystroke to answer; ovh: request to answer minus queue wait and engine time "
+        "(Server-Timing), over all responses; srv: the same inside the server's handler"
+    )
     return "\n".join(rows)
 
 

@@ -90,8 +90,11 @@ def load_cases(suite: Path = SUITE) -> list[Case]:
     for path in sorted(suite.glob("*.json")):
         for group in json.loads(path.read_text(encoding="utf-8")):
             for t in group["tests"]:
-                cases.append(Case(path.name, group["description"], t["description"], group["schema"], t["data"],
-                                  bool(t["valid"])))
+                cases.append(
+                    Case(
+                        path.name, group["description"], t["description"], group["schema"], t["data"], bool(t["valid"])
+                    )
+                )
     return cases
 
 
@@ -168,8 +171,9 @@ class LlguidanceEngine:
         return self._adapter.is_accepting(m)
 
 
-def run_engine(engine, cases: list[Case], timeout_s: float = GROUP_TIMEOUT_S,
-               progress: Callable[[str], None] | None = None) -> tuple[Counts, list[Outcome]]:
+def run_engine(
+    engine, cases: list[Case], timeout_s: float = GROUP_TIMEOUT_S, progress: Callable[[str], None] | None = None
+) -> tuple[Counts, list[Outcome]]:
     """Every case through `engine`: one compile per schema group, then its instances."""
     counts = Counts()
     outcomes: list[Outcome] = []
@@ -238,10 +242,18 @@ def unexpected(outcomes: list[Outcome], lenient: bool) -> list[Outcome]:
 
 
 def format_table(results: dict[str, Counts]) -> str:
-    rows = [("cases", "cases"), ("accepted valid", "accepted_valid"), ("rejected valid", "rejected_valid"),
-            ("accepted invalid", "accepted_invalid"), ("rejected invalid", "rejected_invalid"),
-            ("refused (schema)", "refused"), ("crashes", "crashes"), ("time-outs", "timeouts"),
-            ("memory blow-ups", "blowups"), ("slowest compile (CPU s)", "compile_s_max")]
+    rows = [
+        ("cases", "cases"),
+        ("accepted valid", "accepted_valid"),
+        ("rejected valid", "rejected_valid"),
+        ("accepted invalid", "accepted_invalid"),
+        ("rejected invalid", "rejected_invalid"),
+        ("refused (schema)", "refused"),
+        ("crashes", "crashes"),
+        ("time-outs", "timeouts"),
+        ("memory blow-ups", "blowups"),
+        ("slowest compile (CPU s)", "compile_s_max"),
+    ]
     names = list(results)
     out = [f"{'metric':<22}" + "".join(f"{n:>14}" for n in names), "-" * (22 + 14 * len(names))]
     for label, key in rows:
@@ -257,8 +269,12 @@ def add_jsts_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", default=str(SUITE), help="folder of draft 2020-12 test files")
     parser.add_argument("--compare", default="llguidance", help="peers beside midword, comma-separated ('' for none)")
     parser.add_argument("--lenient", action="store_true", help="compile uniqueItems without enforcing it")
-    parser.add_argument("--formats", choices=("assert", "annotation"), default="assert",
-                        help="midword's `format`: enforced (default) or an annotation")
+    parser.add_argument(
+        "--formats",
+        choices=("assert", "annotation"),
+        default="assert",
+        help="midword's `format`: enforced (default) or an annotation",
+    )
     parser.add_argument("--tokenizer", default="llama3", help="tokenizer for both engines (default llama3)")
     parser.add_argument("--timeout", type=float, default=GROUP_TIMEOUT_S, help="seconds per schema and its cases")
     parser.add_argument("--details", action="store_true", help="list every case midword gets wrong")
@@ -296,6 +312,8 @@ def run_jsts(args: argparse.Namespace) -> int:
     if args.details:
         print("\nmidword, cases not decided as the suite says:")
         for o in wrong:
-            print(f"  {o.case.file} / {o.case.group} / {o.case.description}: expected "
-                  f"{'valid' if o.case.valid else 'invalid'}, {o.result}" + (f" ({o.detail})" if o.detail else ""))
+            print(
+                f"  {o.case.file} / {o.case.group} / {o.case.description}: expected "
+                f"{'valid' if o.case.valid else 'invalid'}, {o.result}" + (f" ({o.detail})" if o.detail else "")
+            )
     return 0

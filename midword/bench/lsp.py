@@ -30,30 +30,64 @@ from typing import Any
 DEFAULT_ENGINE = "midword.completion.engine:CompletionEngine"
 
 _LANGUAGES = {
-    ".py": "python", ".js": "javascript", ".ts": "typescript", ".tsx": "typescriptreact", ".jsx": "javascriptreact",
-    ".json": "json", ".jsonc": "jsonc", ".rs": "rust", ".go": "go", ".c": "c", ".h": "c", ".cpp": "cpp",
-    ".hpp": "cpp", ".cc": "cpp", ".java": "java", ".kt": "kotlin", ".rb": "ruby", ".sh": "shellscript",
-    ".yaml": "yaml", ".yml": "yaml", ".toml": "toml", ".md": "markdown", ".cs": "csharp", ".swift": "swift",
-    ".lark": "lark", ".txt": "plaintext",
+    ".py": "python",
+    ".js": "javascript",
+    ".ts": "typescript",
+    ".tsx": "typescriptreact",
+    ".jsx": "javascriptreact",
+    ".json": "json",
+    ".jsonc": "jsonc",
+    ".rs": "rust",
+    ".go": "go",
+    ".c": "c",
+    ".h": "c",
+    ".cpp": "cpp",
+    ".hpp": "cpp",
+    ".cc": "cpp",
+    ".java": "java",
+    ".kt": "kotlin",
+    ".rb": "ruby",
+    ".sh": "shellscript",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".toml": "toml",
+    ".md": "markdown",
+    ".cs": "csharp",
+    ".swift": "swift",
+    ".lark": "lark",
+    ".txt": "plaintext",
 }
 
 
 def add_lsp_bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", help="the file whose typing is replayed")
-    parser.add_argument("--engine", default=DEFAULT_ENGINE, metavar="MODULE:ATTR",
-                        help="engine the server uses (e.g. tests.fake_engine:FakeEngine)")
+    parser.add_argument(
+        "--engine",
+        default=DEFAULT_ENGINE,
+        metavar="MODULE:ATTR",
+        help="engine the server uses (e.g. tests.fake_engine:FakeEngine)",
+    )
     parser.add_argument("--model", default=None, help="model name sent in the settings (default: the server's)")
-    parser.add_argument("--request", choices=["completion", "inline"], default="completion",
-                        help="textDocument/completion (one line) or textDocument/inlineCompletion")
-    parser.add_argument("--start", type=int, default=0, help="characters of FILE already in the buffer when typing starts")
+    parser.add_argument(
+        "--request",
+        choices=["completion", "inline"],
+        default="completion",
+        help="textDocument/completion (one line) or textDocument/inlineCompletion",
+    )
+    parser.add_argument(
+        "--start", type=int, default=0, help="characters of FILE already in the buffer when typing starts"
+    )
     parser.add_argument("--limit", type=int, default=600, help="characters to type (0: to the end of FILE)")
     parser.add_argument("--interval-ms", type=float, default=150.0, help="time between keystrokes")
     parser.add_argument("--line-pause-ms", type=float, default=600.0, help="extra pause after typing a newline")
     parser.add_argument("--debounce-ms", type=float, default=50.0, help="quiet time after a keystroke before asking")
     parser.add_argument("--no-prefetch", action="store_true", help="turn the server's idle prefetch off")
     parser.add_argument("--ready-timeout-s", type=float, default=900.0, help="how long to wait for the model to load")
-    parser.add_argument("--no-suffix", action="store_true",
-                        help="drop the text after the typed part (default: it stays after the cursor)")
+    parser.add_argument(
+        "--no-suffix",
+        action="store_true",
+        help="drop the text after the typed part (default: it stays after the cursor)",
+    )
     parser.add_argument("--language", default=None, help="languageId (default: from the file extension)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
@@ -70,9 +104,13 @@ def percentile(values: list[float], q: float) -> float | None:
 
 
 def _summary(values: list[float]) -> dict[str, Any]:
-    return {"n": len(values), "p50_ms": _round(percentile(values, 50)), "p95_ms": _round(percentile(values, 95)),
-            "max_ms": _round(max(values) if values else None),
-            "mean_ms": _round(statistics.fmean(values) if values else None)}
+    return {
+        "n": len(values),
+        "p50_ms": _round(percentile(values, 50)),
+        "p95_ms": _round(percentile(values, 95)),
+        "max_ms": _round(max(values) if values else None),
+        "mean_ms": _round(statistics.fmean(values) if values else None),
+    }
 
 
 def _round(x):
@@ -102,6 +140,7 @@ class _Replay:
             self.state_message = _get(params, "message") or ""
 
         for method in (types.WINDOW_LOG_MESSAGE, types.WINDOW_SHOW_MESSAGE):
+
             @self.client.feature(method)
             def _message(ls, params):
                 if params.type == types.MessageType.Error:
@@ -128,9 +167,12 @@ class _Replay:
         if args.model:
             settings["model"] = args.model
         started = time.perf_counter()
-        await self.client.initialize_async(types.InitializeParams(
-            capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True)),
-            initialization_options={"midword": settings}))
+        await self.client.initialize_async(
+            types.InitializeParams(
+                capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=True)),
+                initialization_options={"midword": settings},
+            )
+        )
         self.client.initialized(types.InitializedParams())
         while self.state not in ("ready", "error"):
             if time.perf_counter() - started > args.ready_timeout_s:
@@ -165,8 +207,11 @@ class _Replay:
         # the rest of the file stays after the cursor, as when retyping part of a file
         buffer = self.text[:start] + ("" if args.no_suffix else self.text[end:])
         version = 1
-        self.client.text_document_did_open(types.DidOpenTextDocumentParams(text_document=types.TextDocumentItem(
-            uri=uri, language_id=language, version=version, text=buffer)))
+        self.client.text_document_did_open(
+            types.DidOpenTextDocumentParams(
+                text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version, text=buffer)
+            )
+        )
         loop = asyncio.get_running_loop()
         outstanding: dict[str, Any] | None = None
         when = loop.time()
@@ -182,9 +227,14 @@ class _Replay:
             line, character = LineIndex(buffer).position(cursor, UTF16)
             pos = types.Position(line=line, character=character)
             version += 1
-            self.client.text_document_did_change(types.DidChangeTextDocumentParams(
-                text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-                content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=pos, end=pos), text=ch)]))
+            self.client.text_document_did_change(
+                types.DidChangeTextDocumentParams(
+                    text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+                    content_changes=[
+                        types.TextDocumentContentChangePartial(range=types.Range(start=pos, end=pos), text=ch)
+                    ],
+                )
+            )
             buffer = buffer[:cursor] + ch + buffer[cursor:]
             cursor += 1
             gap = args.interval_ms + (args.line_pause_ms if ch == "\n" else 0.0)
@@ -208,8 +258,10 @@ class _Replay:
         if self.args.request == "inline":
             method = types.TEXT_DOCUMENT_INLINE_COMPLETION
             params = types.InlineCompletionParams(
-                text_document=types.TextDocumentIdentifier(uri=uri), position=position,
-                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic))
+                text_document=types.TextDocumentIdentifier(uri=uri),
+                position=position,
+                context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+            )
         else:
             method = types.TEXT_DOCUMENT_COMPLETION
             params = types.CompletionParams(text_document=types.TextDocumentIdentifier(uri=uri), position=position)
@@ -233,7 +285,9 @@ class _Replay:
             record["outcome"] = "answered" if items else "empty"
             if items:
                 data = getattr(items[0], "data", None)
-                record["source"] = _get(data, "source") if data is not None else "unreported (inline items carry no data)"
+                record["source"] = (
+                    _get(data, "source") if data is not None else "unreported (inline items carry no data)"
+                )
                 text = getattr(items[0], "insert_text", None)
                 if text is None:
                     text = items[0].text_edit.new_text
@@ -261,8 +315,9 @@ class _Replay:
             "outcomes": outcomes,
             "cancel_sent": self.cancel_sent,
             "latency": _summary([r["latency_ms"] for r in answered]),
-            "latency_all_responses": _summary([r["latency_ms"] for r in self.records
-                                               if r.get("outcome") in ("answered", "empty")]),
+            "latency_all_responses": _summary(
+                [r["latency_ms"] for r in self.records if r.get("outcome") in ("answered", "empty")]
+            ),
             "latency_by_source": {k: _summary(v) for k, v in sorted(by_source.items())},
             "mean_chars": _round(statistics.fmean([r["chars"] for r in answered]) if answered else None),
         }
@@ -303,7 +358,9 @@ def format_report(report: dict[str, Any]) -> str:
     ]
 
     def row(name, s):
-        fmt = lambda x: "-" if x is None else f"{x:.1f}"
+        def fmt(x):
+            return "-" if x is None else f"{x:.1f}"
+
         rows.append(f"{name:<22} {s['n']:>5} {fmt(s['p50_ms']):>8} {fmt(s['p95_ms']):>8} {fmt(s['max_ms']):>8}")
 
     row("all with a completion", lat)
@@ -311,21 +368,30 @@ def format_report(report: dict[str, Any]) -> str:
         row(f"  from {source}", s)
     row("all responses", report["latency_all_responses"])
     rows.append("")
-    rows.append(f"requests {report['requests']}: " + ", ".join(f"{k} {v}" for k, v in sorted(report["outcomes"].items()))
-                + f"; $/cancelRequest sent {report['cancel_sent']}")
+    rows.append(
+        f"requests {report['requests']}: "
+        + ", ".join(f"{k} {v}" for k, v in sorted(report["outcomes"].items()))
+        + f"; $/cancelRequest sent {report['cancel_sent']}"
+    )
     if server:
-        rows.append(f"server: model runs {server.get('model_calls')}, tokens generated {server.get('tokens_generated')}, "
-                    f"cache hits {server.get('cache_hits')} (prefetched {server.get('prefetch_hits')}), "
-                    f"prefetches {server.get('prefetches')}, superseded {server.get('superseded')}, "
-                    f"content modified {server.get('content_modified')}, errors {server.get('errors')}")
-        rows.append(f"        joined a running job {server.get('joined')}, runs stopped early "
-                    f"{server.get('model_calls_stopped')}")
+        rows.append(
+            f"server: model runs {server.get('model_calls')}, tokens generated {server.get('tokens_generated')}, "
+            f"cache hits {server.get('cache_hits')} (prefetched {server.get('prefetch_hits')}), "
+            f"prefetches {server.get('prefetches')}, superseded {server.get('superseded')}, "
+            f"content modified {server.get('content_modified')}, errors {server.get('errors')}"
+        )
+        rows.append(
+            f"        joined a running job {server.get('joined')}, runs stopped early "
+            f"{server.get('model_calls_stopped')}"
+        )
         spent = server.get("engine_ms") or {}
         runs = server.get("model_calls") or 0
         if runs and spent:
             parts = ", ".join(f"{k} {spent.get(k, 0.0) / runs:.0f}" for k in ("prefill", "cpc", "decode", "mask"))
-            rows.append(f"where the time goes, ms per model run (mean of {runs}): total {spent.get('total', 0.0) / runs:.0f}"
-                        f" = {parts} + the rest (grammar, tokenizer)")
+            rows.append(
+                f"where the time goes, ms per model run (mean of {runs}): total {spent.get('total', 0.0) / runs:.0f}"
+                f" = {parts} + the rest (grammar, tokenizer)"
+            )
     return "\n".join(rows)
 
 

@@ -66,10 +66,28 @@ from .masks_statistics import EngineStats, reason_key, same_files
 from .peers import EngineUnavailable, reference_tokenizer
 
 __all__ = [
-    "BenchInputError", "Case", "EngineRunner", "EngineStats", "FileResult", "Instance", "MidwordAdapter",
-    "QUIET_THREAD_POOLS", "add_masks_arguments", "cpu_times", "format_table", "list_files", "load_case", "main",
-    "quiet_thread_pools", "reason_key", "reference_tokenizer", "resolve_tokenizer", "run_file", "run_masks",
-    "steal_share", "warmup_case",
+    "BenchInputError",
+    "Case",
+    "EngineRunner",
+    "EngineStats",
+    "FileResult",
+    "Instance",
+    "MidwordAdapter",
+    "QUIET_THREAD_POOLS",
+    "add_masks_arguments",
+    "cpu_times",
+    "format_table",
+    "list_files",
+    "load_case",
+    "main",
+    "quiet_thread_pools",
+    "reason_key",
+    "reference_tokenizer",
+    "resolve_tokenizer",
+    "run_file",
+    "run_masks",
+    "steal_share",
+    "warmup_case",
 ]
 
 
@@ -77,9 +95,7 @@ def _engine_list(value: str) -> list[str]:
     names = [v.strip() for v in value.split(",") if v.strip()]
     for n in names:
         if n not in BUILTIN_ENGINES and ":" not in n:
-            raise argparse.ArgumentTypeError(
-                f"unknown engine {n!r}: use {', '.join(BUILTIN_ENGINES)} or module:Class"
-            )
+            raise argparse.ArgumentTypeError(f"unknown engine {n!r}: use {', '.join(BUILTIN_ENGINES)} or module:Class")
     return names
 
 
@@ -87,11 +103,15 @@ def add_masks_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("paths", nargs="+", metavar="DIR", help="MaskBench folders or files")
     parser.add_argument("--tokenizer", default="llama3", help="tokenizer name or tokenizer.json path (default llama3)")
     parser.add_argument(
-        "--engines", type=_engine_list, default=["midword"],
+        "--engines",
+        type=_engine_list,
+        default=["midword"],
         help="engines to run, comma-separated (default midword)",
     )
     parser.add_argument(
-        "--compare", type=_engine_list, default=[],
+        "--compare",
+        type=_engine_list,
+        default=[],
         help="peers to run beside them, comma-separated: llguidance,xgrammar",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object keyed by engine")
@@ -100,13 +120,18 @@ def add_masks_arguments(parser: argparse.ArgumentParser) -> None:
         "--timeout", type=float, default=60.0, help="seconds per file per engine, 0 for none (default 60)"
     )
     parser.add_argument(
-        "--compile", dest="compile_per", choices=("test", "file"), default="test",
+        "--compile",
+        dest="compile_per",
+        choices=("test", "file"),
+        default="test",
         help="compile per instance (default; every instance gives a TTFM sample) or once per "
         "file (MaskBench's way, one TTFM sample per schema; much faster for slow compilers)",
     )
     parser.add_argument("--max-tests", type=int, default=0, help="instances per file, 0 for all (default 0)")
     parser.add_argument(
-        "--budget", type=float, default=0.0,
+        "--budget",
+        type=float,
+        default=0.0,
         help="stop starting files after this many seconds and report those done (default: none)",
     )
     parser.add_argument("--details", action="store_true", help="list every failing file under the table")

@@ -149,14 +149,14 @@ def load_case(path: Path, tokenizer, max_tests: int | None = None) -> Case:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BenchInputError(f"{path}: not a readable JSON file ({e})") from e
     if not isinstance(doc, dict) or "schema" not in doc:
-        raise BenchInputError(f"{path}: a MaskBench file is an object with a \"schema\" key")
+        raise BenchInputError(f'{path}: a MaskBench file is an object with a "schema" key')
     tests = doc.get("tests", [])
     if not isinstance(tests, list):
-        raise BenchInputError(f"{path}: \"tests\" must be a list")
+        raise BenchInputError(f'{path}: "tests" must be a list')
     instances = []
     for i, test in enumerate(tests):
         if not isinstance(test, dict) or "data" not in test or not isinstance(test.get("valid"), bool):
-            raise BenchInputError(f"{path}: tests[{i}] needs \"data\" and a boolean \"valid\"")
+            raise BenchInputError(f'{path}: tests[{i}] needs "data" and a boolean "valid"')
         if max_tests and len(instances) >= max_tests:
             break
         text = json.dumps(test["data"], ensure_ascii=False)

@@ -63,7 +63,7 @@ def _side_by_side(summaries: dict[str, dict[str, Any]], row_specs: list) -> str:
     widths = [max(len(r[c]) for r in rows) for c in range(len(header))]
     lines = []
     for n, r in enumerate(rows):
-        cells = [r[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(r[1:], widths[1:])]
+        cells = [r[0].ljust(widths[0])] + [cell.rjust(w) for cell, w in zip(r[1:], widths[1:], strict=False)]
         lines.append("  ".join(cells).rstrip())
         if n == 0:
             lines.append("  ".join("-" * w for w in widths))
@@ -83,8 +83,11 @@ def format_table(summaries: dict[str, dict[str, Any]]) -> str:
         out.append(f"\n{e}: {s.get('engine', '')}")
         if s.get("mask_categories"):
             out.append(f"  {'masks by category':<18} {'% masks':>8} {'% time':>8} {'us/mask':>9}")
-            out += [f"  {c['category']:<18} {100 * c['masks_share']:>7.1f}% {100 * c['time_share']:>7.1f}%"
-                    f" {c['us_per_mask']:>9.1f}" for c in s["mask_categories"]]
+            out += [
+                f"  {c['category']:<18} {100 * c['masks_share']:>7.1f}% {100 * c['time_share']:>7.1f}%"
+                f" {c['us_per_mask']:>9.1f}"
+                for c in s["mask_categories"]
+            ]
         if s["compile_error_reasons"]:
             out.append("  compile errors, top reasons:")
             out += [f"    {n:5d}  {reason}" for reason, n in s["compile_error_reasons"]]

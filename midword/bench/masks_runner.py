@@ -230,8 +230,14 @@ def run_file(
 
 # The seed's breakdown (what_makes_it_fast.md): how full a mask is, and whether slices
 # were OR-ed in for it.
-MASK_CATEGORIES = ("0-2% & !sliced", "2-85% & !sliced", "85%+ & !sliced", "0-2% & sliced", "2-85% & sliced",
-                   "85%+ & sliced")
+MASK_CATEGORIES = (
+    "0-2% & !sliced",
+    "2-85% & !sliced",
+    "85%+ & !sliced",
+    "0-2% & sliced",
+    "2-85% & sliced",
+    "85%+ & sliced",
+)
 
 
 def _record_mask(adapter, matcher, mask: np.ndarray, ns: int, res: FileResult) -> None:
@@ -326,9 +332,7 @@ def make_adapter(engine: str, spec: TokenizerSpec) -> EngineAdapter:
     target = BUILTIN_ENGINES.get(engine, engine)
     module_name, sep, class_name = target.partition(":")
     if not sep:
-        raise BenchInputError(
-            f"unknown engine {engine!r}: use one of {', '.join(BUILTIN_ENGINES)} or module:Class"
-        )
+        raise BenchInputError(f"unknown engine {engine!r}: use one of {', '.join(BUILTIN_ENGINES)} or module:Class")
     try:
         cls = getattr(import_module(module_name), class_name)
     except (ImportError, AttributeError) as e:
@@ -378,7 +382,11 @@ class EngineRunner:
     """One engine's worker process: started on demand, replaced after a kill or a crash."""
 
     def __init__(
-        self, engine: str, spec: TokenizerSpec, warmup: Case, start_timeout_s: float = 600.0,
+        self,
+        engine: str,
+        spec: TokenizerSpec,
+        warmup: Case,
+        start_timeout_s: float = 600.0,
         grace_s: float | None = None,
     ):
         self.engine = engine
@@ -396,7 +404,9 @@ class EngineRunner:
         """Start the worker; raises EngineUnavailable or RuntimeError with the worker's reason."""
         parent, child = self._ctx.Pipe()
         proc = self._ctx.Process(
-            target=_worker_main, args=(child, self.engine, self.spec, self.warmup), daemon=True,
+            target=_worker_main,
+            args=(child, self.engine, self.spec, self.warmup),
+            daemon=True,
             name=f"maskbench-{self.engine}",
         )
         proc.start()
@@ -411,7 +421,7 @@ class EngineRunner:
             proc.join(5)
             code = proc.exitcode
             self.close()
-            raise RuntimeError(f"{self.engine}: worker died while starting (exit code {code})")
+            raise RuntimeError(f"{self.engine}: worker died while starting (exit code {code})") from None
         if kind != "ready":
             self.close()
             if kind == "unavailable":
@@ -427,8 +437,11 @@ class EngineRunner:
                 self.start()
             except (RuntimeError, EngineUnavailable) as e:
                 return FileResult(
-                    file=case.name, status="crash", tests_total=case.total_tests,
-                    reason=f"worker could not restart: {e}", wall_s=time.perf_counter() - started,
+                    file=case.name,
+                    status="crash",
+                    tests_total=case.total_tests,
+                    reason=f"worker could not restart: {e}",
+                    wall_s=time.perf_counter() - started,
                 )
         assert self._conn is not None and self._proc is not None
         self._conn.send(("run", case, time_limit_s, compile_per))
@@ -445,12 +458,17 @@ class EngineRunner:
             code = self._proc.exitcode
             self._kill()
             return FileResult(
-                file=case.name, status="crash", tests_total=case.total_tests,
-                reason=f"worker died (exit code {code})", wall_s=time.perf_counter() - started,
+                file=case.name,
+                status="crash",
+                tests_total=case.total_tests,
+                reason=f"worker died (exit code {code})",
+                wall_s=time.perf_counter() - started,
             )
         self._kill()
         return FileResult(
-            file=case.name, status="timeout", tests_total=case.total_tests,
+            file=case.name,
+            status="timeout",
+            tests_total=case.total_tests,
             reason=f"killed after {time_limit_s + grace:g}s inside the engine",
             wall_s=time.perf_counter() - started,
         )

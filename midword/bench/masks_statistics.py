@@ -10,6 +10,7 @@ import numpy as np
 
 from .masks_runner import MASK_CATEGORIES, FileResult
 
+
 def reason_key(message: str) -> str:
     """Group compile errors by cause: the words before the place or the offending value."""
     lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
@@ -21,7 +22,8 @@ def reason_key(message: str) -> str:
     line = re.sub(r"^\[[\d:.]+\]\s*\S+:\d+:\s*", "", line)
     line = re.sub(
         r"^(?:(?:[Ee]rror|MatcherError|RuntimeError|ValueError|GrammarError|LimitExceeded)\s*:\s*)+(?=\S)",
-        "", line,
+        "",
+        line,
     )
     for sep in (" at /", " at #", " at line ", " at offset ", " (at ", ". "):
         k = line.find(sep)
@@ -56,8 +58,14 @@ def _category_table(rs: list[FileResult]) -> list[dict[str, Any]] | None:
     for k, name in enumerate(MASK_CATEGORIES):
         sel = c == k
         if sel.any():
-            table.append({"category": name, "masks_share": float(sel.mean()), "time_share": float(t[sel].sum() / total),
-                          "us_per_mask": float(t[sel].mean())})
+            table.append(
+                {
+                    "category": name,
+                    "masks_share": float(sel.mean()),
+                    "time_share": float(t[sel].sum() / total),
+                    "us_per_mask": float(t[sel].mean()),
+                }
+            )
     return table
 
 
@@ -114,7 +122,8 @@ class EngineStats:
             "ff_canonical_share": _share(ff_forced - ff_bad, valid_tokens) if ff_supported else None,
             "ff_tokens": ff_forced if ff_supported else None,
             "ff_avg_us": (round(sum(r.ff_ns for r in rs) / ff_calls / 1000.0, 2) if ff_calls else None)
-            if ff_supported else None,
+            if ff_supported
+            else None,
             "tests": sum(r.tests_run for r in rs),
             "valid_tests": sum(r.valid_tests for r in rs),
             "invalid_tests": sum(r.invalid_tests for r in rs),

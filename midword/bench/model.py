@@ -104,8 +104,15 @@ def run_model_bench(args: argparse.Namespace) -> int:
     rng = np.random.default_rng(0)
     allowed = np.sort(rng.choice(tm.vocab_size, args.allowed, replace=False))
     timer = _MatmulTimer()
-    results: dict = {"model": args.model, "context": n, "allowed": int(args.allowed), "steps": args.steps,
-                     "prefill_tokens": args.prefill, "load_s": load_s, "threads": {}}
+    results: dict = {
+        "model": args.model,
+        "context": n,
+        "allowed": int(args.allowed),
+        "steps": args.steps,
+        "prefill_tokens": args.prefill,
+        "load_s": load_s,
+        "threads": {},
+    }
     try:
         with torch.inference_mode():
             for threads in args.threads:
@@ -133,7 +140,10 @@ def _summarise(per: dict, prefill_tokens: int) -> dict:
         step = steps["step"]
         row = {
             "prefill_tok_s": float(prefill_tokens / np.median(d["prefill"])),
-            "prefill_tok_s_range": [float(prefill_tokens / max(d["prefill"])), float(prefill_tokens / min(d["prefill"]))],
+            "prefill_tok_s_range": [
+                float(prefill_tokens / max(d["prefill"])),
+                float(prefill_tokens / min(d["prefill"])),
+            ],
             "step_ms_p50": float(np.median(step) * 1e3),
             "step_ms_p90": float(np.percentile(step, 90) * 1e3),
             "step_ms_min": float(step.min() * 1e3),
@@ -150,23 +160,31 @@ def _summarise(per: dict, prefill_tokens: int) -> dict:
 
 
 def _print(r: dict) -> None:
-    print(f"model {r['model']} (int8 weights), decode after {r['context']} tokens of a source file, head restricted "
-          f"to {r['allowed']} ids, {r['steps']} steps x repeats; prefill of {r['prefill_tokens']} tokens; "
-          f"load {r['load_s']:.1f} s")
+    print(
+        f"model {r['model']} (int8 weights), decode after {r['context']} tokens of a source file, head restricted "
+        f"to {r['allowed']} ids, {r['steps']} steps x repeats; prefill of {r['prefill_tokens']} tokens; "
+        f"load {r['load_s']:.1f} s"
+    )
     print("figures are medians of interleaved runs; the machine may be shared with other work")
     for threads, t in r["threads"].items():
         print(f"\n{threads} thread(s)")
-        print(f"{'backend':14s}{'step p50':>10s}{'p90':>8s}{'min':>8s}{'matmul':>9s}{'attn':>8s}{'head':>8s}"
-              f"{'other':>8s}{'prefill tok/s':>15s}")
+        print(
+            f"{'backend':14s}{'step p50':>10s}{'p90':>8s}{'min':>8s}{'matmul':>9s}{'attn':>8s}{'head':>8s}"
+            f"{'other':>8s}{'prefill tok/s':>15s}"
+        )
         for name in ("transformers", "lean"):
             x = t[name]
             att = "-" if x["attention_ms"] is None else f"{x['attention_ms']:.1f}"
-            print(f"{name:14s}{x['step_ms_p50']:10.1f}{x['step_ms_p90']:8.1f}{x['step_ms_min']:8.1f}"
-                  f"{x['matmul_ms']:9.1f}{att:>8s}{x['head_ms']:8.1f}{x['other_ms']:8.1f}"
-                  f"{x['prefill_tok_s']:9.0f} ({x['prefill_tok_s_range'][0]:.0f}-{x['prefill_tok_s_range'][1]:.0f})")
+            print(
+                f"{name:14s}{x['step_ms_p50']:10.1f}{x['step_ms_p90']:8.1f}{x['step_ms_min']:8.1f}"
+                f"{x['matmul_ms']:9.1f}{att:>8s}{x['head_ms']:8.1f}{x['other_ms']:8.1f}"
+                f"{x['prefill_tok_s']:9.0f} ({x['prefill_tok_s_range'][0]:.0f}-{x['prefill_tok_s_range'][1]:.0f})"
+            )
         print(f"lean / transformers: step {t['ratio_step_p50']:.2f}x, prefill {t['ratio_prefill']:.2f}x")
-    print("\n(ms per step; 'other' is the step minus matmul, attention and head: Python, norms, RoPE, the cache;"
-          " transformers' attention is inside its 'other')")
+    print(
+        "\n(ms per step; 'other' is the step minus matmul, attention and head: Python, norms, RoPE, the cache;"
+        " transformers' attention is inside its 'other')"
+    )
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:

@@ -146,7 +146,7 @@ class EngineAdapter(ABC):
     def ff_tokens(self, matcher: Any) -> list[int] | None:
         """Tokens the grammar forces from here on (possibly none), or None if unsupported."""
 
-    def end_file(self, compiled: Any) -> None:
+    def end_file(self, compiled: Any) -> None:  # noqa: B027 (an optional hook: most engines keep nothing)
         """The file whose schema compiled to `compiled` is done, and no later file uses
         it: an engine that keeps compiled grammars beyond their matchers lets it go
         here, outside the timed calls, as engines without such a cache do when the
@@ -211,9 +211,7 @@ class XgrammarAdapter(EngineAdapter):
             raise EngineUnavailable(f"xgrammar is not installed ({e})") from e
         self._xgr = xgrammar
         self._ref = reference_tokenizer(spec)
-        self._info = xgrammar.TokenizerInfo.from_huggingface(
-            hf_fast_tokenizer(spec), stop_token_ids=list(spec.eos_ids)
-        )
+        self._info = xgrammar.TokenizerInfo.from_huggingface(hf_fast_tokenizer(spec), stop_token_ids=list(spec.eos_ids))
         self._compiler = xgrammar.GrammarCompiler(self._info, max_threads=1, cache_enabled=False)
         words = (self._info.vocab_size + 31) // 32
         self._buffer: Any = np.zeros((1, words), dtype=np.int32)
@@ -241,9 +239,7 @@ class XgrammarAdapter(EngineAdapter):
 
     def compile(self, schema: Any):
         try:
-            return self._compiler.compile_json_schema(
-                json.dumps(schema), any_whitespace=True, strict_mode=False
-            )
+            return self._compiler.compile_json_schema(json.dumps(schema), any_whitespace=True, strict_mode=False)
         except (RuntimeError, ValueError, TypeError) as e:
             raise CompileFailed(str(e)) from e
 

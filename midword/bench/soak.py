@@ -29,7 +29,7 @@ from pathlib import Path
 
 DEFAULT_ENGINE = "midword.completion.engine:CompletionEngine"
 
-CORPUS = '''def moving_average(values, window):
+CORPUS = """def moving_average(values, window):
     if window <= 0:
         raise ValueError("window must be positive")
     total = 0.0
@@ -55,7 +55,7 @@ class Inventory:
             self.items.pop(name, None)
         else:
             self.items[name] = left
-'''
+"""
 
 HEADER = "import math\nimport os\n\n\n"
 
@@ -63,8 +63,12 @@ HEADER = "import math\nimport os\n\n\n"
 def add_soak_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("file", nargs="?", default=None, help="text typed over and over (default: a Python snippet)")
     parser.add_argument("--completions", type=int, default=10_000, help="completion requests in the session")
-    parser.add_argument("--engine", default=DEFAULT_ENGINE, metavar="MODULE:ATTR",
-                        help="engine the server uses (e.g. tests.fake_engine:FakeEngine)")
+    parser.add_argument(
+        "--engine",
+        default=DEFAULT_ENGINE,
+        metavar="MODULE:ATTR",
+        help="engine the server uses (e.g. tests.fake_engine:FakeEngine)",
+    )
     parser.add_argument("--model", default=None, help="model name sent in the settings (default: the server's)")
     parser.add_argument("--request", choices=["completion", "inline"], default="completion")
     parser.add_argument("--samples", type=int, default=20, help="RSS samples over the session")
@@ -94,8 +98,9 @@ class Server:
             cmd += ["--engine", args.engine]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.getcwd() + os.pathsep + env.get("PYTHONPATH", "")
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=subprocess.DEVNULL, env=env)
+        self.proc = subprocess.Popen(
+            cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env
+        )
         self.messages: queue.Queue = queue.Queue()
         self.statuses: list[dict] = []
         threading.Thread(target=self._read, daemon=True).start()
@@ -181,9 +186,19 @@ def run_soak(args: argparse.Namespace) -> int:
     samples: list[tuple[int, float]] = []
     started = None
     try:
-        server.send({"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
-            "processId": os.getpid(), "rootUri": None, "capabilities": {},
-            "initializationOptions": {"midword": settings}}})
+        server.send(
+            {
+                "jsonrpc": "2.0",
+                "id": "init",
+                "method": "initialize",
+                "params": {
+                    "processId": os.getpid(),
+                    "rootUri": None,
+                    "capabilities": {},
+                    "initializationOptions": {"midword": settings},
+                },
+            }
+        )
         if server.reply("init", args.ready_timeout_s) is None:
             raise RuntimeError("no answer to initialize")
         server.send({"jsonrpc": "2.0", "method": "initialized", "params": {}})
@@ -194,8 +209,13 @@ def run_soak(args: argparse.Namespace) -> int:
             time.sleep(0.05)
         head = text = HEADER
         version = 1
-        server.send({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
-            "uri": uri, "languageId": "python", "version": version, "text": text}}})
+        server.send(
+            {
+                "jsonrpc": "2.0",
+                "method": "textDocument/didOpen",
+                "params": {"textDocument": {"uri": uri, "languageId": "python", "version": version, "text": text}},
+            }
+        )
         every = max(1, args.completions // max(1, args.samples))
         at = 0  # next corpus character
         method = "textDocument/completion" if args.request == "completion" else "textDocument/inlineCompletion"
@@ -222,8 +242,13 @@ def run_soak(args: argparse.Namespace) -> int:
                 change = {"range": _range(text, len(text), len(text)), "text": ch}
                 text += ch
                 at += 1
-            server.send({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
-                "textDocument": {"uri": uri, "version": version}, "contentChanges": [change]}})
+            server.send(
+                {
+                    "jsonrpc": "2.0",
+                    "method": "textDocument/didChange",
+                    "params": {"textDocument": {"uri": uri, "version": version}, "contentChanges": [change]},
+                }
+            )
             params = {"textDocument": {"uri": uri}, "position": _position(text, len(text))}
             if method.endswith("inlineCompletion"):
                 params["context"] = {"triggerKind": 2}
@@ -247,22 +272,35 @@ def run_soak(args: argparse.Namespace) -> int:
     base = next((mb for n, mb in samples if n >= min(args.warmup, args.completions)), None)
     end = samples[-1][1] if samples else None
     report = {
-        "completions": args.completions, "engine": args.engine, "model": args.model,
-        "seconds": round(elapsed, 1), "per_second": round(args.completions / elapsed, 1) if elapsed else None,
-        "answers": answers, "unanswered": unanswered,
-        "rss_mb": {"after_warmup": base, "end": end, "max": max((mb for _, mb in samples), default=None),
-                   "growth": round(end - base, 1) if base is not None and end is not None else None},
-        "samples": samples, "exit_code": code,
+        "completions": args.completions,
+        "engine": args.engine,
+        "model": args.model,
+        "seconds": round(elapsed, 1),
+        "per_second": round(args.completions / elapsed, 1) if elapsed else None,
+        "answers": answers,
+        "unanswered": unanswered,
+        "rss_mb": {
+            "after_warmup": base,
+            "end": end,
+            "max": max((mb for _, mb in samples), default=None),
+            "growth": round(end - base, 1) if base is not None and end is not None else None,
+        },
+        "samples": samples,
+        "exit_code": code,
     }
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         rss = report["rss_mb"]
-        print(f"soak: {args.completions} completions in {report['seconds']} s ({report['per_second']}/s), "
-              f"engine {args.engine}")
+        print(
+            f"soak: {args.completions} completions in {report['seconds']} s ({report['per_second']}/s), "
+            f"engine {args.engine}"
+        )
         print(f"answers: {answers}; unanswered: {unanswered}; server exit code: {code}")
-        print(f"RSS MB: after warm-up ({args.warmup} steps) {rss['after_warmup']}, end {rss['end']}, "
-              f"max {rss['max']}, growth {rss['growth']}")
+        print(
+            f"RSS MB: after warm-up ({args.warmup} steps) {rss['after_warmup']}, end {rss['end']}, "
+            f"max {rss['max']}, growth {rss['growth']}"
+        )
         print("samples (step, MB): " + ", ".join(f"{n}:{mb}" for n, mb in samples))
     return 0 if unanswered == 0 else 1
 

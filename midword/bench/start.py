@@ -78,8 +78,9 @@ def default_grammar() -> str:
 
 def run_once(tokenizer: str, grammar: str, numba_cache: str) -> dict:
     env = dict(os.environ, NUMBA_CACHE_DIR=numba_cache)
-    out = subprocess.run([sys.executable, "-c", _CHILD, tokenizer, grammar], env=env, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, tokenizer, grammar], env=env, capture_output=True, text=True, timeout=600
+    )
     if out.returncode != 0:
         raise RuntimeError(f"child process failed (exit {out.returncode}): {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -94,8 +95,12 @@ def run_model_once(model: str, weights: str) -> dict:
         fd, text_file = tempfile.mkstemp(suffix=".py", prefix="midword-start-")
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(_SAMPLE)
-    out = subprocess.run([sys.executable, "-c", _MODEL_CHILD, model, weights, text_file, "self.user_na"],
-                         capture_output=True, text=True, timeout=1800)
+    out = subprocess.run(
+        [sys.executable, "-c", _MODEL_CHILD, model, weights, text_file, "self.user_na"],
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
     if out.returncode != 0:
         raise RuntimeError(f"child process failed (exit {out.returncode}): {out.stderr.strip()[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -103,7 +108,7 @@ def run_model_once(model: str, weights: str) -> dict:
 
 _SAMPLE = (
     "class Account:\n    def __init__(self, user_name, balance):\n        self.user_name = user_name\n"
-    "        self.balance = balance\n\n    def describe(self):\n        return f\"{self.user_na\n"
+    '        self.balance = balance\n\n    def describe(self):\n        return f"{self.user_na\n'
 )
 
 
@@ -112,12 +117,17 @@ def run_model_start(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({name: t for name, t in rows}))
         return 0
-    print(f"process start to a completion with model {args.model!r} ({args.weights}), seconds; RSS in MB "
-          "(the machine may be shared: figures are noisy)")
+    print(
+        f"process start to a completion with model {args.model!r} ({args.weights}), seconds; RSS in MB "
+        "(the machine may be shared: figures are noisy)"
+    )
     print(f"{'run':8s}" + "".join(f"{s:>18s}" for s in MODEL_STAGES) + "  backend / source")
     for name, t in rows:
-        print(f"{name:8s}" + "".join(f"{t[s]:18.2f}" if s != "rss_ready_mb" else f"{t[s]:18.0f}" for s in MODEL_STAGES)
-              + f"  {t['backend']} / {t['source']}")
+        print(
+            f"{name:8s}"
+            + "".join(f"{t[s]:18.2f}" if s != "rss_ready_mb" else f"{t[s]:18.0f}" for s in MODEL_STAGES)
+            + f"  {t['backend']} / {t['source']}"
+        )
     return 0
 
 

@@ -77,7 +77,10 @@ def test_bench_ab_runs_both_engines_on_maskbench_files(tmp_path):
     files = sorted(DEV.glob("*.json"))[:2]
     out = subprocess.run(
         [sys.executable, "-m", "midword", "bench", "ab", *map(str, files), "--against", "HEAD", "--json"],
-        capture_output=True, text=True, timeout=600, env={**__import__("os").environ, "XDG_CACHE_HOME": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**__import__("os").environ, "XDG_CACHE_HOME": str(tmp_path)},
     )
     assert out.returncode == 0, out.stderr
     import json

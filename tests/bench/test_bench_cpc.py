@@ -100,8 +100,11 @@ class ScriptedModel:
                 seq.append(int(t))
             nxt = self.full_logprobs(seq)
             ids = None if allowed is None or allowed[j] is None else np.asarray(allowed[j], dtype=np.int64)
-            out.append(BranchScore(tuple(int(t) for t in br), np.asarray(lps, dtype=np.float64),
-                                   nxt if ids is None else nxt[ids], ids))
+            out.append(
+                BranchScore(
+                    tuple(int(t) for t in br), np.asarray(lps, dtype=np.float64), nxt if ids is None else nxt[ids], ids
+                )
+            )
         return out
 
     def logprobs(self, tokens, start=1):
@@ -138,7 +141,7 @@ def brute_events(model, prompt, typed: bytes, local: bool = False) -> dict[tuple
             for t in free:
                 events[tuple(seq) + (t,)] = logw + lp[t]
             return
-        rest = typed[len(text):]
+        rest = typed[len(text) :]
         ok = [t for t in free if rest.startswith(tok.token_bytes(t)) or tok.token_bytes(t).startswith(rest)]
         mass = float(np.logaddexp.reduce(lp[ok])) if local else 0.0
         for t in ok:
@@ -205,8 +208,11 @@ def test_agreeing_events_and_logprob_match_brute_force(model, prompt, typed, hea
     tok = model.tokenizer
     target = typed + head
     brute = brute_events(model, prompt, typed)
-    agreeing = {t: w for t, w in brute.items()
-                if target.startswith(tok.decode(list(t))) or tok.decode(list(t)).startswith(target)}
+    agreeing = {
+        t: w
+        for t, w in brute.items()
+        if target.startswith(tok.decode(list(t))) or tok.decode(list(t)).startswith(target)
+    }
     tree = B.expand_covers(model, prompt, typed, target=target, want_best=False)
     got = {e.tokens: e.logw for e in tree.consistent}
     assert set(got) == set(agreeing)
@@ -306,13 +312,13 @@ def test_exact_complete_continues_after_the_heaviest_event(model, tok):
     # then plain greedy decoding from the chosen event, one line, six tokens in all
     tokens = list(res.tree.best.tokens)
     allowed = _free_ids(tok) + sorted(tok.eos_token_ids)
-    while len(tokens) < 6 and b"\n" not in tok.decode(tokens)[len(res.typed):]:
+    while len(tokens) < 6 and b"\n" not in tok.decode(tokens)[len(res.typed) :]:
         lp = model.full_logprobs(list(res.prompt) + tokens)
         pick = max(allowed, key=lambda t: lp[t])
         if pick in tok.eos_token_ids:
             break
         tokens.append(pick)
-    want = tok.decode(tokens)[len(res.typed):].split(b"\n")[0]
+    want = tok.decode(tokens)[len(res.typed) :].split(b"\n")[0]
     assert res.inserted == _utf8_text(want)  # less a character cut in half at the end
     assert want.startswith(best_text.split(b"\n")[0])
 
@@ -329,7 +335,7 @@ def test_mode_logprob_naive_is_the_plain_model(model, tok):
         if head.startswith(b) or b.startswith(head):
             seq = prompt + [t]
             total = lp0[t]
-            for u in (tok.encode(head[len(b):]) if len(b) < len(head) else []):
+            for u in tok.encode(head[len(b) :]) if len(b) < len(head) else []:
                 total += model.full_logprobs(seq)[u]
                 seq.append(u)
             terms.append(total)
@@ -414,7 +420,9 @@ def _write_corpus(root: Path) -> Path:
     (root / "pkg" / "store.py").write_text(SOURCE, encoding="utf-8")
     (root / "calc.py").write_text(
         "def total_price(items, tax_rate):\n    subtotal = sum(item.price for item in items)\n"
-        "    return subtotal * (1 + tax_rate)\n\n\nprice = total_price(cart_items, 20)\n", encoding="utf-8")
+        "    return subtotal * (1 + tax_rate)\n\n\nprice = total_price(cart_items, 20)\n",
+        encoding="utf-8",
+    )
     (root / "site-packages").mkdir()
     (root / "site-packages" / "third_party.py").write_text("vendored_identifier = 1\n", encoding="utf-8")
     (root / "notes.txt").write_text("not python\n", encoding="utf-8")
@@ -466,8 +474,12 @@ def test_read_jsonl(tmp_path):
     f = tmp_path / "cases.jsonl"
     rows = [
         {"task_id": "T/0", "prompt": "def f(x):\n    return x.up", "canonical_solution": "per()", "suffix": "\n"},
-        {"task_id": "T/1", "prompt": "def g(a, b):\n", "canonical_solution": "    c = a + b\n    return c\n",
-         "suffix": "\ndef h(): pass\n"},
+        {
+            "task_id": "T/1",
+            "prompt": "def g(a, b):\n",
+            "canonical_solution": "    c = a + b\n    return c\n",
+            "suffix": "\ndef h(): pass\n",
+        },
         {"task_id": "T/2", "prompt": "y = len(it", "canonical_solution": "ems", "suffix": ") + 1\n"},
     ]
     f.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n", encoding="utf-8")
@@ -530,8 +542,18 @@ def test_summary_and_table():
     assert any("naive: 1 case" in n for n in notes)
     table = B.format_table({"cases": 2, "modes": summary, "notes": notes})
     rows = table.splitlines()
-    assert rows[0].split() == ["mode", "em_word", "em_line", "logprob", "p50", "ms", "p95", "ms", "forwards",
-                               "positions"]
+    assert rows[0].split() == [
+        "mode",
+        "em_word",
+        "em_line",
+        "logprob",
+        "p50",
+        "ms",
+        "p95",
+        "ms",
+        "forwards",
+        "positions",
+    ]
     assert rows[1].split()[:3] == ["naive", "0.500", "0.000"]
     assert len({len(r) for r in rows[:3]}) == 1  # aligned
 
@@ -556,15 +578,15 @@ def scripted_engine(tok):
 def test_run_cpc_json(tmp_path, scripted_engine, capsys):
     root = _write_corpus(tmp_path / "corpus")
     dump = tmp_path / "cases.jsonl"
-    args = _parse(["--corpus", str(root), "--limit", "3", "--json", "--quiet", "--max-tokens", "6",
-                   "--dump", str(dump)])
+    args = _parse(
+        ["--corpus", str(root), "--limit", "3", "--json", "--quiet", "--max-tokens", "6", "--dump", str(dump)]
+    )
     assert B.run_cpc(args, engine=scripted_engine) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["cases"] == 3
     assert list(out["modes"]) == list(B.ALL_MODES)
-    for mode, s in out["modes"].items():
-        assert set(s) == {"em_word", "em_line", "logprob", "latency_p50_ms", "latency_p95_ms", "forwards",
-                          "positions"}
+    for s in out["modes"].values():
+        assert set(s) == {"em_word", "em_line", "logprob", "latency_p50_ms", "latency_p95_ms", "forwards", "positions"}
         assert 0.0 <= s["em_word"] <= 1.0 and 0.0 <= s["em_line"] <= 1.0
         assert s["latency_p95_ms"] >= s["latency_p50_ms"] > 0
         assert s["forwards"] >= 1
@@ -572,15 +594,16 @@ def test_run_cpc_json(tmp_path, scripted_engine, capsys):
     records = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
     assert len(records) == 3 and set(records[0]["modes"]) == set(B.ALL_MODES)
     for r in records:
-        for m, res in r["modes"].items():
+        for res in r["modes"].values():
             word = r["typed_word"] + B._WORD_HEAD.match(res["inserted"]).group(0)
             assert res["em_word"] == (word == r["truth_word"])
 
 
 def test_run_cpc_table_and_modes(tmp_path, scripted_engine, capsys):
     root = _write_corpus(tmp_path / "corpus")
-    args = _parse(["--corpus", str(root), "--limit", "2", "--modes", "naive,cpc", "--no-logprob", "--quiet",
-                   "--max-tokens", "4"])
+    args = _parse(
+        ["--corpus", str(root), "--limit", "2", "--modes", "naive,cpc", "--no-logprob", "--quiet", "--max-tokens", "4"]
+    )
     assert B.run_cpc(args, engine=scripted_engine) == 0
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("character prefix conditioning: 2 cases")
@@ -622,7 +645,7 @@ def gemma_engine():
     return eng
 
 
-REPEATED = '''class Inventory:
+REPEATED = """class Inventory:
     def __init__(self):
         self.item_count = 0
         self.item_names = []
@@ -633,7 +656,7 @@ REPEATED = '''class Inventory:
 
     def size(self):
         return self.item_count
-'''
+"""
 
 
 @pytest.mark.slow

@@ -27,9 +27,26 @@ def test_bench_replays_typing_through_a_real_session(tmp_path, capsys, monkeypat
     source.write_text("total = compute_total(items)\ncount = compute_count(items)\n" * 3, encoding="utf-8")
     parser = argparse.ArgumentParser()
     add_lsp_bench_arguments(parser)
-    args = parser.parse_args([str(source), "--engine", "tests.fake_engine:FakeEngine", "--model", "fake?step_ms=2",
-                              "--start", "58", "--limit", "40", "--interval-ms", "40", "--line-pause-ms", "100",
-                              "--debounce-ms", "15", "--json"])
+    args = parser.parse_args(
+        [
+            str(source),
+            "--engine",
+            "tests.fake_engine:FakeEngine",
+            "--model",
+            "fake?step_ms=2",
+            "--start",
+            "58",
+            "--limit",
+            "40",
+            "--interval-ms",
+            "40",
+            "--line-pause-ms",
+            "100",
+            "--debounce-ms",
+            "15",
+            "--json",
+        ]
+    )
     monkeypatch.chdir(ROOT)  # the server finds tests.fake_engine from here
     assert run_lsp_bench(args) == 0
     report = json.loads(capsys.readouterr().out)
@@ -53,13 +70,20 @@ def test_bench_reports_unreadable_file(tmp_path, capsys):
 
 
 def test_entry_points_import_lazily():
-    code = ("import sys, argparse\n"
-            "import midword.server.cli as c, midword.bench.lsp as b\n"
-            "p = argparse.ArgumentParser(); c.add_serve_arguments(p)\n"
-            "q = argparse.ArgumentParser(); b.add_lsp_bench_arguments(q)\n"
-            "heavy = [m for m in ('pygls', 'lsprotocol', 'numba', 'torch', 'transformers') if m in sys.modules]\n"
-            "print(heavy)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    code = (
+        "import sys, argparse\n"
+        "import midword.server.cli as c, midword.bench.lsp as b\n"
+        "p = argparse.ArgumentParser(); c.add_serve_arguments(p)\n"
+        "q = argparse.ArgumentParser(); b.add_lsp_bench_arguments(q)\n"
+        "heavy = [m for m in ('pygls', 'lsprotocol', 'numba', 'torch', 'transformers') if m in sys.modules]\n"
+        "print(heavy)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"

@@ -42,8 +42,18 @@ EOS = 63
 VOCAB = 64
 
 REQUIRED_KEYS = {
-    "files", "passed", "compile_errors", "accepted_invalid", "masks", "tbm_avg_us",
-    "tbm_p50_us", "tbm_p99_us", "tbm_max_us", "ttfm_p50_us", "ttfm_p90_us", "ff_share",
+    "files",
+    "passed",
+    "compile_errors",
+    "accepted_invalid",
+    "masks",
+    "tbm_avg_us",
+    "tbm_p50_us",
+    "tbm_p99_us",
+    "tbm_max_us",
+    "ttfm_p50_us",
+    "ttfm_p90_us",
+    "ff_share",
     "ff_noncanonical",
 }
 
@@ -96,7 +106,7 @@ class SequenceEngine(EngineAdapter):
         if self.mask_delay:
             time.sleep(self.mask_delay)
         mask = np.zeros(VOCAB // 32, dtype=np.uint32)
-        for t in (range(VOCAB) if self.lying_mask else self._allowed(m)):
+        for t in range(VOCAB) if self.lying_mask else self._allowed(m):
             mask[t >> 5] |= np.uint32(1 << (t & 31))
         return mask
 
@@ -286,9 +296,18 @@ def test_reason_key_groups_by_cause_not_place():
 
 def _stats(engine, tbm_us, ttfm_us, **kw):
     s = EngineStats(engine)
-    s.add(FileResult(file="a.json", tbm_ns=[int(t * 1000) for t in tbm_us],
-                     ttfm_ns=[int(t * 1000) for t in ttfm_us], tests_run=1, valid_tests=1,
-                     valid_tokens=10, ff_forced=2, **kw))
+    s.add(
+        FileResult(
+            file="a.json",
+            tbm_ns=[int(t * 1000) for t in tbm_us],
+            ttfm_ns=[int(t * 1000) for t in ttfm_us],
+            tests_run=1,
+            valid_tests=1,
+            valid_tokens=10,
+            ff_forced=2,
+            **kw,
+        )
+    )
     s.add(FileResult(file="b.json", status="compile_error", reason="unsupported keyword 'x' at /a"))
     return s.summary()
 
@@ -304,10 +323,12 @@ def test_summary_figures():
 
 
 def test_table_has_engines_side_by_side_and_ratios():
-    table = format_table({
-        "midword": _stats("midword", [10, 20], [100]),
-        "llguidance": _stats("llguidance", [5, 10], [50]),
-    })
+    table = format_table(
+        {
+            "midword": _stats("midword", [10, 20], [100]),
+            "llguidance": _stats("llguidance", [5, 10], [50]),
+        }
+    )
     header = table.splitlines()[0].split()
     assert header == ["metric", "midword", "llguidance", "midword/llguidance"]
     avg = next(line for line in table.splitlines() if line.startswith("TBM avg"))
@@ -328,12 +349,16 @@ def test_ratios_again_over_the_files_every_engine_ran():
     assert same_files({"midword": mine}) is None
     t = mine.timings(common)
     assert (t["files"], t["masks"], t["tbm_avg_us"], t["tbm_max_us"], t["ttfm_p50_us"]) == (1, 2, 2.0, 3.0, 5.0)
-    summaries = {name: {**s.summary(), "same_files": s.timings(common)}
-                 for name, s in (("midword", mine), ("llguidance", theirs))}
+    summaries = {
+        name: {**s.summary(), "same_files": s.timings(common)}
+        for name, s in (("midword", mine), ("llguidance", theirs))
+    }
     table = format_table(summaries)
     everything, same = table.split("Same instances", 1)
+
     def ratio(block, label):
         return next(line for line in block.splitlines() if line.startswith(label)).split()[-1]
+
     # All files: the masks of y.json, which llguidance refused, and of z.json, where it
     # stopped early, weigh in.
     assert ratio(everything, "TBM avg") == "18.50x"
@@ -390,8 +415,11 @@ def test_resolve_gemma3_uses_the_converted_vocabulary():
 def test_load_case_tokenizes_json_dumps(tmp_path, reference):
     data = {"naïve": [1, 2.5, None], "b": "x y"}
     f = tmp_path / "t.json"
-    f.write_text(json.dumps({"schema": {"type": "object"},
-                             "tests": [{"data": data, "valid": True}, {"data": 3, "valid": False}]}))
+    f.write_text(
+        json.dumps(
+            {"schema": {"type": "object"}, "tests": [{"data": data, "valid": True}, {"data": 3, "valid": False}]}
+        )
+    )
     c = load_case(f, reference)
     text = json.dumps(data, ensure_ascii=False)
     assert c.instances[0].text == text and "ï" in text

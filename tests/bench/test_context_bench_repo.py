@@ -7,7 +7,6 @@ import argparse
 
 import pytest
 from fim_support import MiddleModel, fim_tokenizer
-from midword.completion.engine import CompletionEngine
 
 from midword.bench.cpc import add_cpc_arguments
 from midword.bench.cpc_repo import (
@@ -16,21 +15,22 @@ from midword.bench.cpc_repo import (
     run_repo,
     sample_cases,
 )
+from midword.completion.engine import CompletionEngine
 
-UTIL = '''def frobnicate_widget_count(widget_registry):
+UTIL = """def frobnicate_widget_count(widget_registry):
     return len(widget_registry)
 
 
 def other_helper(value):
     return value
-'''
-MAIN = '''from pkg.util import frobnicate_widget_count
+"""
+MAIN = """from pkg.util import frobnicate_widget_count
 
 
 def report(widget_registry):
     total = frobnicate_widget_count(widget_registry)
     return total
-'''
+"""
 
 
 @pytest.fixture

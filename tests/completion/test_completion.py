@@ -37,11 +37,22 @@ def test_cpc_finishes_the_identifier(engine):
 
 
 def test_json_schema_completion_is_valid(engine):
-    schema = {"type": "object", "properties": {"mode": {"enum": ["fast", "careful"]}, "retries": {"type": "integer"}},
-              "required": ["mode", "retries"], "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {"mode": {"enum": ["fast", "careful"]}, "retries": {"type": "integer"}},
+        "required": ["mode", "retries"],
+        "additionalProperties": False,
+    }
     prefix = '{"mode": "ca'
-    r = engine.complete(CompletionRequest(prefix=prefix, language="json", max_tokens=24, single_line=False,
-                                          grammar=GrammarSpec(kind="json_schema", source=json.dumps(schema))))
+    r = engine.complete(
+        CompletionRequest(
+            prefix=prefix,
+            language="json",
+            max_tokens=24,
+            single_line=False,
+            grammar=GrammarSpec(kind="json_schema", source=json.dumps(schema)),
+        )
+    )
     assert r.text.startswith("careful"), r.text
     done = prefix[: r.replace_start] + r.text
     # whatever was generated is a prefix of a schema-valid document
@@ -81,8 +92,9 @@ def test_kv_cache_is_reused_across_keystrokes(engine):
 
 
 def test_cancel_stops_quickly(engine):
-    r = engine.complete(CompletionRequest(prefix=PY, language="python", max_tokens=40, single_line=False),
-                        cancelled=lambda: True)
+    r = engine.complete(
+        CompletionRequest(prefix=PY, language="python", max_tokens=40, single_line=False), cancelled=lambda: True
+    )
     assert r.stop_reason == "cancelled"
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from midword.completion.constraint import Constraint, ConstraintError, LogitsProcessor
 from midword.completion.cpc import backoff, is_canonical, search_covers
-from midword.engine import Grammar, Tokenizer
+from midword.engine import Grammar
 from midword.engine.brackets import code_brackets_grammar
 from midword.engine.matcher import mask_to_ids
 
@@ -85,6 +85,7 @@ def test_the_constraint_walks_and_steps_under_the_shared_recognizer_lock(llama3,
         def call(self, *args):
             held.append(c.automaton.lock._is_owned())
             return original(self, *args)
+
         monkeypatch.setattr(cls, name, call)
 
     checked(MaskWalker, "mask")
@@ -229,8 +230,10 @@ def test_forced_text_allows_only_its_first_canonical_token(llama3):
     g = Grammar.from_lark(r'start: "SELECT " cols " FROM " NAME' '\ncols: "*" | NAME ("," NAME)*\nNAME: /[a-z_]+/')
     c = Constraint(llama3, g)
     s = c.initial()
-    spelled = [llama3.token_bytes(int(t)) for t in np.flatnonzero(np.unpackbits(
-        c.allowed(s).view(np.uint8), bitorder="little")[: llama3.vocab_size])]
+    spelled = [
+        llama3.token_bytes(int(t))
+        for t in np.flatnonzero(np.unpackbits(c.allowed(s).view(np.uint8), bitorder="little")[: llama3.vocab_size])
+    ]
     assert spelled == [b"SELECT"] == [llama3.token_bytes(t) for t in c.forced(s)[:1]]
     for t in llama3.encode(b"SELECT *"):
         s = c.advance(s, t)

@@ -4,6 +4,7 @@ token budget, and the layout per model family without FIM (comment headers)."""
 from __future__ import annotations
 
 import pytest
+
 from midword.completion.context import (
     assemble,
     comment_for,
@@ -57,7 +58,7 @@ def test_comment_headers_context_first_then_the_document(gemma3):
     chunks = (ContextChunk(UTIL, path="pkg/util.py", kind="document"),)
     p = assemble(gemma3, toks, prefix=PREFIX, chunks=chunks, budget=1024, path="pkg/report.py", language="python")
     assert p.tokens[0] == gemma3.bos_token_id
-    assert p.tokens[-len(toks):] == toks and p.tail == toks
+    assert p.tokens[-len(toks) :] == toks and p.tail == toks
     text = _text(gemma3, p.tokens[1:])
     assert text.startswith("# pkg/util.py\n")
     assert "def frobnicate_widget_count(widget_registry" in text
@@ -92,8 +93,11 @@ def test_recency_breaks_ties():
 
 def test_duplicates_are_dropped(gemma3):
     snippet = "def frobnicate_widget_count(widget_registry):\n    return len(widget_registry.items)\n"
-    chunks = (ContextChunk(snippet, path="a.py"), ContextChunk(snippet, path="b.py"),
-              ContextChunk("  " + snippet.replace("\n", "  \n"), path="c.py"))
+    chunks = (
+        ContextChunk(snippet, path="a.py"),
+        ContextChunk(snippet, path="b.py"),
+        ContextChunk("  " + snippet.replace("\n", "  \n"), path="c.py"),
+    )
     pieces, _ = select(gemma3, chunks, prefix=PREFIX, budget=1024)
     assert [p.path for p in pieces] == ["a.py"]
     # a chunk that repeats the document around the cursor adds nothing
@@ -119,8 +123,9 @@ def test_budget_is_kept_and_the_last_piece_cut_to_its_head(gemma3):
         assert pieces[0].text.count("\n") < big.count("\n")
     pieces, tokens = select(gemma3, chunks, prefix=PREFIX, budget=10)  # too small for any piece
     assert pieces == [] and tokens == []
-    docs = tuple(ContextChunk(UTIL.replace("frobnicate", f"frobnicate{i}"), path=f"m{i}.py", kind="document")
-                 for i in range(20))
+    docs = tuple(
+        ContextChunk(UTIL.replace("frobnicate", f"frobnicate{i}"), path=f"m{i}.py", kind="document") for i in range(20)
+    )
     p = assemble(gemma3, gemma3.encode(PREFIX), prefix=PREFIX, chunks=docs, budget=200, path="r.py")
     ctx = p.context_tokens - count_tokens(gemma3, "# r.py\n")
     assert 0 < ctx <= 200
@@ -148,7 +153,7 @@ def test_context_is_stable_across_keystrokes_and_new_chunks_go_last(gemma3):
     p3 = assemble(gemma3, gemma3.encode(PREFIX), prefix=PREFIX, chunks=(edit, old), **args)
     util_part = p1.tokens[: n + 1 - count_tokens(gemma3, "# pkg/report.py\n")]
     assert p3.tokens[: len(util_part)] == util_part
-    assert "def frobnicate_all" in _text(gemma3, p3.tokens[len(util_part):])
+    assert "def frobnicate_all" in _text(gemma3, p3.tokens[len(util_part) :])
 
 
 def test_suffix_as_context_comes_before_the_document(gemma3):
@@ -163,8 +168,9 @@ def test_suffix_as_context_comes_before_the_document(gemma3):
 def test_pieces_shown_last_time_stay_unless_a_clearly_better_one_comes(gemma3):
     from midword.completion.context import piece_key
 
-    a = ContextChunk("def alpha_helper(widget_registry):\n    return widget_registry.total_size + max_size\n",
-                     path="a.py")
+    a = ContextChunk(
+        "def alpha_helper(widget_registry):\n    return widget_registry.total_size + max_size\n", path="a.py"
+    )
     b = ContextChunk("def beta_helper(widget_registry, count):\n    return count\n", path="b.py")
     prefix = "def report(widget_registry, count):\n    x = "
     first, _ = select(gemma3, (a, b), prefix=prefix, budget=30)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 from fim_support import MiddleModel, fim_tokenizer, special_id
+
 from midword.completion.context import assemble
 from midword.completion.engine import CompletionEngine
 from midword.completion.fim import detect
@@ -20,14 +21,17 @@ def _no_disk_cache(monkeypatch):
     monkeypatch.setenv("MIDWORD_NO_DISK_CACHE", "1")  # no trie files for throwaway vocabularies
 
 
-@pytest.mark.parametrize("family,order,sentinels", [
-    ("qwen", "psm", ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")),
-    ("starcoder", "psm", ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")),
-    ("codegemma", "psm", ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")),
-    ("codellama", "psm", ("\u2581<PRE>", "\u2581<SUF>", "\u2581<MID>")),
-    ("deepseek", "psm", ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")),
-    ("codestral", "spm", ("[PREFIX]", "[SUFFIX]", None)),
-])
+@pytest.mark.parametrize(
+    "family,order,sentinels",
+    [
+        ("qwen", "psm", ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")),
+        ("starcoder", "psm", ("<fim_prefix>", "<fim_suffix>", "<fim_middle>")),
+        ("codegemma", "psm", ("<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>")),
+        ("codellama", "psm", ("\u2581<PRE>", "\u2581<SUF>", "\u2581<MID>")),
+        ("deepseek", "psm", ("<｜fim▁begin｜>", "<｜fim▁hole｜>", "<｜fim▁end｜>")),
+        ("codestral", "spm", ("[PREFIX]", "[SUFFIX]", None)),
+    ],
+)
 def test_family_is_found_from_its_sentinels(family, order, sentinels):
     tok = fim_tokenizer(family)
     t = detect(tok)
@@ -63,24 +67,46 @@ def _layout(family, **kw):
     tok = fim_tokenizer(family)
     t = detect(tok)
     prefix_tokens = tok.encode(PREFIX)
-    return tok, t, prefix_tokens, assemble(tok, prefix_tokens, prefix=PREFIX, suffix=SUFFIX, template=t,
-                                           path="pkg/main.py", **kw)
+    return (
+        tok,
+        t,
+        prefix_tokens,
+        assemble(tok, prefix_tokens, prefix=PREFIX, suffix=SUFFIX, template=t, path="pkg/main.py", **kw),
+    )
 
 
 def test_qwen_repository_layout():
     tok, t, pt, p = _layout("qwen", chunks=(OTHER,), budget=256, repo="demo")
     enc = tok.encode
-    assert p.tokens == ([t.repo_name] + enc("demo\n") + [t.file_sep] + enc("pkg/util.py\n" + OTHER.text)
-                        + [t.file_sep] + enc("pkg/main.py\n") + [t.prefix] + pt + [t.suffix] + enc(SUFFIX)
-                        + [t.middle])
+    assert p.tokens == (
+        [t.repo_name]
+        + enc("demo\n")
+        + [t.file_sep]
+        + enc("pkg/util.py\n" + OTHER.text)
+        + [t.file_sep]
+        + enc("pkg/main.py\n")
+        + [t.prefix]
+        + pt
+        + [t.suffix]
+        + enc(SUFFIX)
+        + [t.middle]
+    )
     assert p.tail == []  # the middle starts fresh after its sentinel
 
 
 def test_starcoder_repository_layout_puts_the_path_in_the_prefix_section():
     tok, t, pt, p = _layout("starcoder", chunks=(OTHER,), budget=256)
     enc = tok.encode
-    assert p.tokens == ([t.file_sep] + enc("pkg/util.py\n" + OTHER.text) + [t.file_sep, t.prefix]
-                        + enc("pkg/main.py\n") + pt + [t.suffix] + enc(SUFFIX) + [t.middle])
+    assert p.tokens == (
+        [t.file_sep]
+        + enc("pkg/util.py\n" + OTHER.text)
+        + [t.file_sep, t.prefix]
+        + enc("pkg/main.py\n")
+        + pt
+        + [t.suffix]
+        + enc(SUFFIX)
+        + [t.middle]
+    )
 
 
 def test_plain_fim_without_context():
@@ -91,15 +117,30 @@ def test_plain_fim_without_context():
 def test_deepseek_layout_uses_comment_headers_inside_the_prefix_section():
     tok, t, pt, p = _layout("deepseek", chunks=(OTHER,), budget=256)
     bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
-    assert p.tokens == (bos + [t.prefix] + tok.encode("# pkg/util.py\n" + OTHER.text + "\n# pkg/main.py\n") + pt
-                        + [t.suffix] + tok.encode(SUFFIX) + [t.middle])
+    assert p.tokens == (
+        bos
+        + [t.prefix]
+        + tok.encode("# pkg/util.py\n" + OTHER.text + "\n# pkg/main.py\n")
+        + pt
+        + [t.suffix]
+        + tok.encode(SUFFIX)
+        + [t.middle]
+    )
 
 
 def test_codegemma_separates_files_with_its_file_separator():
     tok, t, pt, p = _layout("codegemma", chunks=(OTHER,), budget=256)
     bos = [tok.bos_token_id] if tok.bos_token_id is not None else []
-    assert p.tokens == (bos + tok.encode("# pkg/util.py\n" + OTHER.text) + [t.file_sep, t.prefix]
-                        + tok.encode("# pkg/main.py\n") + pt + [t.suffix] + tok.encode(SUFFIX) + [t.middle])
+    assert p.tokens == (
+        bos
+        + tok.encode("# pkg/util.py\n" + OTHER.text)
+        + [t.file_sep, t.prefix]
+        + tok.encode("# pkg/main.py\n")
+        + pt
+        + [t.suffix]
+        + tok.encode(SUFFIX)
+        + [t.middle]
+    )
 
 
 def test_codestral_puts_the_suffix_first_and_ends_at_the_cursor():
@@ -116,8 +157,15 @@ def test_engine_completes_the_middle_and_respells_the_typed_word(family):
     stop = min(t.stop - tok.eos_token_ids) if t.stop - tok.eos_token_ids else min(t.stop)
     model = MiddleModel(tok, "helper(value)", stop)
     engine = CompletionEngine("fim", model_object=model)
-    req = CompletionRequest(prefix=PREFIX, suffix=SUFFIX, language="python", grammar=GrammarSpec(kind="none"),
-                            mode="cpc", context=(OTHER,), path="pkg/main.py")
+    req = CompletionRequest(
+        prefix=PREFIX,
+        suffix=SUFFIX,
+        language="python",
+        grammar=GrammarSpec(kind="none"),
+        mode="cpc",
+        context=(OTHER,),
+        path="pkg/main.py",
+    )
     c = engine.complete(req)
     assert c.text == "helper(value)" and c.insert_text(PREFIX) == "lper(value)"
     assert c.stop_reason == "eos"  # the family's end-of-middle token ends it

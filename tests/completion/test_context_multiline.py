@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 from fim_support import MiddleModel, fim_tokenizer
+
 from midword.completion.engine import CompletionEngine
 from midword.completion.multiline import Block, block_end, plan, trim_block
 from midword.completion.types import CompletionRequest, GrammarSpec
@@ -37,7 +38,7 @@ def test_block_ends_at_the_first_line_indented_less_than_the_block():
     # on an empty line the first line sets the block's indentation
     e = Block("    ", 0)
     text = b"for a in b:\n        go(a)\n    done()\nreturn 1\n"
-    assert text[:block_end(text, e)] == b"for a in b:\n        go(a)\n    done()"
+    assert text[: block_end(text, e)] == b"for a in b:\n        go(a)\n    done()"
     # a dedent inside a line is not known until the line has text
     assert block_end(b"x = 1\n  ", e) == -1
 
@@ -45,7 +46,7 @@ def test_block_ends_at_the_first_line_indented_less_than_the_block():
 def test_block_is_capped_in_lines_and_a_cut_off_line_dropped():
     b = Block("    ", 0, max_lines=3)
     text = b"a()\n    b()\n    c()\n    d()\n"
-    assert text[:block_end(text, b)] == b"a()\n    b()\n    c()"
+    assert text[: block_end(text, b)] == b"a()\n    b()\n    c()"
     assert trim_block(b"a()\nb()\nc(x, ", Block("", 0), cut_off=True) == b"a()\nb()"
     assert trim_block(b"a()\nb()\n\n\n", Block("", 0), cut_off=False) == b"a()\nb()"
     assert trim_block(b"rest_of_line(", Block("x = ", 0), cut_off=True) == b"rest_of_line("
@@ -57,8 +58,17 @@ def _engine(middle):
 
 
 def _complete(engine, prefix, multiline, suffix=""):
-    return engine.complete(CompletionRequest(prefix=prefix, suffix=suffix, language="python", mode="naive",
-                                             grammar=GrammarSpec(kind="none"), max_tokens=200, multiline=multiline))
+    return engine.complete(
+        CompletionRequest(
+            prefix=prefix,
+            suffix=suffix,
+            language="python",
+            mode="naive",
+            grammar=GrammarSpec(kind="none"),
+            max_tokens=200,
+            multiline=multiline,
+        )
+    )
 
 
 def test_engine_completes_a_block_after_an_opener():

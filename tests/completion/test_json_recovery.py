@@ -55,7 +55,10 @@ SCHEMA = {
     "properties": {
         "server": {
             "type": "object",
-            "properties": {"port": {"$ref": "#/definitions/port"}, "hosts": {"type": "array", "items": {"type": "string"}}},
+            "properties": {
+                "port": {"$ref": "#/definitions/port"},
+                "hosts": {"type": "array", "items": {"type": "string"}},
+            },
             "additionalProperties": False,
         },
         "pair": {"prefixItems": [{"type": "string"}, {"type": "boolean"}], "items": {"type": "null"}},
@@ -80,7 +83,10 @@ def test_subschema_at_follows_the_keywords_that_place_a_value():
 
 
 def test_subschema_at_gives_up_on_reference_cycles_and_other_documents():
-    looping = {"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "properties": {"p": {"$ref": "#/$defs/a"}}}
+    looping = {
+        "$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}},
+        "properties": {"p": {"$ref": "#/$defs/a"}},
+    }
     assert subschema_at(looping, ("p", "q")) is None
     remote = {"properties": {"p": {"$ref": "https://example.com/schema.json"}}}
     assert subschema_at(remote, ("p", "q")) is None
@@ -112,7 +118,7 @@ def test_a_broken_package_json_is_constrained_from_the_innermost_value(llama3):
     value, sub = found[0]
     grammar = Grammar.from_json_schema(sub)
     m = Matcher(llama3, grammar)
-    m.consume_bytes(doc[value.start:])
+    m.consume_bytes(doc[value.start :])
     allowed = mask_to_ids(m.compute_mask(), llama3.vocab_size)
     texts = {llama3.token_bytes(int(t)) for t in allowed if not llama3.is_special(int(t))}
     assert texts and all(t.lstrip(b" ").startswith(b'"') for t in texts if t.strip())  # the url is a string
@@ -140,8 +146,15 @@ def test_the_engine_keeps_a_schema_constraint_below_a_broken_value():
     prefix = '{\n  "name": "demo",\n  "version": "1.0.0",\n  "private": "yes",\n  "repository": {"type": "git", "url": '
     engine = CompletionEngine()
     engine.load()
-    done = engine.complete(CompletionRequest(prefix=prefix, suffix="}\n}\n", language="json",
-                                             grammar=GrammarSpec(kind="json_schema", source=schema), max_tokens=16))
+    done = engine.complete(
+        CompletionRequest(
+            prefix=prefix,
+            suffix="}\n}\n",
+            language="json",
+            grammar=GrammarSpec(kind="json_schema", source=schema),
+            max_tokens=16,
+        )
+    )
     assert done.note.startswith("grammar constrains /repository only"), done.note
     assert done.text.lstrip().startswith('"'), done.text
 
@@ -152,7 +165,9 @@ def test_an_editor_schema_with_unique_items_is_relaxed_and_says_so():
     from midword.completion.engine import CompletionEngine
     from midword.completion.types import CompletionRequest, GrammarSpec
 
-    spec = GrammarSpec(kind="json_schema", source='{"type": "array", "items": {"type": "integer"}, "uniqueItems": true}')
+    spec = GrammarSpec(
+        kind="json_schema", source='{"type": "array", "items": {"type": "integer"}, "uniqueItems": true}'
+    )
     engine = CompletionEngine()
     grammar, whole_document, note = engine.grammar_for(CompletionRequest(prefix="[", language="json", grammar=spec))
     assert grammar is not None and whole_document

@@ -34,12 +34,22 @@ def byte_tok() -> Tokenizer:
 
 def tiny_gemma(seed=0, window=4, softcap=None, attn_softcap=None, heads=4, kv_heads=2):
     cfg = transformers.Gemma3TextConfig(
-        vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=4,
-        num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=16, sliding_window=window,
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=4,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=16,
+        sliding_window=window,
         layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"],
-        max_position_embeddings=512, final_logit_softcapping=softcap, attn_logit_softcapping=attn_softcap,
-        rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
-                         "full_attention": {"rope_type": "default", "rope_theta": 1000.0}},
+        max_position_embeddings=512,
+        final_logit_softcapping=softcap,
+        attn_logit_softcapping=attn_softcap,
+        rope_parameters={
+            "sliding_attention": {"rope_type": "default", "rope_theta": 10.0},
+            "full_attention": {"rope_type": "default", "rope_theta": 1000.0},
+        },
     )
     hf = transformers.AutoModelForCausalLM.from_config(cfg)
     gen = torch.Generator().manual_seed(seed)
@@ -67,7 +77,9 @@ def pair(byte_tok, int8=False, seed=0, **kwargs):
 @pytest.mark.parametrize("int8", [False, True])
 def test_lean_equals_transformers_token_by_token(byte_tok, int8):
     hf, tm, lean = pair(byte_tok, int8=int8)
-    assert isinstance(lean, LanguageModel) and lean.backend == "lean" and lean.weights == ("int8" if int8 else "float32")
+    assert (
+        isinstance(lean, LanguageModel) and lean.backend == "lean" and lean.weights == ("int8" if int8 else "float32")
+    )
     toks = lean.encode_prompt(PROMPT)
     ref = fresh_logits(hf, toks)
     lean.stats.reset()
@@ -80,8 +92,7 @@ def test_lean_equals_transformers_token_by_token(byte_tok, int8):
     np.testing.assert_allclose(lean.logprobs(toks), tm.logprobs(toks), atol=TOL)
 
 
-@pytest.mark.parametrize("kwargs", [{"softcap": 3.0}, {"heads": 2, "kv_heads": 1},
-                                    {"window": 64}])
+@pytest.mark.parametrize("kwargs", [{"softcap": 3.0}, {"heads": 2, "kv_heads": 1}, {"window": 64}])
 def test_lean_variants(byte_tok, kwargs):
     hf, tm, lean = pair(byte_tok, seed=2, **kwargs)
     toks = lean.encode_prompt(PROMPT)
@@ -128,7 +139,9 @@ def test_branches_and_heads_equal_transformers(byte_tok, int8):
     prefix, tail = toks[:-4], toks[-4:]
     branches = [tail, tail[:2], tail[:1] + [7, 8], []]
     allowed = [np.array([1, 5, 299]), None, None, np.array([tail[0]])]
-    for a, b in zip(lean.score_branches(prefix, branches, allowed), tm.score_branches(prefix, branches, allowed)):
+    for a, b in zip(
+        lean.score_branches(prefix, branches, allowed), tm.score_branches(prefix, branches, allowed), strict=False
+    ):
         assert a.tokens == b.tokens
         np.testing.assert_allclose(a.token_logprobs, b.token_logprobs, atol=TOL)
         np.testing.assert_allclose(a.next_logprobs, b.next_logprobs, atol=TOL)
@@ -166,8 +179,12 @@ def test_arrays_round_trip(byte_tok):
         LeanGemma3.from_arrays(spec, broken, byte_tok, name="broken")
     del broken["final_norm"]
     with pytest.raises(ModelUnavailable, match="final_norm"):
-        LeanGemma3.from_arrays(spec, {k: v for k, v in broken.items() if k != "layers.1.o.q"} | {
-            "layers.1.o.q": arrays["layers.1.o.q"]}, byte_tok, name="broken")
+        LeanGemma3.from_arrays(
+            spec,
+            {k: v for k, v in broken.items() if k != "layers.1.o.q"} | {"layers.1.o.q": arrays["layers.1.o.q"]},
+            byte_tok,
+            name="broken",
+        )
 
 
 def test_check_failure_falls_back_to_transformers(byte_tok, monkeypatch):
@@ -193,8 +210,15 @@ def _save_hf_dir(folder, hf):
 
 
 def test_other_architectures_stay_on_transformers(tmp_path):
-    cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=512)
+    cfg = transformers.LlamaConfig(
+        vocab_size=300,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+    )
     assert not supports(cfg)
     assert supports(tiny_gemma().config)
     assert not supports(tiny_gemma(attn_softcap=2.0).config)  # transformers' Gemma 3 ignores it; no guessing

@@ -44,8 +44,15 @@ def cache_dir(tmp_path, monkeypatch):
 
 def tiny_lean(byte_tok, seed=0):
     cfg = transformers.Gemma3TextConfig(
-        vocab_size=300, hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=2,
-        num_key_value_heads=1, head_dim=64, sliding_window=4, max_position_embeddings=512,
+        vocab_size=300,
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=3,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        head_dim=64,
+        sliding_window=4,
+        max_position_embeddings=512,
         layer_types=["sliding_attention", "full_attention", "sliding_attention"],
     )
     hf = transformers.AutoModelForCausalLM.from_config(cfg)
@@ -78,9 +85,15 @@ def test_round_trip(cache_dir, byte_tok):
     np.testing.assert_array_equal(copy.logprobs(toks), lean.logprobs(toks))
 
 
-@pytest.mark.parametrize("damage, reason", [
-    ("flip", "changed"), ("truncate", "bytes"), ("manifest", "missing"), ("reference", "changed"),
-])
+@pytest.mark.parametrize(
+    "damage, reason",
+    [
+        ("flip", "changed"),
+        ("truncate", "bytes"),
+        ("manifest", "missing"),
+        ("reference", "changed"),
+    ],
+)
 def test_damage_is_detected(cache_dir, byte_tok, damage, reason):
     lean = tiny_lean(byte_tok, seed=1)
     folder = lean_store.lean_dir("tiny")

@@ -219,8 +219,8 @@ def test_int8_model_is_self_consistent(which, byte_tok):
     steps = [m.next_logprobs(toks[:i])[toks[i]] for i in range(3, len(toks))]
     np.testing.assert_allclose(m.logprobs(toks, start=3), steps, atol=1e-4)
     branches = [toks[-3:], toks[-3:-1], []]
-    for score, br in zip(m.score_branches(toks[:-3], branches), branches):
-        np.testing.assert_allclose(score.token_logprobs, steps[len(toks) - 6:len(toks) - 6 + len(br)], atol=1e-4)
+    for score, br in zip(m.score_branches(toks[:-3], branches), branches, strict=False):
+        np.testing.assert_allclose(score.token_logprobs, steps[len(toks) - 6 : len(toks) - 6 + len(br)], atol=1e-4)
 
 
 def test_restricted_head_equals_full(gemma_tiny):

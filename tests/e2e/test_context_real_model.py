@@ -4,6 +4,7 @@ document, and used nowhere in this one, is completed once that document is conte
 from __future__ import annotations
 
 import pytest
+
 from midword.completion.types import CompletionRequest, ContextChunk, GrammarSpec
 
 pytestmark = pytest.mark.slow
@@ -37,9 +38,17 @@ def engine():
 
 
 def _complete(engine, context):
-    return engine.complete(CompletionRequest(
-        prefix=PREFIX, language="python", grammar=GrammarSpec(kind="none"), max_tokens=12, time_budget_s=120.0,
-        context=context, path="pkg/report.py"))
+    return engine.complete(
+        CompletionRequest(
+            prefix=PREFIX,
+            language="python",
+            grammar=GrammarSpec(kind="none"),
+            max_tokens=12,
+            time_budget_s=120.0,
+            context=context,
+            path="pkg/report.py",
+        )
+    )
 
 
 def test_a_definition_in_another_document_completes_the_word(engine):

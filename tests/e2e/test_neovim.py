@@ -86,8 +86,16 @@ if not ok then finish({ error = tostring(err) }) end
 """
 
 
-def run_neovim(tmp_path: Path, server_cmd: list[str], init_options: dict, text: str, row: int, line_prefix: str,
-               wait_ms: int = 20000, timeout: float = 120.0) -> dict:
+def run_neovim(
+    tmp_path: Path,
+    server_cmd: list[str],
+    init_options: dict,
+    text: str,
+    row: int,
+    line_prefix: str,
+    wait_ms: int = 20000,
+    timeout: float = 120.0,
+) -> dict:
     doc = tmp_path / "example.py"
     doc.write_text(text, encoding="utf-8")
     script = tmp_path / "client.lua"
@@ -106,8 +114,15 @@ def run_neovim(tmp_path: Path, server_cmd: list[str], init_options: dict, text: 
         "XDG_STATE_HOME": str(tmp_path / "state"),  # Neovim's LSP log goes here, not in $HOME
         "XDG_CACHE_HOME": str(tmp_path / "cache"),
     }
-    proc = subprocess.run([NVIM, "--headless", "--clean", "-n", "-c", f"luafile {script}"], env=env, cwd=tmp_path,
-                          capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    proc = subprocess.run(
+        [NVIM, "--headless", "--clean", "-n", "-c", f"luafile {script}"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.exists(), f"Neovim wrote no result (rc={proc.returncode})\n{proc.stdout}\n{proc.stderr}"
     result = json.loads(out.read_text(encoding="utf-8"))
     assert "error" not in result, result["error"]
@@ -133,8 +148,10 @@ def test_neovim_completes_mid_word_with_the_fake_engine(tmp_path):
 
 @pytest.mark.slow
 def test_neovim_completes_mid_word_with_the_real_engine(tmp_path):
-    text = ("class Account:\n    def __init__(self, userName):\n        self.userName = userName\n\n"
-            "    def greet(self):\n        return 'Hello, ' + str(self.userNa)\n")
+    text = (
+        "class Account:\n    def __init__(self, userName):\n        self.userName = userName\n\n"
+        "    def greet(self):\n        return 'Hello, ' + str(self.userNa)\n"
+    )
     cmd = [sys.executable, "-m", "midword.server"]
     line = "        return 'Hello, ' + str(self.userNa"
     result = run_neovim(tmp_path, cmd, {"midword": {"prefetch": False}}, text, 6, line, wait_ms=600_000, timeout=900)

@@ -45,6 +45,8 @@ CHROMIUM = Path("/usr/bin/chromium")
 
 def code_server(version: str) -> Path:
     return CACHE / f"code-server-{version}" / "node_modules" / ".bin" / "code-server"
+
+
 # Model load (minutes on a busy machine), three completions and a failed load.
 DRIVER_TIMEOUT_S = 900
 
@@ -52,13 +54,18 @@ pytestmark = pytest.mark.slow
 
 EARLY = "def total_price(item_count, unit_price):\n    return item_count * "
 EARLY_TYPED = "unit_pr"
-ACCOUNT = ("class Account:\n    def __init__(self, userName):\n        self.userName = userName\n\n"
-           "    def greet(self):\n        return 'Hello, ' + self.")
+ACCOUNT = (
+    "class Account:\n    def __init__(self, userName):\n        self.userName = userName\n\n"
+    "    def greet(self):\n        return 'Hello, ' + self."
+)
 ACCOUNT_TYPED = "userNa"
 SCHEMA = {
     "type": "object",
-    "properties": {"$schema": {"type": "string"}, "name": {"type": "string"},
-                   "color": {"enum": ["teal", "maroon", "ochre"]}},
+    "properties": {
+        "$schema": {"type": "string"},
+        "name": {"type": "string"},
+        "color": {"enum": ["teal", "maroon", "ochre"]},
+    },
     "required": ["name", "color"],
     "additionalProperties": False,
 }
@@ -92,7 +99,9 @@ USER_SETTINGS = {
 def _require(path: Path, what: str, version: str) -> None:
     if path.exists():
         return
-    message = f"{what} is missing ({path}); set it up with `bash .ci/code-server.sh {version}` and `npm ci` in vscode-client"
+    message = (
+        f"{what} is missing ({path}); set it up with `bash .ci/code-server.sh {version}` and `npm ci` in vscode-client"
+    )
     if os.environ.get("CI"):
         pytest.fail(message)
     pytest.skip(message)
@@ -156,11 +165,22 @@ def _run_session(base: Path, version: str, scenario: dict) -> dict:
     # The .vsix, as a user would get it.
     subprocess.run(["npm", "run", "-s", "compile"], cwd=CLIENT, check=True, timeout=300)
     vsix = base / "midword.vsix"
-    subprocess.run(["npm", "run", "-s", "package", "--", "--out", str(vsix)], cwd=CLIENT, check=True, timeout=300,
-                   capture_output=True)
+    subprocess.run(
+        ["npm", "run", "-s", "package", "--", "--out", str(vsix)],
+        cwd=CLIENT,
+        check=True,
+        timeout=300,
+        capture_output=True,
+    )
     common = ["--user-data-dir", str(data), "--extensions-dir", str(extensions)]
-    installed = subprocess.run([str(program), *common, "--install-extension", str(vsix)], env=env,
-                               capture_output=True, text=True, timeout=300, check=False)
+    installed = subprocess.run(
+        [str(program), *common, "--install-extension", str(vsix)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert installed.returncode == 0, installed.stdout + installed.stderr
 
     (ws / "early.py").write_text(EARLY, encoding="utf-8")
@@ -179,35 +199,69 @@ def _run_session(base: Path, version: str, scenario: dict) -> dict:
     log = out / "code-server.log"
     with log.open("w") as log_file:
         proc = subprocess.Popen(
-            [str(program), "--auth", "none", "--bind-addr", f"127.0.0.1:{port}", "--disable-telemetry",
-             "--disable-update-check", "--disable-workspace-trust", "--disable-getting-started-override",
-             *common, str(ws)],
-            env=env, stdout=log_file, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+            [
+                str(program),
+                "--auth",
+                "none",
+                "--bind-addr",
+                f"127.0.0.1:{port}",
+                "--disable-telemetry",
+                "--disable-update-check",
+                "--disable-workspace-trust",
+                "--disable-getting-started-override",
+                *common,
+                str(ws),
+            ],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
     try:
         _wait_healthy(url, proc, log)
-        config = {"url": f"{url}/?folder={ws}", "out": str(out), "userSettings": str(user_settings),
-                  "chromium": str(CHROMIUM), "timeoutMs": 360_000, **scenario}
+        config = {
+            "url": f"{url}/?folder={ws}",
+            "out": str(out),
+            "userSettings": str(user_settings),
+            "chromium": str(CHROMIUM),
+            "timeoutMs": 360_000,
+            **scenario,
+        }
         (out / "drive.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
-        driver = subprocess.run([node, str(DRIVER), str(out / "drive.json")], cwd=CLIENT, env=env,
-                                capture_output=True, text=True, timeout=DRIVER_TIMEOUT_S, check=False)
+        driver = subprocess.run(
+            [node, str(DRIVER), str(out / "drive.json")],
+            cwd=CLIENT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=DRIVER_TIMEOUT_S,
+            check=False,
+        )
         (out / "driver.log").write_text(driver.stdout + driver.stderr, encoding="utf-8")
     finally:
         _stop(proc)
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
-    assert driver.returncode == 0, (f"the VS Code session failed: {results.get('failure')}\n"
-                                    f"{driver.stdout[-3000:]}{driver.stderr[-3000:]}\n(output in {out})")
+    assert driver.returncode == 0, (
+        f"the VS Code session failed: {results.get('failure')}\n"
+        f"{driver.stdout[-3000:]}{driver.stderr[-3000:]}\n(output in {out})"
+    )
     return {"out": out, "ws": ws, "results": results}
 
 
 @pytest.fixture(scope="module")
 def session(tmp_path_factory) -> dict:
     """The whole VS Code 1.100 session, run once; the tests below read what it left."""
-    return _run_session(tmp_path_factory.mktemp("vscode-1.100"), "4.100.3", {
-        "early": {"file": "early.py", "type": EARLY_TYPED},
-        "python": {"file": "account.py", "type": ACCOUNT_TYPED},
-        "json": {"file": "config.json", "type": CONFIG_TYPED},
-        "errorModel": "no-such-model",
-    })
+    return _run_session(
+        tmp_path_factory.mktemp("vscode-1.100"),
+        "4.100.3",
+        {
+            "early": {"file": "early.py", "type": EARLY_TYPED},
+            "python": {"file": "account.py", "type": ACCOUNT_TYPED},
+            "json": {"file": "config.json", "type": CONFIG_TYPED},
+            "errorModel": "no-such-model",
+        },
+    )
 
 
 def _ghost(results: dict, name: str) -> str:

@@ -125,7 +125,7 @@ SAMPLES = [
     ("`a\\`", "", "go", True),  # Go raw strings have no escapes
     ("'a' x", "", "rust", True),
     ("fn f<'a>(x: &'a str) -> char { '}' }", "", "rust", True),
-    ("let s = \"a\nb\";", "", "rust", True),
+    ('let s = "a\nb";', "", "rust", True),
     ("x'", "'", "rust", True),
     ("'", "'", "rust", True),
     ("echo ${#arr[@]}", "", "shell", True),
@@ -178,7 +178,7 @@ CONTEXT_SAMPLES = [
     ("echo ${#x[@]} $(( (", "shell", "((("),
     ("echo a#b (", "shell", "("),
     ("echo a #b (", "shell", "#"),
-    ("echo \\( \"", "shell", '"'),
+    ('echo \\( "', "shell", '"'),
     ("echo 'it\\'s", "shell", ""),
     ("msg: it's [a", "yaml", "["),
     ("msg: 'it''s [a", "yaml", "'"),
@@ -199,11 +199,26 @@ def test_open_context_at(prefix, language, context):
 _PLAIN = "ab ()[]{}\"'`#/*"
 
 _TEXT_TOKENS = {
-    "common": ["x", "foo_1", "a = b", "1.5 + 2", "x, y", "x: y", "!ok", "a < b", "x ; y", "$v", "@d", "~z", "α β", "a\n  b"],
+    "common": [
+        "x",
+        "foo_1",
+        "a = b",
+        "1.5 + 2",
+        "x, y",
+        "x: y",
+        "!ok",
+        "a < b",
+        "x ; y",
+        "$v",
+        "@d",
+        "~z",
+        "α β",
+        "a\n  b",
+    ],
     "slash": ["a / b", "a * b", "*p"],
     "noslash": ["a // b", "a /* b", "a / b"],
     "python": ["a \\\n b"],
-    "shell": ["a#b", "$#", "\\(", "echo \\\"", "${#x}"],
+    "shell": ["a#b", "$#", "\\(", 'echo \\"', "${#x}"],
     "yaml": ["a#b", "it's", "don't"],
     "generic": ["it's"],
     "rust": ["&'a str", "'static", "<'a>"],
@@ -221,8 +236,20 @@ def _text_token(rng: random.Random, lang: str, syn) -> str:
 
 def _units(rng: random.Random, kind: str) -> list[str]:
     """Body units of a string/comment kind: split points go between them."""
-    closer_char = {"DQ": '"', "DQ_ML": '"', "SQ": "'", "SQ_ML": "'", "SQ_RAW": "'", "SQ_RAW_ML": "'", "SQ_YAML": "'",
-                   "BT": "`", "BT_RAW": "`", "TDQ": '"', "TSQ": "'", "TSQ_RAW": "'"}.get(kind)
+    closer_char = {
+        "DQ": '"',
+        "DQ_ML": '"',
+        "SQ": "'",
+        "SQ_ML": "'",
+        "SQ_RAW": "'",
+        "SQ_RAW_ML": "'",
+        "SQ_YAML": "'",
+        "BT": "`",
+        "BT_RAW": "`",
+        "TDQ": '"',
+        "TSQ": "'",
+        "TSQ_RAW": "'",
+    }.get(kind)
     escape = kind in ("DQ", "DQ_ML", "SQ", "SQ_ML", "BT", "TDQ", "TSQ")
     multiline = kind not in ("DQ", "SQ", "SQ_RAW", "LINE_SLASH", "LINE_HASH")
     plain = [c for c in _PLAIN if c != closer_char and not (escape and c == "\\")]
@@ -252,8 +279,17 @@ def _units(rng: random.Random, kind: str) -> list[str]:
 
 def _literal(rng: random.Random, kind: str) -> tuple[str, list[str], str]:
     """(opener, body units, closer) of a random literal of `kind`."""
-    openers = {"LINE_SLASH": "//", "LINE_HASH": "#", "BLOCK": "/*", "TDQ": '"""', "TSQ": "'''", "TSQ_RAW": "'''",
-               "BT": "`", "BT_RAW": "`", "RUST_CHAR": "'"}
+    openers = {
+        "LINE_SLASH": "//",
+        "LINE_HASH": "#",
+        "BLOCK": "/*",
+        "TDQ": '"""',
+        "TSQ": "'''",
+        "TSQ_RAW": "'''",
+        "BT": "`",
+        "BT_RAW": "`",
+        "RUST_CHAR": "'",
+    }
     opener = openers.get(kind, '"' if kind.startswith("DQ") else "'")
     if kind == "RUST_CHAR":
         return opener, [rng.choice(["a", "(", '"', "\\n", "\\'", "\\x41", "\\u{1F600}", "é"])], "'"

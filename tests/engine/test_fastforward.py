@@ -1,8 +1,6 @@
 """Fast-forward tokens on the real Llama 3 tokenizer: the examples of seeds/fast_forward.md."""
 
-import pytest
-
-from midword.engine import Grammar, Matcher, Tokenizer
+from midword.engine import Grammar, Matcher
 
 PERSON = r"""
 start: "{" "\"name_of_the_person\"" ":" ESCAPED_STRING "," "\"age\"" ":" INT "}"
@@ -59,7 +57,7 @@ start: "const config = {" "\"version\"" ":" INT "," "\"description\"" ":" ESCAPE
     pos = 0
     while pos < len(canonical):
         ff = m.compute_ff_tokens()
-        assert ff == canonical[pos:pos + len(ff)], (llama3.decode(canonical[:pos]), spelled(llama3, ff))
+        assert ff == canonical[pos : pos + len(ff)], (llama3.decode(canonical[:pos]), spelled(llama3, ff))
         step = ff or [canonical[pos]]
         m.consume_tokens(step)
         pos += len(step)

@@ -38,7 +38,8 @@ def _modules(folder: str) -> dict[str, Path]:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 def _import_nodes(tree: ast.AST):
@@ -100,7 +101,7 @@ def find_cycle(edges: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for nxt in sorted(edges.get(node, ())):
             if state.get(nxt) == 1:
-                return path[path.index(nxt):] + [nxt]
+                return path[path.index(nxt) :] + [nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -123,8 +124,9 @@ def test_the_walk_sees_relative_lazy_and_package_imports(tmp_path):
     pkg = tmp_path / "pkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("from . import a as _a\n")
-    (pkg / "a.py").write_text("from .b import f\nfrom typing import TYPE_CHECKING\n"
-                              "if TYPE_CHECKING:\n    from .c import T\n")
+    (pkg / "a.py").write_text(
+        "from .b import f\nfrom typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .c import T\n"
+    )
     (pkg / "b.py").write_text("def f():\n    from . import a\n    return a\n")
     (pkg / "c.py").write_text("from .a import f\n")
     files = {"pkg": "__init__.py", "pkg.a": "a.py", "pkg.b": "b.py", "pkg.c": "c.py"}
@@ -136,8 +138,11 @@ def test_the_walk_sees_relative_lazy_and_package_imports(tmp_path):
 
 def test_no_import_cycle_inside_engine():
     edges, layer_of = _graph()
-    engine = {name: {t for t in targets if layer_of.get(t) == "engine"}
-              for name, targets in edges.items() if layer_of[name] == "engine"}
+    engine = {
+        name: {t for t in targets if layer_of.get(t) == "engine"}
+        for name, targets in edges.items()
+        if layer_of[name] == "engine"
+    }
     assert len(engine) > 15  # the walk found the engine's modules
     cycle = find_cycle(engine)
     assert cycle is None, "import cycle inside engine/: " + " -> ".join(cycle)
@@ -146,8 +151,13 @@ def test_no_import_cycle_inside_engine():
 @pytest.mark.parametrize("lower, upper", [("engine", "completion"), ("engine", "server"), ("completion", "server")])
 def test_layers_import_only_downward(lower, upper):
     edges, layer_of = _graph()
-    upward = sorted(f"{name} imports {target}" for name, targets in edges.items() if layer_of[name] == lower
-                    for target in targets if target == LAYERS[upper] or target.startswith(LAYERS[upper] + "."))
+    upward = sorted(
+        f"{name} imports {target}"
+        for name, targets in edges.items()
+        if layer_of[name] == lower
+        for target in targets
+        if target == LAYERS[upper] or target.startswith(LAYERS[upper] + ".")
+    )
     assert not upward
 
 
@@ -156,8 +166,12 @@ def test_every_engine_module_imports_alone():
     # Each in a fresh interpreter, so no module leans on another having been imported
     # first (an order-dependent import is how a cycle shows up at run time).
     names = sorted(_modules("engine"))
-    procs = {name: subprocess.Popen([sys.executable, "-c", f"import {name}"], stdout=subprocess.PIPE,
-                                    stderr=subprocess.PIPE, text=True) for name in names}
+    procs = {
+        name: subprocess.Popen(
+            [sys.executable, "-c", f"import {name}"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for name in names
+    }
     failed = {}
     for name, proc in procs.items():
         _, err = proc.communicate(timeout=300)

@@ -118,8 +118,19 @@ def _number_samples():
 
 def test_number_range_regex_exact_against_decimal_arithmetic():
     samples = _number_samples()
-    bounds = [None, Decimal("0"), Decimal("1"), Decimal("-1"), Decimal("0.5"), Decimal("-2.25"), Decimal("12.75"),
-              Decimal("100"), Decimal("0.001"), Decimal("-0.05"), Decimal("3.14159")]
+    bounds = [
+        None,
+        Decimal("0"),
+        Decimal("1"),
+        Decimal("-1"),
+        Decimal("0.5"),
+        Decimal("-2.25"),
+        Decimal("12.75"),
+        Decimal("100"),
+        Decimal("0.001"),
+        Decimal("-0.05"),
+        Decimal("3.14159"),
+    ]
     for lo in bounds:
         for hi in bounds:
             for lox in (False, True):
@@ -184,12 +195,12 @@ _PATTERN_CASES = [
     ("^[a-z0-9_-]{2,4}$", ["ab", "a-_9"], ["a", "abcde", "AB"]),
     (r"^\d{3}-\d{4}$", ["555-1234"], ["5551234", "٣٣٣-1234"]),
     (r"^\w+@\w+\.com$", ["a@b.com"], ["a@b.org", "é@b.com"]),
-    (r"^[^\s]+$", ["abc", "a\"b"], ["a b", "a\tb", "a\u00a0b"]),
+    (r"^[^\s]+$", ["abc", 'a"b'], ["a b", "a\tb", "a\u00a0b"]),
     ("^(foo|bar)baz$", ["foobaz", "barbaz"], ["baz", "foobarbaz"]),
     ("^a|b$", ["axx", "xxb"], ["xax"]),
-    ("^.$", ["x", "é", "\"", "\\"], ["\n", "ab", ""]),
+    ("^.$", ["x", "é", '"', "\\"], ["\n", "ab", ""]),
     (r"^\p{Lu}+$", ["ABC", "ÀÉ"], ["abc", "A1"]),
-    ("^[^\"]*$", ["abc"], ["a\"b"]),
+    ('^[^"]*$', ["abc"], ['a"b']),
     (r"^\u00e9\x41$", ["éA"], ["eA"]),
     ("^(?!foo).*$", ["bar", "fo"], ["foo", "foobar"]),
     ("^(?=.*[0-9]).{3}$", ["a1b", "123"], ["abc", "a1bc"]),
@@ -254,7 +265,7 @@ def test_unsupported_patterns_fail_with_pointer(pattern, msg):
 
 
 def test_empty_schema_and_true_accept_any_json():
-    values = [None, True, 0, -1.5e10, "x", [], {}, {"a": [1, {"b": None}]}, [[[]]], "é\n\"\\"]
+    values = [None, True, 0, -1.5e10, "x", [], {}, {"a": [1, {"b": None}]}, [[[]]], 'é\n"\\']
     check({}, valid=values)
     check(True, valid=values)
     g = compile_json_schema({})
@@ -283,7 +294,9 @@ def test_type_keyword():
 
 
 def test_string_lengths_count_characters_not_bytes():
-    g = check({"type": "string", "minLength": 2, "maxLength": 3}, valid=["ab", "abc", "éé", "a\n"], invalid=["a", "abcd", ""])
+    g = check(
+        {"type": "string", "minLength": 2, "maxLength": 3}, valid=["ab", "abc", "éé", "a\n"], invalid=["a", "abcd", ""]
+    )
     assert accepts(g, '"\\ud83d\\ude00a"')  # a surrogate pair is one character
     assert not accepts(g, '"\\ud83d\\ude00"')
     assert accepts(g, '"\\u0041\\/"')  # unconstrained spellings: any JSON escape
@@ -310,13 +323,21 @@ def test_pattern_is_checked_on_decoded_text():
     [
         ("date", ["2024-02-29", "1999-12-31"], ["2024-13-01", "2024-04-31", "24-01-01"]),
         ("time", ["10:20:30Z", "23:59:60+01:00", "01:02:03.5-05:30"], ["24:00:00Z", "10:20:30", "1:2:3Z"]),
-        ("date-time", ["2024-01-02T03:04:05Z", "2024-01-02t03:04:05.123+02:00"], ["2024-01-02 03:04:05Z", "2024-01-02"]),
+        (
+            "date-time",
+            ["2024-01-02T03:04:05Z", "2024-01-02t03:04:05.123+02:00"],
+            ["2024-01-02 03:04:05Z", "2024-01-02"],
+        ),
         ("duration", ["P1Y2M", "PT5M", "P3W", "P1DT2H"], ["P", "PT", "P1W2D", "1Y"]),
         ("email", ["a.b@example.com", "x+y@sub.example.org"], ["a@", "@b.com", "a b@c.com"]),
         ("hostname", ["example.com", "a-b.c"], ["-a.com", "a..b", "a_b.com"]),
         ("ipv4", ["192.168.0.1", "0.0.0.0"], ["256.1.1.1", "1.2.3", "01.2.3.4"]),
         ("ipv6", ["::1", "2001:db8::ff00:42:8329", "::ffff:192.0.2.1"], ["1:2:3", "12345::", ":::"]),
-        ("uuid", ["123e4567-e89b-12d3-a456-426614174000"], ["123e4567e89b12d3a456426614174000", "g23e4567-e89b-12d3-a456-426614174000"]),
+        (
+            "uuid",
+            ["123e4567-e89b-12d3-a456-426614174000"],
+            ["123e4567e89b12d3a456426614174000", "g23e4567-e89b-12d3-a456-426614174000"],
+        ),
         ("uri", ["https://example.com/a?b=c#d", "urn:isbn:123"], ["example.com", "http://a b", "1http://x"]),
     ],
 )
@@ -350,7 +371,11 @@ def test_number_bounds():
     check({"type": "number", "minimum": 0}, valid=[0, 0.5, 1e-6, 1e16, 3], invalid=[-0.5, -1, -1e-6])
     check({"type": "number", "exclusiveMinimum": 0, "maximum": 1}, valid=[0.5, 1, 1e-6], invalid=[0, 1.01, -0.5])
     check({"type": "number", "minimum": -2.5, "maximum": 2.5}, valid=[-2.5, 0, 2.49, 2.5], invalid=[-2.51, 2.5001, 3])
-    check({"type": "number", "exclusiveMinimum": 1.25, "exclusiveMaximum": 1.5}, valid=[1.3, 1.4999], invalid=[1.25, 1.5, 1])
+    check(
+        {"type": "number", "exclusiveMinimum": 1.25, "exclusiveMaximum": 1.5},
+        valid=[1.3, 1.4999],
+        invalid=[1.25, 1.5, 1],
+    )
 
 
 def test_multiple_of():
@@ -366,7 +391,11 @@ def test_multiple_of():
 
 
 def test_anyof_integer_or_number_overlapping_lexemes():
-    check({"anyOf": [{"type": "integer"}, {"type": "number", "minimum": 100}]}, valid=[1, -3, 150.5, 100], invalid=[1.5, "x"])
+    check(
+        {"anyOf": [{"type": "integer"}, {"type": "number", "minimum": 100}]},
+        valid=[1, -3, 150.5, 100],
+        invalid=[1.5, "x"],
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -375,9 +404,12 @@ def test_anyof_integer_or_number_overlapping_lexemes():
 
 
 def test_enum_and_const():
-    check({"enum": ["red", 1, None, [1, 2], {"a": True}]}, valid=["red", 1, None, [1, 2], {"a": True}],
-          invalid=["blue", 2, [2, 1], {"a": False}, True])
-    check({"const": "a\"b\n"}, valid=["a\"b\n"], invalid=["a\"b"])
+    check(
+        {"enum": ["red", 1, None, [1, 2], {"a": True}]},
+        valid=["red", 1, None, [1, 2], {"a": True}],
+        invalid=["blue", 2, [2, 1], {"a": False}, True],
+    )
+    check({"const": 'a"b\n'}, valid=['a"b\n'], invalid=['a"b'])
     check({"type": "string", "enum": ["a", 1, "b"]}, valid=["a", "b"], invalid=[1])
     check({"enum": ["x"], "const": "x"}, valid=["x"])
     with pytest.raises(GrammarError, match="accepts no"):
@@ -398,8 +430,12 @@ def test_properties_required_in_schema_order():
         "required": ["b"],
         "additionalProperties": False,
     }
-    g = check(schema, valid=[{"b": "x"}, {"a": 1, "b": "x"}, {"a": 1, "b": "x", "c": True}, {"b": "x", "c": False}],
-              invalid=[{}, {"a": 1}, {"b": 1}, {"b": "x", "d": 1}, {"a": 1, "a2": 2, "b": "x"}], key_order="schema")
+    g = check(
+        schema,
+        valid=[{"b": "x"}, {"a": 1, "b": "x"}, {"a": 1, "b": "x", "c": True}, {"b": "x", "c": False}],
+        invalid=[{}, {"a": 1}, {"b": 1}, {"b": "x", "d": 1}, {"a": 1, "a2": 2, "b": "x"}],
+        key_order="schema",
+    )
     # Schema order: a property out of order, or twice, is rejected.
     assert not accepts(g, '{"b":"x","a":1}')
     assert not accepts(g, '{"a":1,"a":2,"b":"x"}')
@@ -429,21 +465,34 @@ def test_pattern_properties():
         "patternProperties": {"^x-": {"type": "string"}, "^n_": {"type": "number"}},
         "additionalProperties": False,
     }
-    check(schema, valid=[{"id": 1, "x-a": "s", "n_b": 2}, {"x-": "", "n_": 0}],
-          invalid=[{"x-a": 1}, {"n_b": "s"}, {"other": 1}, {"id": "s"}])
+    check(
+        schema,
+        valid=[{"id": 1, "x-a": "s", "n_b": 2}, {"x-": "", "n_": 0}],
+        invalid=[{"x-a": 1}, {"n_b": "s"}, {"other": 1}, {"id": "s"}],
+    )
     # A key matching two patterns must satisfy both schemas.
     both = {"patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 10}}, "additionalProperties": False}
     check(both, valid=[{"ab": 10, "a": 1, "b": 20}], invalid=[{"ab": 5}, {"ab": 10.5}, {"b": 5}, {"c": 1}])
     # A listed property also matching a pattern must satisfy both.
-    check({"properties": {"x-y": {"type": "string"}}, "patternProperties": {"^x-": {"minLength": 2}}},
-          valid=[{"x-y": "ab"}], invalid=[{"x-y": "a"}, {"x-z": "a"}])
+    check(
+        {"properties": {"x-y": {"type": "string"}}, "patternProperties": {"^x-": {"minLength": 2}}},
+        valid=[{"x-y": "ab"}],
+        invalid=[{"x-y": "a"}, {"x-z": "a"}],
+    )
 
 
 def test_min_max_properties():
     schema = {"properties": {"a": {}, "b": {}}, "minProperties": 1, "maxProperties": 2}
-    check(schema, valid=[{"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"z": 1}, {"a": 1, "z": 2}],
-          invalid=[{}, {"a": 1, "b": 2, "c": 3}, {"x": 1, "y": 2, "z": 3}])
-    check({"type": "object", "minProperties": 2}, valid=[{"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}], invalid=[{}, {"a": 1}])
+    check(
+        schema,
+        valid=[{"a": 1}, {"b": 1}, {"a": 1, "b": 2}, {"z": 1}, {"a": 1, "z": 2}],
+        invalid=[{}, {"a": 1, "b": 2, "c": 3}, {"x": 1, "y": 2, "z": 3}],
+    )
+    check(
+        {"type": "object", "minProperties": 2},
+        valid=[{"a": 1, "b": 2}, {"a": 1, "b": 2, "c": 3}],
+        invalid=[{}, {"a": 1}],
+    )
 
 
 def test_unevaluated_properties_without_applicators():
@@ -454,10 +503,17 @@ def test_unevaluated_properties_without_applicators():
 
 def test_dependencies():
     check({"dependentRequired": {"a": ["b"]}}, valid=[{}, {"b": 1}, {"a": 1, "b": 2}, 5], invalid=[{"a": 1}])
-    check({"dependencies": {"a": ["b"]}, "properties": {"a": {}, "b": {}}}, valid=[{"a": 1, "b": 2}], invalid=[{"a": 1}])
-    check({"dependentSchemas": {"a": {"required": ["c"]}}}, valid=[{"c": 1}, {"a": 1, "c": 2}], invalid=[{"a": 1, "b": 2}])
-    check({"dependencies": {"a": {"properties": {"b": {"type": "string"}}}}}, valid=[{"b": 1}, {"a": 1, "b": "s"}],
-          invalid=[{"a": 1, "b": 1}])
+    check(
+        {"dependencies": {"a": ["b"]}, "properties": {"a": {}, "b": {}}}, valid=[{"a": 1, "b": 2}], invalid=[{"a": 1}]
+    )
+    check(
+        {"dependentSchemas": {"a": {"required": ["c"]}}}, valid=[{"c": 1}, {"a": 1, "c": 2}], invalid=[{"a": 1, "b": 2}]
+    )
+    check(
+        {"dependencies": {"a": {"properties": {"b": {"type": "string"}}}}},
+        valid=[{"b": 1}, {"a": 1, "b": "s"}],
+        invalid=[{"a": 1, "b": 1}],
+    )
 
 
 # --------------------------------------------------------------------------------------
@@ -466,8 +522,11 @@ def test_dependencies():
 
 
 def test_items_and_bounds():
-    check({"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
-          valid=[[1], [1, 2, 3]], invalid=[[], [1, 2, 3, 4], ["a"], [1, "a"]])
+    check(
+        {"type": "array", "items": {"type": "integer"}, "minItems": 1, "maxItems": 3},
+        valid=[[1], [1, 2, 3]],
+        invalid=[[], [1, 2, 3, 4], ["a"], [1, "a"]],
+    )
     check({"type": "array", "items": False}, valid=[[]], invalid=[[1]])
     check({"type": "array", "maxItems": 0}, valid=[[]], invalid=[[None]])
 
@@ -478,7 +537,11 @@ def test_prefix_items_2020_and_draft04_tuple_form():
     s04 = {"items": [{"type": "integer"}, {"type": "string"}], "additionalItems": False, "minItems": 1}
     check(s04, valid=[[1], [1, "a"]], invalid=[[], [1, "a", True], ["a"]])
     check({"items": [{"type": "integer"}], "minItems": 3}, valid=[[1, "x", None]], invalid=[[1, "x"], ["x", 1, 2]])
-    check({"prefixItems": [{"const": 1}, {"const": 2}], "items": False, "minItems": 2}, valid=[[1, 2]], invalid=[[1], [1, 2, 3]])
+    check(
+        {"prefixItems": [{"const": 1}, {"const": 2}], "items": False, "minItems": 2},
+        valid=[[1, 2]],
+        invalid=[[1], [1, 2, 3]],
+    )
 
 
 def test_unique_items_is_refused_by_default_and_a_recorded_relaxation_when_lenient():
@@ -496,9 +559,16 @@ def test_unique_items_is_refused_by_default_and_a_recorded_relaxation_when_lenie
 
 def test_contains():
     check({"type": "array", "contains": {"type": "string"}}, valid=[["a"], [1, "a", 2]], invalid=[[], [1, 2]])
-    check({"prefixItems": [{"type": "integer"}], "contains": {"type": "integer"}, "maxItems": 2},
-          valid=[[1], [1, 2], [1, "a"]], invalid=[[], ["a"], ["a", 1, 2]])
-    check({"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}]}, valid=[[2, 1], [1, 3, 2]], invalid=[[1], [2, 2]])
+    check(
+        {"prefixItems": [{"type": "integer"}], "contains": {"type": "integer"}, "maxItems": 2},
+        valid=[[1], [1, 2], [1, "a"]],
+        invalid=[[], ["a"], ["a", 1, 2]],
+    )
+    check(
+        {"allOf": [{"contains": {"const": 1}}, {"contains": {"const": 2}}]},
+        valid=[[2, 1], [1, 3, 2]],
+        invalid=[[1], [2, 2]],
+    )
     check({"contains": {"const": 1}, "minContains": 0}, valid=[[], [2]])
     with pytest.raises(GrammarError, match="maxContains"):
         compile_json_schema({"contains": {}, "maxContains": 2})
@@ -518,8 +588,11 @@ def test_property_names():
 
 
 def test_anyof():
-    check({"anyOf": [{"type": "string", "maxLength": 2}, {"type": "integer", "minimum": 10}]},
-          valid=["ab", 10, 99], invalid=["abc", 9, None])
+    check(
+        {"anyOf": [{"type": "string", "maxLength": 2}, {"type": "integer", "minimum": 10}]},
+        valid=["ab", 10, 99],
+        invalid=["abc", 9, None],
+    )
 
 
 def test_oneof_disjoint_by_type_const_or_discriminator():
@@ -530,10 +603,16 @@ def test_oneof_disjoint_by_type_const_or_discriminator():
             {"properties": {"kind": {"const": "square"}, "side": {"type": "number"}}, "required": ["kind", "side"]},
         ]
     }
-    check(shape, valid=[{"kind": "circle", "r": 1}, {"kind": "square", "side": 2}],
-          invalid=[{"kind": "circle", "side": 1}, {"kind": "tri"}])
-    check({"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "^b"}]},
-          valid=["ab", "ba"], invalid=["c"])
+    check(
+        shape,
+        valid=[{"kind": "circle", "r": 1}, {"kind": "square", "side": 2}],
+        invalid=[{"kind": "circle", "side": 1}, {"kind": "tri"}],
+    )
+    check(
+        {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "^b"}]},
+        valid=["ab", "ba"],
+        invalid=["c"],
+    )
 
 
 def test_oneof_overlapping_branches_use_exact_complements():
@@ -541,42 +620,79 @@ def test_oneof_overlapping_branches_use_exact_complements():
     schema = {"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}]}
     check(schema, valid=[{"a": 1}, {"b": 1}, {"a": 1, "c": 2}], invalid=[{}, {"a": 1, "b": 2}, {"c": 1}])
     # Integers are numbers: a oneOf of both means "non-integer number or string".
-    check({"oneOf": [{"type": "number"}, {"type": "integer"}, {"type": "string"}]},
-          valid=[1.5, "s", -0.25], invalid=[1, 0, None])
+    check(
+        {"oneOf": [{"type": "number"}, {"type": "integer"}, {"type": "string"}]},
+        valid=[1.5, "s", -0.25],
+        invalid=[1, 0, None],
+    )
     # Strings matching both formats are excluded.
-    check({"oneOf": [{"format": "ipv4"}, {"format": "hostname"}], "type": "string"},
-          valid=["example.com", "999.1.1.1"], invalid=["10.0.0.1"])
+    check(
+        {"oneOf": [{"format": "ipv4"}, {"format": "hostname"}], "type": "string"},
+        valid=["example.com", "999.1.1.1"],
+        invalid=["10.0.0.1"],
+    )
 
 
 def test_oneof_overlapping_arrays():
     # [] matches both branches, so oneOf excludes it.
-    check({"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "array", "items": {"type": "string"}}]},
-          valid=[[1], ["a"]], invalid=[[], [1, "a"], None])
+    check(
+        {"oneOf": [{"type": "array", "items": {"type": "number"}}, {"type": "array", "items": {"type": "string"}}]},
+        valid=[[1], ["a"]],
+        invalid=[[], [1, "a"], None],
+    )
 
 
 def test_oneof_that_cannot_be_made_exact_is_an_error():
     # {} satisfies both; "some member is not an integer" has no exact grammar form here.
     with pytest.raises(GrammarError, match=r"oneOf at #/properties/p"):
-        compile_json_schema({"properties": {"p": {"type": "object", "oneOf": [
-            {"additionalProperties": {"type": "integer"}},
-            {"additionalProperties": {"type": "string"}},
-        ]}}})
+        compile_json_schema(
+            {
+                "properties": {
+                    "p": {
+                        "type": "object",
+                        "oneOf": [
+                            {"additionalProperties": {"type": "integer"}},
+                            {"additionalProperties": {"type": "string"}},
+                        ],
+                    }
+                }
+            }
+        )
 
 
 def test_allof_merges():
-    check({"allOf": [{"type": ["integer", "string"]}, {"type": ["integer", "null"]}, {"minimum": 3}]},
-          valid=[3, 10], invalid=[2, "a", None])
-    merged = {"allOf": [
-        {"properties": {"a": {"type": "integer"}}, "required": ["a"]},
-        {"properties": {"a": {"maximum": 5}, "b": {"type": "string"}}, "required": ["b"]},
-    ]}
+    check(
+        {"allOf": [{"type": ["integer", "string"]}, {"type": ["integer", "null"]}, {"minimum": 3}]},
+        valid=[3, 10],
+        invalid=[2, "a", None],
+    )
+    merged = {
+        "allOf": [
+            {"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+            {"properties": {"a": {"maximum": 5}, "b": {"type": "string"}}, "required": ["b"]},
+        ]
+    }
     check(merged, valid=[{"a": 1, "b": "x"}], invalid=[{"a": 6, "b": "x"}, {"a": 1}, {"b": "x"}])
-    check({"allOf": [{"type": "string", "minLength": 2}, {"maxLength": 3}, {"pattern": "^a"}]},
-          valid=["ab", "abc"], invalid=["a", "abcd", "bc"])
-    check({"allOf": [{"items": {"type": "integer"}}, {"maxItems": 2}, {"prefixItems": [{"minimum": 1}]}]},
-          valid=[[1, 2]], invalid=[[0], [1, 2, 3], ["a"]])
-    check({"allOf": [{"additionalProperties": {"type": "integer"}}, {"properties": {"a": {}}, "additionalProperties": False}]},
-          valid=[{"a": 3}, {}], invalid=[{"a": "s"}, {"b": 1}])
+    check(
+        {"allOf": [{"type": "string", "minLength": 2}, {"maxLength": 3}, {"pattern": "^a"}]},
+        valid=["ab", "abc"],
+        invalid=["a", "abcd", "bc"],
+    )
+    check(
+        {"allOf": [{"items": {"type": "integer"}}, {"maxItems": 2}, {"prefixItems": [{"minimum": 1}]}]},
+        valid=[[1, 2]],
+        invalid=[[0], [1, 2, 3], ["a"]],
+    )
+    check(
+        {
+            "allOf": [
+                {"additionalProperties": {"type": "integer"}},
+                {"properties": {"a": {}}, "additionalProperties": False},
+            ]
+        },
+        valid=[{"a": 3}, {}],
+        invalid=[{"a": "s"}, {"b": 1}],
+    )
     check({"allOf": [{"type": "integer", "multipleOf": 2}, {"multipleOf": 3}]}, valid=[0, 6, 12], invalid=[2, 3, 4])
     with pytest.raises(GrammarError, match="accepts no"):
         compile_json_schema({"allOf": [{"type": "integer"}, {"type": "string"}]})
@@ -588,12 +704,21 @@ def test_not_if_then_else():
     check({"type": "object", "not": {"required": ["x"]}}, valid=[{}, {"y": 1}], invalid=[{"x": 1}])
     check({"type": "integer", "not": {"multipleOf": 3}}, valid=[1, 2, 4], invalid=[0, 3, -6])
     check({"type": "number", "not": {"type": "integer"}}, valid=[1.5, -0.25], invalid=[1, 0])
-    cond = {"type": "object", "if": {"properties": {"k": {"const": "a"}}, "required": ["k"]},
-            "then": {"required": ["x"]}, "else": {"required": ["y"]}}
-    check(cond, valid=[{"k": "a", "x": 1}, {"k": "b", "y": 1}, {"y": 1}], invalid=[{"k": "a", "y": 1}, {"k": "b", "x": 1}])
+    cond = {
+        "type": "object",
+        "if": {"properties": {"k": {"const": "a"}}, "required": ["k"]},
+        "then": {"required": ["x"]},
+        "else": {"required": ["y"]},
+    }
+    check(
+        cond, valid=[{"k": "a", "x": 1}, {"k": "b", "y": 1}, {"y": 1}], invalid=[{"k": "a", "y": 1}, {"k": "b", "x": 1}]
+    )
     check({"type": "number", "not": {"const": 0}}, valid=[1, -0.5], invalid=[0, 0.0, -0.0])
-    check({"type": "array", "not": {"prefixItems": [{"type": "integer"}], "items": {"type": "string"}}},
-          valid=[["a"], [1, 2]], invalid=[[], [1], [1, "a"]])
+    check(
+        {"type": "array", "not": {"prefixItems": [{"type": "integer"}], "items": {"type": "string"}}},
+        valid=[["a"], [1, 2]],
+        invalid=[[], [1], [1, "a"]],
+    )
     with pytest.raises(GrammarError, match="not at #/not"):
         compile_json_schema({"not": {"additionalProperties": {"type": "integer"}}})
 
@@ -615,32 +740,54 @@ def test_refs_defs_definitions_and_pointer_escapes():
             "u": {"$ref": "#/$defs/a%20b"},
         },
     }
-    check(schema, valid=[{"p": 1, "q": "s", "r": None, "s": 2, "u": 3}], invalid=[{"p": "x"}, {"q": 1}, {"s": "x"}, {"u": "x"}])
+    check(
+        schema,
+        valid=[{"p": 1, "q": "s", "r": None, "s": 2, "u": 3}],
+        invalid=[{"p": "x"}, {"q": 1}, {"s": "x"}, {"u": "x"}],
+    )
 
 
 def test_recursive_ref():
     tree = {
-        "$defs": {"node": {"type": "object", "properties": {"v": {"type": "integer"},
-                                                             "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
-                           "required": ["v"], "additionalProperties": False}},
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+                "required": ["v"],
+                "additionalProperties": False,
+            }
+        },
         "$ref": "#/$defs/node",
     }
-    check(tree, valid=[{"v": 1}, {"v": 1, "kids": [{"v": 2, "kids": [{"v": 3}]}]}],
-          invalid=[{"v": 1, "kids": [{"w": 2}]}, {"kids": []}])
+    check(
+        tree,
+        valid=[{"v": 1}, {"v": 1, "kids": [{"v": 2, "kids": [{"v": 3}]}]}],
+        invalid=[{"v": 1, "kids": [{"w": 2}]}, {"kids": []}],
+    )
     # Whole-document recursion, with siblings of $ref merged in.
     check({"type": ["array", "integer"], "items": {"$ref": "#"}}, valid=[1, [1, [2, [3]]], []], invalid=[["a"]])
     # An allOf around a recursive reference inside itself.
-    rec = {"$defs": {"A": {"properties": {"x": {"allOf": [{"$ref": "#/$defs/A"}, {"required": ["y"]}]}}}}, "$ref": "#/$defs/A"}
-    check(rec, valid=[{}, {"x": {"y": 1}}, {"x": {"y": 1, "x": {"y": 2}}}], invalid=[{"x": {}}, {"x": {"y": 1, "x": {}}}])
+    rec = {
+        "$defs": {"A": {"properties": {"x": {"allOf": [{"$ref": "#/$defs/A"}, {"required": ["y"]}]}}}},
+        "$ref": "#/$defs/A",
+    }
+    check(
+        rec, valid=[{}, {"x": {"y": 1}}, {"x": {"y": 1, "x": {"y": 2}}}], invalid=[{"x": {}}, {"x": {"y": 1, "x": {}}}]
+    )
 
 
 def test_id_relative_refs():
     schema = {
         "$id": "http://example.com/root.json",
-        "properties": {"a": {"$ref": "item.json"}, "b": {"$ref": "http://example.com/item.json#/properties/v"},
-                       "c": {"$ref": "#foo"}},
-        "$defs": {"item": {"$id": "item.json", "properties": {"v": {"type": "integer"}}, "required": ["v"]},
-                  "anch": {"$anchor": "foo", "type": "boolean"}},
+        "properties": {
+            "a": {"$ref": "item.json"},
+            "b": {"$ref": "http://example.com/item.json#/properties/v"},
+            "c": {"$ref": "#foo"},
+        },
+        "$defs": {
+            "item": {"$id": "item.json", "properties": {"v": {"type": "integer"}}, "required": ["v"]},
+            "anch": {"$anchor": "foo", "type": "boolean"},
+        },
     }
     check(schema, valid=[{"a": {"v": 1}, "b": 2, "c": True}], invalid=[{"a": {}}, {"b": "x"}, {"c": 1}])
 
@@ -667,16 +814,33 @@ def test_unsupported_keyword_names_keyword_and_pointer(kw, value):
 
 
 def test_annotations_and_unknown_keywords_are_ignored():
-    schema = {"title": "t", "description": "d", "examples": [1], "default": 2, "$comment": "c", "deprecated": True,
-              "readOnly": True, "writeOnly": False, "contentMediaType": "text/plain", "x-foo": {"type": "string"},
-              "discriminator": {"propertyName": "k"}, "markdownDescription": "m", "type": "integer"}
+    schema = {
+        "title": "t",
+        "description": "d",
+        "examples": [1],
+        "default": 2,
+        "$comment": "c",
+        "deprecated": True,
+        "readOnly": True,
+        "writeOnly": False,
+        "contentMediaType": "text/plain",
+        "x-foo": {"type": "string"},
+        "discriminator": {"propertyName": "k"},
+        "markdownDescription": "m",
+        "type": "integer",
+    }
     check(schema, valid=[1], invalid=["a"])
 
 
 def test_bad_keyword_values():
-    for schema, msg in [({"minLength": -1}, "minLength at #/minLength"), ({"required": "a"}, "required at #"),
-                        ({"enum": 3}, "enum at #"), ({"properties": []}, "properties at #"),
-                        ({"anyOf": []}, "anyOf at #/anyOf"), ({"properties": {"a": 3}}, "schema at #/properties/a")]:
+    for schema, msg in [
+        ({"minLength": -1}, "minLength at #/minLength"),
+        ({"required": "a"}, "required at #"),
+        ({"enum": 3}, "enum at #"),
+        ({"properties": []}, "properties at #"),
+        ({"anyOf": []}, "anyOf at #/anyOf"),
+        ({"properties": {"a": 3}}, "schema at #/properties/a"),
+    ]:
         with pytest.raises(GrammarError, match=re.escape(msg)):
             compile_json_schema(schema)
     with pytest.raises(GrammarError, match="not valid JSON"):
@@ -756,8 +920,15 @@ def _has_duplicate_items(v) -> bool:
 
 
 def run_maskbench(files: list[str]) -> dict:
-    counts = {"files": 0, "compiled": 0, "all_correct": 0, "accepted_invalid": 0, "rejected_valid": 0,
-              "relaxed_uniqueItems": 0, "grammar_errors": 0}
+    counts = {
+        "files": 0,
+        "compiled": 0,
+        "all_correct": 0,
+        "accepted_invalid": 0,
+        "rejected_valid": 0,
+        "relaxed_uniqueItems": 0,
+        "grammar_errors": 0,
+    }
     failures = []
     for path in files:
         with open(path) as f:
@@ -817,35 +988,71 @@ def test_maskbench_full():
 # --------------------------------------------------------------------------------------
 
 _FUZZ_SCHEMAS = [
-    {"type": "object", "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 10}, "b": {"type": "string", "maxLength": 2}},
-     "required": ["a"], "additionalProperties": False},
+    {
+        "type": "object",
+        "properties": {"a": {"type": "integer", "minimum": 0, "maximum": 10}, "b": {"type": "string", "maxLength": 2}},
+        "required": ["a"],
+        "additionalProperties": False,
+    },
     {"anyOf": [{"type": "string", "pattern": "^a"}, {"type": "integer", "multipleOf": 3}, {"type": "null"}]},
     {"oneOf": [{"type": "number"}, {"type": "integer"}, {"type": "string", "minLength": 2}]},
     {"type": "object", "oneOf": [{"required": ["a"]}, {"required": ["b"]}], "properties": {"a": {}, "b": {}, "c": {}}},
-    {"oneOf": [{"properties": {"kind": {"const": "circle"}, "r": {"type": "number"}}, "required": ["kind", "r"]},
-               {"properties": {"kind": {"const": "square"}}, "required": ["kind"]}]},
-    {"type": "array", "prefixItems": [{"type": "string"}, {"type": "integer"}], "items": {"type": "boolean"}, "maxItems": 3},
+    {
+        "oneOf": [
+            {"properties": {"kind": {"const": "circle"}, "r": {"type": "number"}}, "required": ["kind", "r"]},
+            {"properties": {"kind": {"const": "square"}}, "required": ["kind"]},
+        ]
+    },
+    {
+        "type": "array",
+        "prefixItems": [{"type": "string"}, {"type": "integer"}],
+        "items": {"type": "boolean"},
+        "maxItems": 3,
+    },
     {"type": "array", "items": {"type": ["integer", "string"]}, "contains": {"type": "string"}, "minItems": 2},
-    {"allOf": [{"type": "object", "properties": {"a": {"type": "number"}}}, {"properties": {"a": {"minimum": 2}}, "required": ["a"]}]},
-    {"type": "object", "patternProperties": {"^a": {"type": "integer"}, "b$": {"type": "number", "minimum": 3}},
-     "additionalProperties": {"type": "string"}},
+    {
+        "allOf": [
+            {"type": "object", "properties": {"a": {"type": "number"}}},
+            {"properties": {"a": {"minimum": 2}}, "required": ["a"]},
+        ]
+    },
+    {
+        "type": "object",
+        "patternProperties": {"^a": {"type": "integer"}, "b$": {"type": "number", "minimum": 3}},
+        "additionalProperties": {"type": "string"},
+    },
     {"not": {"anyOf": [{"type": "string"}, {"type": "object", "required": ["a"]}, {"type": "integer", "minimum": 3}]}},
-    {"type": "object", "if": {"properties": {"a": {"const": 1}}, "required": ["a"]}, "then": {"required": ["b"]},
-     "else": {"properties": {"b": {"type": "string"}}}},
+    {
+        "type": "object",
+        "if": {"properties": {"a": {"const": 1}}, "required": ["a"]},
+        "then": {"required": ["b"]},
+        "else": {"properties": {"b": {"type": "string"}}},
+    },
     {"type": "object", "dependentRequired": {"a": ["b"]}, "propertyNames": {"maxLength": 1}, "maxProperties": 2},
-    {"$defs": {"t": {"type": ["object", "integer"], "properties": {"a": {"$ref": "#/$defs/t"}}, "additionalProperties": False}},
-     "$ref": "#/$defs/t"},
+    {
+        "$defs": {
+            "t": {
+                "type": ["object", "integer"],
+                "properties": {"a": {"$ref": "#/$defs/t"}},
+                "additionalProperties": False,
+            }
+        },
+        "$ref": "#/$defs/t",
+    },
     {"type": "number", "exclusiveMinimum": -2.5, "maximum": 3, "not": {"const": 0}},
     {"enum": [1, "a", None, [1], {"a": 1}, 2.5]},
     {"type": "array", "items": {"enum": ["a", "b", "c"]}, "not": {"contains": {"const": "a"}}},
-    {"type": "object", "properties": {"a\"": {"type": "string", "pattern": "^[^a]"}, "é": {"type": "boolean"}},
-     "additionalProperties": {"type": "integer"}},
+    {
+        "type": "object",
+        "properties": {'a"': {"type": "string", "pattern": "^[^a]"}, "é": {"type": "boolean"}},
+        "additionalProperties": {"type": "integer"},
+    },
     {"type": "string", "not": {"enum": ["a", "ab"]}, "maxLength": 2},
     {"type": "array", "items": {"type": "number", "minimum": -1, "exclusiveMaximum": 2.5}, "maxItems": 2},
     {"type": "object", "minProperties": 1, "maxProperties": 2, "properties": {"a": {"type": "integer"}}},
 ]
 
-_FUZZ_STRINGS = ["", "a", "b", "ab", "abc", "ba", "circle", "square", "kind", "r", "c", "x", "é", "a\"", "0", "\n", "\\"]
+_FUZZ_STRINGS = ["", "a", "b", "ab", "abc", "ba", "circle", "square", "kind", "r", "c", "x", "é", 'a"', "0", "\n", "\\"]
 _FUZZ_NUMBERS = [0, 1, 2, 3, -1, -3, 5, 6, 7, 9, 10, 11, 12, 100, -100, 0.5, -2.25, 2.5, 3.75, -2.5, 1.25]
 
 
@@ -943,7 +1150,10 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 _json_values = st.recursive(
-    st.none() | st.booleans() | st.integers(-10**30, 10**30) | st.floats(allow_nan=False, allow_infinity=False)
+    st.none()
+    | st.booleans()
+    | st.integers(-(10**30), 10**30)
+    | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(),
     lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=5), inner, max_size=4),
     max_leaves=12,

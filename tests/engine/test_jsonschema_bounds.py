@@ -55,8 +55,10 @@ def test_huge_max_length_is_no_bound_and_says_so():
 
 
 def test_recursive_refs_compile_to_recursive_rules():
-    schema = {"$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "null"}]},
-                        "b": {"items": {"$ref": "#/$defs/a"}}}, "$ref": "#/$defs/a"}
+    schema = {
+        "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "null"}]}, "b": {"items": {"$ref": "#/$defs/a"}}},
+        "$ref": "#/$defs/a",
+    }
     assert compile_json_schema(schema).size() < 1000
     with pytest.raises(GrammarError, match="accepts no finite JSON value"):
         compile_json_schema({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"})
@@ -65,23 +67,36 @@ def test_recursive_refs_compile_to_recursive_rules():
 # A schema generator over the keywords that drive compile cost: counts, numbers,
 # nesting, enums, patterns and references, with values reaching far past the limits.
 _counts = st.one_of(st.integers(0, 5), st.integers(0, 10**12))
-_numbers = st.one_of(st.integers(-10**6, 10**6), st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False))
+_numbers = st.one_of(st.integers(-(10**6), 10**6), st.floats(-1e6, 1e6, allow_nan=False, allow_infinity=False))
 _patterns = st.sampled_from(["^a+$", "[0-9]{1,5}", "^(ab|cd){2,99999}$", "\\p{L}+", "x{0,100000}y", "(", "^$"])
 
 
 def _schemas(children):
     return st.one_of(
-        st.fixed_dictionaries({"type": st.just("integer")}, optional={
-            "multipleOf": st.one_of(st.integers(1, 10**9), st.floats(1e-9, 1e3, allow_nan=False)),
-            "minimum": _numbers, "maximum": _numbers}),
-        st.fixed_dictionaries({"type": st.just("string")}, optional={
-            "minLength": _counts, "maxLength": _counts, "pattern": _patterns}),
-        st.fixed_dictionaries({"type": st.just("array")}, optional={
-            "items": children, "minItems": _counts, "maxItems": _counts, "contains": children}),
-        st.fixed_dictionaries({"type": st.just("object")}, optional={
-            "properties": st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), children, max_size=12),
-            "required": st.lists(st.text("abcdefgh", min_size=1, max_size=3), max_size=8),
-            "maxProperties": _counts, "additionalProperties": children}),
+        st.fixed_dictionaries(
+            {"type": st.just("integer")},
+            optional={
+                "multipleOf": st.one_of(st.integers(1, 10**9), st.floats(1e-9, 1e3, allow_nan=False)),
+                "minimum": _numbers,
+                "maximum": _numbers,
+            },
+        ),
+        st.fixed_dictionaries(
+            {"type": st.just("string")}, optional={"minLength": _counts, "maxLength": _counts, "pattern": _patterns}
+        ),
+        st.fixed_dictionaries(
+            {"type": st.just("array")},
+            optional={"items": children, "minItems": _counts, "maxItems": _counts, "contains": children},
+        ),
+        st.fixed_dictionaries(
+            {"type": st.just("object")},
+            optional={
+                "properties": st.dictionaries(st.text("abcdefgh", min_size=1, max_size=3), children, max_size=12),
+                "required": st.lists(st.text("abcdefgh", min_size=1, max_size=3), max_size=8),
+                "maxProperties": _counts,
+                "additionalProperties": children,
+            },
+        ),
         st.builds(lambda xs: {"anyOf": xs}, st.lists(children, min_size=1, max_size=4)),
         st.builds(lambda xs: {"allOf": xs}, st.lists(children, min_size=1, max_size=3)),
         st.builds(lambda n: {"enum": list(range(n))}, st.integers(0, 100_000)),

@@ -66,8 +66,12 @@ def test_additional_pattern_properties_and_property_names_beside_any_order():
 
 
 def test_min_and_max_properties_count_members_in_any_order():
-    schema = {"properties": {k: {"type": "integer"} for k in "abcd"}, "additionalProperties": False,
-              "minProperties": 2, "maxProperties": 3}
+    schema = {
+        "properties": {k: {"type": "integer"} for k in "abcd"},
+        "additionalProperties": False,
+        "minProperties": 2,
+        "maxProperties": 3,
+    }
     g = compile_json_schema(schema)
     assert accepts(g, '{"d":1,"a":2}') and accepts(g, '{"c":1,"b":2,"a":3}')
     assert not accepts(g, '{"d":1}') and not accepts(g, '{"d":1,"c":1,"b":2,"a":3}')
@@ -101,8 +105,7 @@ def test_max_properties_counts_members_as_written_past_the_key_set_budget():
 def test_many_required_keys_come_in_required_or_properties_order():
     props = {f"k{i}": {"type": "integer"} for i in range(12)}
     required = [f"k{i}" for i in reversed(range(12))]
-    schema = {"properties": {**props, "opt": {"type": "string"}}, "required": required,
-              "additionalProperties": False}
+    schema = {"properties": {**props, "opt": {"type": "string"}}, "required": required, "additionalProperties": False}
     g = compile_json_schema(schema, limits=Limits(max_key_set_states=256))
     assert any("order of `required` or `properties`" in w for w in g.warnings)
 
@@ -132,8 +135,13 @@ def test_bundled_package_json_schema_takes_keys_in_the_authors_order():
     g = compile_json_schema(schema)
     order = list(schema["properties"])
     assert order.index("name") < order.index("version") < order.index("scripts")
-    doc = {"scripts": {"test": "jest"}, "version": "1.0.0", "description": "x", "name": "pkg",
-           "dependencies": {"a": "^1.0.0"}}
+    doc = {
+        "scripts": {"test": "jest"},
+        "version": "1.0.0",
+        "description": "x",
+        "name": "pkg",
+        "dependencies": {"a": "^1.0.0"},
+    }
     assert accepts(g, json.dumps(doc, indent=2))
     assert not accepts(g, json.dumps({**doc, "version": 1}))
     # 37 optional keys are past the key-set budget: a repeat is let through, and said.

@@ -14,6 +14,8 @@ import pytest
 
 from midword.engine.grammar import GrammarBuilder, regex_escape_bytes, validate
 from midword.engine.jsonschema import compile_json_schema
+from midword.engine.limits import GrammarError
+from midword.engine.recognizer import grammar_accepts
 from midword.engine.regex import charset
 from midword.engine.regex.charset import ALL as _ALL
 from midword.engine.regex.charset import ECMA_DOT as _DOT
@@ -23,8 +25,6 @@ from midword.engine.regex.charset import intersect as _cs_intersect
 from midword.engine.regex.charset import normalize as _cs
 
 _SPECIAL = charset.normalize([(0, 0x1F), (0x22, 0x22), (0x5C, 0x5C)])
-from midword.engine.limits import GrammarError
-from midword.engine.recognizer import grammar_accepts
 
 _SURROGATES = set(range(0xD800, 0xE000))
 
@@ -49,7 +49,7 @@ def _random_set(rnd: random.Random) -> tuple:
 
 
 def _is_normal(s: tuple) -> bool:
-    return all(lo <= hi for lo, hi in s) and all(a[1] + 1 < b[0] for a, b in zip(s, s[1:]))
+    return all(lo <= hi for lo, hi in s) and all(a[1] + 1 < b[0] for a, b in zip(s, s[1:], strict=False))
 
 
 def test_charset_algebra_matches_point_sets():
@@ -111,14 +111,26 @@ def _reachable_and_used(g) -> tuple[bool, bool]:
 @pytest.mark.parametrize(
     "schema",
     [
-        {"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {}},
-         "required": ["b"]},
-        {"type": "object", "properties": {k: {"type": "boolean"} for k in "abcdef"}, "required": ["a", "d"],
-         "minProperties": 3, "maxProperties": 4},
+        {
+            "type": "object",
+            "properties": {"a": {"type": "integer"}, "b": {"type": "string"}, "c": {}},
+            "required": ["b"],
+        },
+        {
+            "type": "object",
+            "properties": {k: {"type": "boolean"} for k in "abcdef"},
+            "required": ["a", "d"],
+            "minProperties": 3,
+            "maxProperties": 4,
+        },
         {"type": "object", "properties": {"x": {"type": "null"}}, "additionalProperties": False},
         # Pruning has work to do: the first branch needs a value of an impossible schema.
-        {"anyOf": [{"type": "object", "properties": {"a": {"not": {}}}, "required": ["a"]},
-                   {"type": "array", "items": {"type": "string"}}]},
+        {
+            "anyOf": [
+                {"type": "object", "properties": {"a": {"not": {}}}, "required": ["a"]},
+                {"type": "array", "items": {"type": "string"}},
+            ]
+        },
         {"$defs": {"n": {"type": "object", "properties": {"next": {"$ref": "#/$defs/n"}}}}, "$ref": "#/$defs/n"},
     ],
 )
@@ -131,16 +143,24 @@ def test_pruned_grammars_are_valid_and_tight(schema):
 def test_object_member_states_keep_counts():
     # Required members first among optional ones, with a member-count window: the states
     # made only for reachable counts must still count exactly.
-    schema = {"type": "object", "properties": {k: {"type": "integer"} for k in "abcd"}, "required": ["b"],
-              "minProperties": 2, "maxProperties": 3, "additionalProperties": False}
+    schema = {
+        "type": "object",
+        "properties": {k: {"type": "integer"} for k in "abcd"},
+        "required": ["b"],
+        "minProperties": 2,
+        "maxProperties": 3,
+        "additionalProperties": False,
+    }
     g = compile_json_schema(schema, whitespace="compact")
     for n in range(5):
         for keys in itertools.combinations("abcd", n):
             text = json.dumps({k: 1 for k in keys}, separators=(",", ":"))
             want = "b" in keys and 2 <= n <= 3
             assert grammar_accepts(g, text.encode()) == want, text
-    loose = compile_json_schema({"type": "object", "properties": {"a": {}, "b": {}}, "required": ["b"],
-                                 "minProperties": 3}, whitespace="compact")
+    loose = compile_json_schema(
+        {"type": "object", "properties": {"a": {}, "b": {}}, "required": ["b"], "minProperties": 3},
+        whitespace="compact",
+    )
     assert grammar_accepts(loose, b'{"a":1,"b":2,"z":3}')
     assert grammar_accepts(loose, b'{"b":2,"y":0,"z":3}')
     assert not grammar_accepts(loose, b'{"a":1,"b":2}')
@@ -148,14 +168,20 @@ def test_object_member_states_keep_counts():
 
 
 def test_one_of_string_branches_disjoint_by_pattern():
-    schema = {"oneOf": [{"type": "string", "pattern": "^a+$"}, {"type": "string", "pattern": "^b+$"},
-                        {"type": "string", "pattern": "^[ab]c$"}]}
+    schema = {
+        "oneOf": [
+            {"type": "string", "pattern": "^a+$"},
+            {"type": "string", "pattern": "^b+$"},
+            {"type": "string", "pattern": "^[ab]c$"},
+        ]
+    }
     g = compile_json_schema(schema, whitespace="compact")
     for text, ok in (('"aa"', True), ('"bbb"', True), ('"ac"', True), ('"ab"', False), ('""', False)):
         assert grammar_accepts(g, text.encode()) == ok, text
     # Overlapping patterns are not disjoint: compiled as "one and not the others".
-    g = compile_json_schema({"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]},
-                            whitespace="compact")
+    g = compile_json_schema(
+        {"oneOf": [{"type": "string", "pattern": "^a"}, {"type": "string", "pattern": "b$"}]}, whitespace="compact"
+    )
     assert grammar_accepts(g, b'"ax"') and grammar_accepts(g, b'"xb"')
     assert not grammar_accepts(g, b'"ab"')
 
@@ -178,8 +204,11 @@ def test_keys_other_than_the_listed_ones_reach_the_lexer_already_parsed():
     from midword.engine.jsonschema import CANON_CHAR
     from midword.engine.regex import ExprSet, _Parser
 
-    schema = {"type": "object", "properties": {"a b": {}, 'q"': {}, "ünï": {}},
-              "additionalProperties": {"type": "integer"}}
+    schema = {
+        "type": "object",
+        "properties": {"a b": {}, 'q"': {}, "ünï": {}},
+        "additionalProperties": {"type": "integer"},
+    }
     g = compile_json_schema(schema)
     (key,) = [lx for lx in g.lexemes if lx.name == "key"]
     # The text is the one the front end always wrote, so grammars and their keys compare

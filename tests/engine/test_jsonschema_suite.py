@@ -22,8 +22,9 @@ def cases():
 def test_every_suite_case_is_decided_soundly(cases, lenient):
     counts, outcomes = run_engine(MidwordEngine(lenient=lenient), cases)
     bad = unexpected(outcomes, lenient)
-    assert not bad, "\n".join(f"{o.case.file} / {o.case.group} / {o.case.description}: {o.result} {o.detail}"
-                              for o in bad[:20])
+    assert not bad, "\n".join(
+        f"{o.case.file} / {o.case.group} / {o.case.description}: {o.result} {o.detail}" for o in bad[:20]
+    )
     assert counts.crashes == counts.timeouts == counts.blowups == 0
     # What the grammar does decide, it decides as the suite says, for most cases: a
     # floor under today's counts (610 accepted valid, 15 rejected valid by default).
@@ -47,11 +48,17 @@ def test_unicode_property_escapes_and_non_ascii_literals_in_patterns(cases):
 
 
 def test_integers_with_a_zero_fraction(cases):
-    picked = [c for c in cases if (c.file, c.group) in {
-        ("type.json", "integer type matches integers"), ("const.json", "const with 1 does not match true"),
-        ("enum.json", "enum with 1 does not match true"),
-        ("const.json", "const with -2.0 matches integer and float types"),
-    }]
+    picked = [
+        c
+        for c in cases
+        if (c.file, c.group)
+        in {
+            ("type.json", "integer type matches integers"),
+            ("const.json", "const with 1 does not match true"),
+            ("enum.json", "enum with 1 does not match true"),
+            ("const.json", "const with -2.0 matches integer and float types"),
+        }
+    ]
     assert len(picked) >= 20
     counts, outcomes = run_engine(MidwordEngine(), picked)
     wrong = [(o.case.group, o.case.description, o.result) for o in outcomes if (o.result == "accepted") != o.case.valid]

@@ -158,11 +158,17 @@ def test_modifiers_priorities_aliases_and_comments_are_accepted():
     g = compile_lark(
         "// a comment\n"
         "?start: item+ -> items   // trailing comment\n"
-        '!item.2: KW -> kw | NAME # hash comment\n'
+        "!item.2: KW -> kw | NAME # hash comment\n"
         'KW.3: "if"\n'
         "NAME.-1: /[a-z]+/\n"
     )
-    assert rules(g) == {"start@plus -> item", "start@plus -> start@plus item", "start -> start@plus", "item -> KW", "item -> NAME"}
+    assert rules(g) == {
+        "start@plus -> item",
+        "start@plus -> start@plus item",
+        "start -> start@plus",
+        "item -> KW",
+        "item -> NAME",
+    }
     assert accepts(g, "ifx")
 
 
@@ -181,9 +187,7 @@ def test_start_can_be_another_rule_or_a_terminal():
 
 
 def test_ignore_accepts_terminal_names_literals_and_regexes():
-    g = compile_lark(
-        'start: "a" "b"\n%ignore WS\n%ignore "~"\n%ignore /#[^\\n]*/\n%ignore /x/i\nWS: /[ \\t]+/\n'
-    )
+    g = compile_lark('start: "a" "b"\n%ignore WS\n%ignore "~"\n%ignore /#[^\\n]*/\n%ignore /x/i\nWS: /[ \\t]+/\n')
     assert g.ignore == ["[ \\t]+", "\\~", "#[^\\n]*", "(?i:x)"]
     assert accepts(g, "a ~ #c\nX b") is False  # '\n' is not ignored
     assert accepts(g, "a ~ #c") is False  # the comment swallows "b"
@@ -202,10 +206,7 @@ def test_llguidance_options_allow_initial_skip():
 
 def test_import_common_forms():
     g = compile_lark(
-        "start: NUMBER SP INT WORD\n"
-        "%import common.NUMBER\n"
-        "%import common.WS_INLINE -> SP\n"
-        "%import common (INT, WORD)\n"
+        "start: NUMBER SP INT WORD\n%import common.NUMBER\n%import common.WS_INLINE -> SP\n%import common (INT, WORD)\n"
     )
     assert set(lexemes(g)) == {"NUMBER", "SP", "INT", "WORD"}
     assert accepts(g, "1.5e3 7abc") and not accepts(g, "1.5e3 7")
@@ -274,7 +275,7 @@ ERRORS = [
     ("start: value\nvalue: NUMBR\nNUMBER: /1/\n", (2, 8), ["undefined terminal 'NUMBR'", "did you mean NUMBER?"]),
     ('start: "a"\n%ignore SPACE\n', (2, 9), ["undefined terminal 'SPACE'", "%ignore"]),
     ('start: A\nA: "x" B\nB: "y" A\n', (3, 8), ["terminal A is recursive", "A -> B -> A"]),
-    ("start: A\nA: A \"x\"\n", (2, 4), ["terminal A is recursive (A -> A)"]),
+    ('start: A\nA: A "x"\n', (2, 4), ["terminal A is recursive (A -> A)"]),
     ('start: "abc\n', (1, 8), ["unterminated string", "expected '\"'", "found end of line"]),
     ("start: /abc\n", (1, 8), ["unterminated regex", "found end of line"]),
     ('start "a"\n', (1, 7), ["expected ':' after the rule name 'start'", 'found string "a"']),
@@ -412,9 +413,9 @@ def _ebnf():
 def test_random_ebnf_matches_python_re(expr, samples):
     lark, rx = expr
     pattern = re.compile(rx)
-    as_rules = compile_lark(f"start: {lark} \"!\"\n")
+    as_rules = compile_lark(f'start: {lark} "!"\n')
     try:
-        as_term = compile_lark(f"start: T\nT: {lark} \"!\"\n")
+        as_term = compile_lark(f'start: T\nT: {lark} "!"\n')
     except GrammarError:
         as_term = None
     # Words the expression itself produces, plus random ones.

@@ -67,8 +67,9 @@ def test_every_filled_entry_is_the_plain_derivative(seed):
     lx = Lexer(Grammar.from_lark(GRAMMAR))
     rng = random.Random(seed)
     alphabet = b'"{}[],:0123456789-abdehilmnoprstuv \n\\\x00\xff'
-    starts = [lx.initial_state(frozenset(rng.sample(range(lx.num_lexemes), rng.randint(1, lx.num_lexemes))))
-              for _ in range(8)]
+    starts = [
+        lx.initial_state(frozenset(rng.sample(range(lx.num_lexemes), rng.randint(1, lx.num_lexemes)))) for _ in range(8)
+    ]
     for _ in range(300):
         s = rng.choice(starts)
         for _ in range(rng.randint(1, 14)):
@@ -140,7 +141,7 @@ def test_fuel_still_bounds_a_lexer():
 
 
 def test_state_limit_still_bounds_a_lexer():
-    g = Grammar.from_lark('start: W\nW: /[a-z]{0,400}q/')
+    g = Grammar.from_lark("start: W\nW: /[a-z]{0,400}q/")
     lx = Lexer(g, limits=Limits(max_lexer_states=50))
     s = lx.initial_state(frozenset([0]))
     with pytest.raises(LimitExceeded):
@@ -150,15 +151,18 @@ def test_state_limit_still_bounds_a_lexer():
 
 # The compiled step ----------------------------------------------------------------
 
-def _compiled_steps(step_fn, lx: Lexer, rng: random.Random, alphabet: bytes, walks: int,
-                    publish: bool = False, max_len: int = 14) -> tuple[int, int]:
+
+def _compiled_steps(
+    step_fn, lx: Lexer, rng: random.Random, alphabet: bytes, walks: int, publish: bool = False, max_len: int = 14
+) -> tuple[int, int]:
     """Random walks through `lx` with `step_fn` (lex_step_py or its compiled copy), as
     the mask walk does: where the compiled step gives up, `publish` the missing
     derivatives and try again (with `publish`), else Python's `step`. Returns
     (entries the compiled step filled, entries it left to Python)."""
     done = left = 0
-    starts = [lx.initial_state(frozenset(rng.sample(range(lx.num_lexemes), rng.randint(1, lx.num_lexemes))))
-              for _ in range(6)]
+    starts = [
+        lx.initial_state(frozenset(rng.sample(range(lx.num_lexemes), rng.randint(1, lx.num_lexemes)))) for _ in range(6)
+    ]
     for _ in range(walks):
         s = rng.choice(starts)
         for _ in range(rng.randint(1, max_len)):
@@ -250,7 +254,7 @@ def test_step_arrays_keep_room_for_the_compiled_step_and_every_state_hashed():
     from midword.engine.mask import lex_step_jit
 
     # Long bounded repeats: hundreds of states, so the arrays grow and the table rehashes.
-    lx = Lexer(Grammar.from_lark('start: W | V\nW: /[a-c]{0,300}q/\nV: /[ab]{0,200}x/'), ExprSet())
+    lx = Lexer(Grammar.from_lark("start: W | V\nW: /[a-c]{0,300}q/\nV: /[ab]{0,200}x/"), ExprSet())
     rng = random.Random(5)
     for rounds in range(4):
         _compiled_steps(lex_step_jit, lx, rng, b"abc", 20, publish=bool(rounds % 2), max_len=300)
@@ -329,7 +333,7 @@ def test_publish_makes_the_row_of_the_state_it_leads_to():
     lx = Lexer(Grammar.from_lark(GRAMMAR), ExprSet())
     s = lx.step(lx.initial_state(frozenset([lx.lexeme_names.index("STR")]), with_ignore=False), ord('"'))
     assert lx.publish(s, ord("a"))
-    (_, d), = _expected(lx, s, ord("a"))
+    ((_, d),) = _expected(lx, s, ord("a"))
     # The compiled step goes on from the target without returning for its row.
     assert d in lx.rows
 
@@ -338,7 +342,7 @@ def test_publish_adds_the_accepting_state_the_compiled_step_cannot():
     from midword.engine.lexer import lex_step_py
 
     es = ExprSet()
-    g = Grammar.from_lark('start: W\nW: /ab?/')
+    g = Grammar.from_lark("start: W\nW: /ab?/")
     lx = Lexer(g, es)
     assert lx.publish(lx.initial_state(frozenset([0])), ord("a"))
     # A second lexer over the same regex set finds W's row and derivative published:
@@ -363,7 +367,7 @@ def test_the_compiled_step_leaves_new_accepting_states_to_python():
     from midword.engine.lexer import lex_step_py
 
     es = ExprSet()
-    g = Grammar.from_lark('start: W\nW: /ab?/')
+    g = Grammar.from_lark("start: W\nW: /ab?/")
     lx = Lexer(g, es)
     s = lx.initial_state(frozenset([0]))
     assert lx.publish(s, ord("a"))  # W's row, complete: d(W, a) = "b?", which accepts
@@ -379,6 +383,7 @@ def test_the_compiled_step_leaves_new_accepting_states_to_python():
 
 
 # Regex engine ----------------------------------------------------------------------
+
 
 def _search_empty(es: ExprSet, expr: int, bound: int = 5_000) -> bool:
     """Emptiness by exploring every byte's derivative, without decomposition."""
@@ -453,6 +458,7 @@ def test_literal_is_cached_and_matches_its_bytes():
 
 # Table growth ----------------------------------------------------------------------
 
+
 def test_large_tables_grow_in_mapped_memory_with_their_contents_and_fill():
     from midword.engine import _arrays
     from midword.engine._views import pack
@@ -464,7 +470,7 @@ def test_large_tables_grow_in_mapped_memory_with_their_contents_and_fill():
     assert new.dtype == np.int32 and new.flags.c_contiguous and new.flags.writeable
     assert (new[:rows] == old).all() and (new[rows:] == UNKNOWN).all()
     zeros = _arrays.grown(np.ones(_arrays.LARGE_BYTES // 8, dtype=np.int64), _arrays.LARGE_BYTES // 4, 0)
-    assert zeros[: _arrays.LARGE_BYTES // 8].all() and not zeros[_arrays.LARGE_BYTES // 8:].any()
+    assert zeros[: _arrays.LARGE_BYTES // 8].all() and not zeros[_arrays.LARGE_BYTES // 8 :].any()
     pack((new, zeros), (np.int32, np.int64))  # what the compiled walk accepts
     small = _arrays.grown(np.ones(3, dtype=np.int8), 5, 7)
     assert small.flags.owndata and small.tolist() == [1, 1, 1, 7, 7]
@@ -477,7 +483,7 @@ def test_a_lexer_whose_tables_grow_in_mapped_memory_steps_as_before(monkeypatch)
     # Every growth takes the mapped path: the compiled step and the plain derivatives
     # still agree over hundreds of states.
     monkeypatch.setattr(_arrays, "LARGE_BYTES", 0)
-    lx = Lexer(Grammar.from_lark('start: W | V\nW: /[a-c]{0,300}q/\nV: /[ab]{0,200}x/'), ExprSet())
+    lx = Lexer(Grammar.from_lark("start: W | V\nW: /[a-c]{0,300}q/\nV: /[ab]{0,200}x/"), ExprSet())
     rng = random.Random(5)
     for rounds in range(4):
         _compiled_steps(lex_step_jit, lx, rng, b"abc", 20, publish=bool(rounds % 2), max_len=300)

@@ -16,9 +16,17 @@ from midword.engine.recognizer import grammar_accepts
 TOY = toy()
 
 LEXEME_POOL = [
-    ("A", "a", b"a"), ("B", "b", b"b"), ("AB", "ab", b"ab"), ("X", "x", b"x"),
-    ("INT", "[0-9]+", None), ("WORD", "[a-z]+", None), ("STR", '"[^"\\\\]*"', None),
-    ("LB", "\\[", b"["), ("RB", "\\]", b"]"), ("COMMA", ",", b","), ("OPTA", "a?b", None),
+    ("A", "a", b"a"),
+    ("B", "b", b"b"),
+    ("AB", "ab", b"ab"),
+    ("X", "x", b"x"),
+    ("INT", "[0-9]+", None),
+    ("WORD", "[a-z]+", None),
+    ("STR", '"[^"\\\\]*"', None),
+    ("LB", "\\[", b"["),
+    ("RB", "\\]", b"]"),
+    ("COMMA", ",", b","),
+    ("OPTA", "a?b", None),
 ]
 
 
@@ -113,17 +121,20 @@ def json_like() -> Grammar:
     return b.build(value)
 
 
-@pytest.mark.parametrize("text,ok", [
-    (b'{"a": [1, 2.5e3, true, null, "x\\u00e9"]}', True),
-    (b'[ ]', True),
-    (b'[ ] ', False),  # nor after the last one
-    (b'  [ ]', False),  # no %ignore before the first lexeme unless allow_initial_skip
-    (b'{"a" 1}', False),
-    (b'[1,]', False),
-    (b'"caf\xc3\xa9"', True),
-    (b'01', False),
-    (b'', False),
-])
+@pytest.mark.parametrize(
+    "text,ok",
+    [
+        (b'{"a": [1, 2.5e3, true, null, "x\\u00e9"]}', True),
+        (b"[ ]", True),
+        (b"[ ] ", False),  # nor after the last one
+        (b"  [ ]", False),  # no %ignore before the first lexeme unless allow_initial_skip
+        (b'{"a" 1}', False),
+        (b"[1,]", False),
+        (b'"caf\xc3\xa9"', True),
+        (b"01", False),
+        (b"", False),
+    ],
+)
 def test_grammar_accepts_json_like(text, ok):
     assert grammar_accepts(json_like(), text) == ok
 
@@ -222,7 +233,7 @@ def test_fuel_bounds_each_mask_not_the_grammar_s_lifetime():
     text = b"".join(bytes([97 + i % 26, 97 + i // 26 % 26]) + b"; " for i in range(300))
     for i in range(0, len(text), 3):
         m.compute_mask()
-        m.consume_bytes(text[i:i + 3])
+        m.consume_bytes(text[i : i + 3])
     assert not m.is_error()
     assert m.rec.parser.num_rows > 400
 
@@ -231,8 +242,12 @@ def test_a_worn_out_shared_recognizer_is_replaced_for_new_matchers(monkeypatch):
     # A server uses one grammar for days; its shared recognizer must not grow forever.
     from midword.engine.recognizer import Recognizer
 
-    g = Grammar.from_json_schema({"type": "object", "properties": {
-        "a": {"type": "array", "items": {"type": "integer"}}, "b": {"type": "string"}}})
+    g = Grammar.from_json_schema(
+        {
+            "type": "object",
+            "properties": {"a": {"type": "array", "items": {"type": "integer"}}, "b": {"type": "string"}},
+        }
+    )
     first, other = Matcher(TOY, g), Matcher(TOY, g)
     assert other.rec is first.rec  # shared while small
     fresh_bytes = Recognizer(g).footprint_bytes()
@@ -284,5 +299,5 @@ def test_recognizers_are_shared_by_content_key_exactly_when_fingerprints_match()
             same = a.fingerprint() == b.fingerprint()
             assert (a.content_key() == b.content_key()) == same
             assert (Recognizer.for_grammar(a) is Recognizer.for_grammar(b)) == same
-    for g in grammars[:len(texts)]:
+    for g in grammars[: len(texts)]:
         Recognizer.release(g)

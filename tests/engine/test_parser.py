@@ -3,15 +3,14 @@ and both against a textbook Earley recognizer written independently here."""
 
 import random
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from midword.engine.analysis import END
 from midword.engine.grammar import GrammarBuilder
 from midword.engine.limits import LimitExceeded, Limits
-from midword.engine.analysis import END
 from midword.engine.parser import EarleyParser
-
-import pytest
 
 N_LEXEMES = 4
 
@@ -41,7 +40,7 @@ def textbook(grammar, seq):
         changed = True
         while changed:
             changed = False
-            for (ri, dot, origin) in list(items):
+            for ri, dot, origin in list(items):
                 lhs, rhs = rules[ri]
                 if dot < len(rhs) and rhs[dot] >= 0:
                     for rj, (l2, _) in enumerate(rules):
@@ -50,7 +49,7 @@ def textbook(grammar, seq):
                             changed = True
                 elif dot == len(rhs):
                     source = items if origin == i else chart[origin]
-                    for (rk, d2, o2) in list(source):
+                    for rk, d2, o2 in list(source):
                         l3, rhs3 = rules[rk]
                         if d2 < len(rhs3) and rhs3[d2] == lhs and (rk, d2 + 1, o2) not in items:
                             items.add((rk, d2 + 1, o2))
@@ -59,8 +58,7 @@ def textbook(grammar, seq):
 
     chart = [close({(ri, 0, 0) for ri, (lhs, _) in enumerate(rules) if lhs == start}, 0, [])]
     for i, lx in enumerate(seq):
-        nxt = {(ri, dot + 1, o) for (ri, dot, o) in chart[i]
-               if dot < len(rules[ri][1]) and rules[ri][1][dot] == ~lx}
+        nxt = {(ri, dot + 1, o) for (ri, dot, o) in chart[i] if dot < len(rules[ri][1]) and rules[ri][1][dot] == ~lx}
         chart.append(close(nxt, i + 1, chart))
     last = chart[-1]
     accepts = any(rules[ri][0] == start and dot == len(rules[ri][1]) and o == 0 for (ri, dot, o) in last)
@@ -143,11 +141,11 @@ def test_json_schema_grammars_flagged_all_productive_are(maskbench_dev):
     # MaskBench development schemas (recursive $refs, contradictions pruned away).
     import json
 
-    from midword.engine import Grammar
-    from midword.engine.limits import GrammarError
     import numpy as np
 
+    from midword.engine import Grammar
     from midword.engine.analysis import flatten_rules, mark_derivers_py
+    from midword.engine.limits import GrammarError
 
     files = sorted(maskbench_dev.glob("*.json"))[:120]
     assert files, f"MaskBench development set empty at {maskbench_dev}"
@@ -169,7 +167,7 @@ def test_json_schema_grammars_flagged_all_productive_are(maskbench_dev):
 def test_step_table_rehash_keeps_every_step():
     import numpy as np
 
-    from midword.engine.recognizer import STEP_EMPTY, rehash_steps_jit, rehash_steps_py, step_slot, LEXSET_BITS
+    from midword.engine.recognizer import LEXSET_BITS, STEP_EMPTY, rehash_steps_jit, rehash_steps_py, step_slot
 
     rng = random.Random(3)
     bits = 8
@@ -251,8 +249,13 @@ def test_prediction_closures_compiled_equal_the_twin_and_the_definition(grammar)
         for parser in (compiled, twin):
             if parser.pred_start[nt] < 0:
                 parser._add_prediction(nt)
-        got = [(p.pred_pool[p.pred_start[nt]:p.pred_end[nt]].tolist(),
-                p.prednt_pool[p.prednt_start[nt]:p.prednt_end[nt]].tolist()) for p in (compiled, twin)]
+        got = [
+            (
+                p.pred_pool[p.pred_start[nt] : p.pred_end[nt]].tolist(),
+                p.prednt_pool[p.prednt_start[nt] : p.prednt_end[nt]].tolist(),
+            )
+            for p in (compiled, twin)
+        ]
         assert got[0] == got[1]  # the same order too: it fixes the order of row items
         positions, nts = got[0]
         assert len(set(positions)) == len(positions) and len(set(nts)) == len(nts)
@@ -265,8 +268,9 @@ def rule_lists(draw):
     with repeated symbols and empty right sides, and nonterminals with no rule."""
     n_nt = draw(st.integers(1, 6))
     symbols = st.integers(-3, n_nt - 1)
-    rules = draw(st.lists(st.tuples(st.integers(0, n_nt - 1), st.lists(symbols, max_size=4).map(tuple)),
-                          min_size=1, max_size=12))
+    rules = draw(
+        st.lists(st.tuples(st.integers(0, n_nt - 1), st.lists(symbols, max_size=4).map(tuple)), min_size=1, max_size=12)
+    )
     return n_nt, rules
 
 
@@ -297,15 +301,20 @@ def test_rule_tables_compiled_and_plain_match_the_definitions(case):
         rhs_len = np.array([len(r[1]) for r in rules], dtype=np.int64)
         rhs_flat = np.array([s for r in rules for s in r[1]], dtype=np.int64)
         size = len(positions)
-        out = (np.full(size, 7, dtype=np.int64), np.full(size, 7, dtype=np.int64),
-               np.full(len(rules), 7, dtype=np.int64), np.ones(n_nt, dtype=np.bool_),
-               np.full(len(rules), 7, dtype=np.int64), np.full(n_nt + 1, 7, dtype=np.int64))
+        out = (
+            np.full(size, 7, dtype=np.int64),
+            np.full(size, 7, dtype=np.int64),
+            np.full(len(rules), 7, dtype=np.int64),
+            np.ones(n_nt, dtype=np.bool_),
+            np.full(len(rules), 7, dtype=np.int64),
+            np.full(n_nt + 1, 7, dtype=np.int64),
+        )
         fn(lhs, rhs_len, rhs_flat, *out)
         dot_symbol, dot_lhs, first_pos, got_nullable, rule_first, rule_ptr = out
-        assert list(zip(dot_symbol.tolist(), dot_lhs.tolist())) == positions
+        assert list(zip(dot_symbol.tolist(), dot_lhs.tolist(), strict=False)) == positions
         assert first_pos.tolist() == first
         assert got_nullable.tolist() == nullable
-        assert [rule_first[rule_ptr[nt]:rule_ptr[nt + 1]].tolist() for nt in range(n_nt)] == by_lhs
+        assert [rule_first[rule_ptr[nt] : rule_ptr[nt + 1]].tolist() for nt in range(n_nt)] == by_lhs
 
 
 @given(rule_lists(), st.integers(0, 5), st.integers(0, 3))
@@ -334,16 +343,20 @@ def test_grammar_marks_compiled_and_plain_match_the_definitions(case, start, n_l
         reach[start] = changed = True
         while changed:
             changed = False
-            for (lhs, rhs), ok in zip(rules, usable):
+            for (lhs, rhs), ok in zip(rules, usable, strict=False):
                 if ok and reach[lhs]:
                     for s in rhs:
                         if s < 0:
                             used[-1 - s] = True
                         elif not reach[s]:
                             reach[s] = changed = True
-    kept = [ok and reach[lhs] for (lhs, _), ok in zip(rules, usable)]
+    kept = [ok and reach[lhs] for (lhs, _), ok in zip(rules, usable, strict=False)]
     for fn in (grammar_marks_py, grammar_marks_jit):
-        out = (np.ones(n_nt, dtype=np.bool_), np.ones(n_nt, dtype=np.bool_), np.ones(n_lexemes, dtype=np.bool_),
-               np.ones(len(rules), dtype=np.bool_))
+        out = (
+            np.ones(n_nt, dtype=np.bool_),
+            np.ones(n_nt, dtype=np.bool_),
+            np.ones(n_lexemes, dtype=np.bool_),
+            np.ones(len(rules), dtype=np.bool_),
+        )
         assert fn(*flatten_rules(rules), start, *out) == sum(kept)
         assert [a.tolist() for a in out] == [productive, reach, used, kept]

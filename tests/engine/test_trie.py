@@ -5,11 +5,26 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from midword.engine.trie import (RECORD_DEPTH_MASK, RECORD_DEPTH_SHIFT, RECORD_SEVERAL, RECORD_SUBTREE_MASK,
-                                 RECORD_SUBTREE_SHIFT, RECORD_TOKEN_MASK, RECORD_TOKEN_SHIFT, TokenTrie,
-                                 fill_subtree_sizes_py, mask_words, node_for_jit, node_for_py, walk_table_jit, walk_table_py)
+from midword.engine.trie import (
+    RECORD_DEPTH_MASK,
+    RECORD_DEPTH_SHIFT,
+    RECORD_SEVERAL,
+    RECORD_SUBTREE_MASK,
+    RECORD_SUBTREE_SHIFT,
+    RECORD_TOKEN_MASK,
+    RECORD_TOKEN_SHIFT,
+    TokenTrie,
+    fill_subtree_sizes_py,
+    mask_words,
+    node_for_jit,
+    node_for_py,
+    walk_table_jit,
+    walk_table_py,
+)
 
-vocab_strategy = st.lists(st.binary(min_size=0, max_size=6).map(lambda b: bytes(x % 4 + 97 for x in b)), min_size=1, max_size=120)
+vocab_strategy = st.lists(
+    st.binary(min_size=0, max_size=6).map(lambda b: bytes(x % 4 + 97 for x in b)), min_size=1, max_size=120
+)
 
 
 def brute_walk(token_bytes, excluded, table, start, accepting):
@@ -53,7 +68,9 @@ def test_layout_and_queries_match_brute_force(token_bytes, excluded):
         assert set(trie.tokens_with_prefix(probe)) == expect
         expect_prefix = {(len(token_bytes[t]), t) for t in live if probe.startswith(token_bytes[t])}
         assert set(trie.tokens_prefix_of(probe)) == expect_prefix
-        assert trie.has_extension(probe) == any(len(token_bytes[t]) > len(probe) and token_bytes[t].startswith(probe) for t in live)
+        assert trie.has_extension(probe) == any(
+            len(token_bytes[t]) > len(probe) and token_bytes[t].startswith(probe) for t in live
+        )
 
 
 @settings(max_examples=150, deadline=None)
@@ -66,8 +83,17 @@ def test_walk_jit_equals_twin_and_brute_force(token_bytes, n_states, data):
             table[s, b] = data.draw(st.integers(-1, n_states - 1))
     start = data.draw(st.integers(0, n_states - 1))
     accepting = np.array([data.draw(st.booleans()) for _ in range(n_states)], dtype=np.bool_)
-    args = (trie.node_byte, trie.node_depth, trie.subtree_size, trie.tok_start, trie.tok_end, trie.node_tokens, table,
-            accepting, start)
+    args = (
+        trie.node_byte,
+        trie.node_depth,
+        trie.subtree_size,
+        trie.tok_start,
+        trie.tok_end,
+        trie.node_tokens,
+        table,
+        accepting,
+        start,
+    )
     m_jit = np.zeros(mask_words(len(token_bytes)), dtype=np.uint32)
     m_py = np.zeros_like(m_jit)
     v_jit = walk_table_jit(*args, m_jit)
@@ -78,7 +104,9 @@ def test_walk_jit_equals_twin_and_brute_force(token_bytes, n_states, data):
 
 
 @settings(max_examples=150, deadline=None)
-@given(vocab_strategy, st.lists(st.binary(min_size=1, max_size=7).map(lambda b: bytes(x % 5 + 97 for x in b)), max_size=12))
+@given(
+    vocab_strategy, st.lists(st.binary(min_size=1, max_size=7).map(lambda b: bytes(x % 5 + 97 for x in b)), max_size=12)
+)
 def test_node_for_jit_equals_twin_and_spelled_prefixes(token_bytes, probes):
     trie = TokenTrie.build(token_bytes, fingerprint="test")
     live = [b for b in token_bytes if b]
@@ -90,7 +118,9 @@ def test_node_for_jit_equals_twin_and_spelled_prefixes(token_bytes, probes):
         if any(b.startswith(probe) for b in live):
             # The node spells the probe: its depth and the bytes on its path.
             assert node > 0 and trie.node_depth[node] == len(probe)
-            assert set(trie.tokens_with_prefix(probe)) == {t for t, b in enumerate(token_bytes) if b and b.startswith(probe)}
+            assert set(trie.tokens_with_prefix(probe)) == {
+                t for t, b in enumerate(token_bytes) if b and b.startswith(probe)
+            }
             assert trie.child(trie.node_for(probe[:-1]), probe[-1]) == node
         else:
             assert node == -1
@@ -107,7 +137,7 @@ def test_subtree_sizes_twin():
 def test_duplicate_token_bytes_share_a_node():
     trie = TokenTrie.build([b"ab", b"a", b"ab", b""], fingerprint="dup")
     node = trie.node_for(b"ab")
-    assert sorted(trie.node_tokens[trie.tok_start[node]:trie.tok_end[node]].tolist()) == [0, 2]
+    assert sorted(trie.node_tokens[trie.tok_start[node] : trie.tok_end[node]].tolist()) == [0, 2]
     mask, _ = trie.walk_table(np.zeros((1, 256), dtype=np.int32), 0)
     assert mask_set(mask, 4) == {0, 1, 2}
 
@@ -174,4 +204,4 @@ def test_node_records_send_ids_too_large_for_the_field_through_tok_start():
 def test_node_records_refuse_a_token_too_long_for_the_depth_field():
     trie = TokenTrie.build([b"x" * (RECORD_DEPTH_MASK + 1), b"y"], fingerprint="test")
     with pytest.raises(ValueError, match="at most 1023 bytes"):
-        trie.node_records
+        _ = trie.node_records

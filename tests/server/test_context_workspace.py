@@ -4,6 +4,7 @@ and the settings that steer it (`multiline`, `contextTokens`)."""
 from __future__ import annotations
 
 from lsprotocol import types
+
 from midword.server.settings import Settings, parse_settings
 from midword.server.workspace_context import EDIT_LINES, MAX_EDITS, WorkspaceContext
 

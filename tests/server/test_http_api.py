@@ -25,12 +25,7 @@ from midword.server.http_formats import FIM_MARKERS
 
 pytestmark = pytest.mark.asyncio
 
-CLASS = (
-    "class Account:\n"
-    "    user_name = guest\n"
-    "\n"
-    "    def name(self):\n"
-)
+CLASS = "class Account:\n    user_name = guest\n\n    def name(self):\n"
 LINE = "        return self.user_na"  # the cursor mid-word: CPC's case
 ANSWER = "me = guest"  # the fake's completion of LINE after CLASS
 
@@ -81,10 +76,21 @@ def vscode_body(prefix: str, prompt: str, suffix: str = "\n", chunks=()) -> dict
     # ggml-org/llama.vscode src/llama-server.ts, createRequestPayload (noPredict=false)
     # with its defaultRequestParams spread in.
     return {
-        "id_slot": 0, "input_prefix": prefix, "input_suffix": suffix, "input_extra": list(chunks),
-        "prompt": prompt, "n_predict": 128, "n_cmpl": 3,
-        "top_k": 40, "top_p": 0.99, "stream": False, "samplers": ["top_k", "top_p", "infill"], "cache_prompt": True,
-        "n_indent": 8, "t_max_prompt_ms": 500, "t_max_predict_ms": 2500,
+        "id_slot": 0,
+        "input_prefix": prefix,
+        "input_suffix": suffix,
+        "input_extra": list(chunks),
+        "prompt": prompt,
+        "n_predict": 128,
+        "n_cmpl": 3,
+        "top_k": 40,
+        "top_p": 0.99,
+        "stream": False,
+        "samplers": ["top_k", "top_p", "infill"],
+        "cache_prompt": True,
+        "n_indent": 8,
+        "t_max_prompt_ms": 500,
+        "t_max_predict_ms": 2500,
     }
 
 
@@ -113,8 +119,18 @@ async def test_llama_vscode_infill_answers_every_field_it_reads(make_api):
 async def test_llama_vscode_warm_up_answers_at_once(make_api):
     api = await make_api()
     # src/llama-server.ts createRequestPayload(noPredict=true)
-    body = {"id_slot": 0, "input_prefix": "", "input_suffix": "", "input_extra": [{"text": "x = 1\n"}], "prompt": "",
-            "n_predict": 0, "samplers": [], "cache_prompt": True, "t_max_prompt_ms": 500, "t_max_predict_ms": 1}
+    body = {
+        "id_slot": 0,
+        "input_prefix": "",
+        "input_suffix": "",
+        "input_extra": [{"text": "x = 1\n"}],
+        "prompt": "",
+        "n_predict": 0,
+        "samplers": [],
+        "cache_prompt": True,
+        "t_max_prompt_ms": 500,
+        "t_max_predict_ms": 1,
+    }
     r = await api.http.post("/infill", json=body)
     assert r.status_code == 200
     assert r.json()["content"] == ""
@@ -126,14 +142,38 @@ async def test_llama_vscode_warm_up_answers_at_once(make_api):
 
 async def test_llama_vim_gets_one_compact_line_with_flattened_fields(make_api):
     api = await make_api()
-    fields = ["content", "timings/prompt_n", "timings/prompt_ms", "timings/prompt_per_token_ms",
-              "timings/prompt_per_second", "timings/predicted_n", "timings/predicted_ms",
-              "timings/predicted_per_token_ms", "timings/predicted_per_second", "truncated", "tokens_cached"]
+    fields = [
+        "content",
+        "timings/prompt_n",
+        "timings/prompt_ms",
+        "timings/prompt_per_token_ms",
+        "timings/prompt_per_second",
+        "timings/predicted_n",
+        "timings/predicted_ms",
+        "timings/predicted_per_token_ms",
+        "timings/predicted_per_second",
+        "truncated",
+        "tokens_cached",
+    ]
     # ggml-org/llama.vim autoload/llama.vim, llama#fim: the request it builds
-    body = {"id_slot": 0, "input_prefix": CLASS, "input_suffix": "\n", "input_extra": [], "prompt": LINE,
-            "n_predict": 128, "stop": [], "n_indent": 8, "top_k": 40, "top_p": 0.90,
-            "samplers": ["top_k", "top_p", "infill"], "stream": False, "cache_prompt": True,
-            "t_max_prompt_ms": 500, "t_max_predict_ms": 250, "response_fields": fields}
+    body = {
+        "id_slot": 0,
+        "input_prefix": CLASS,
+        "input_suffix": "\n",
+        "input_extra": [],
+        "prompt": LINE,
+        "n_predict": 128,
+        "stop": [],
+        "n_indent": 8,
+        "top_k": 40,
+        "top_p": 0.90,
+        "samplers": ["top_k", "top_p", "infill"],
+        "stream": False,
+        "cache_prompt": True,
+        "t_max_prompt_ms": 500,
+        "t_max_predict_ms": 250,
+        "response_fields": fields,
+    }
     r = await api.http.post("/infill", json=body)
     raw = r.text
     # s:fim_on_response: `l:raw !~# '^\s*{' || l:raw !~# '\v"content"\s*:"'` drops the answer
@@ -149,10 +189,21 @@ async def test_llama_vim_gets_one_compact_line_with_flattened_fields(make_api):
 async def test_llama_vim_warm_up_with_empty_field_list_gets_an_empty_object(make_api):
     api = await make_api()
     # autoload/llama.vim s:ring_update: the extra-context warm-up
-    body = {"id_slot": 0, "input_prefix": "", "input_suffix": "", "prompt": "", "n_predict": 0,
-            "input_extra": [{"text": "a = 1\n", "time": [1732612345, 123456], "filename": "a.py"}],
-            "temperature": 0.0, "samplers": [], "stream": False, "cache_prompt": True,
-            "t_max_prompt_ms": 1, "t_max_predict_ms": 1, "response_fields": [""]}
+    body = {
+        "id_slot": 0,
+        "input_prefix": "",
+        "input_suffix": "",
+        "prompt": "",
+        "n_predict": 0,
+        "input_extra": [{"text": "a = 1\n", "time": [1732612345, 123456], "filename": "a.py"}],
+        "temperature": 0.0,
+        "samplers": [],
+        "stream": False,
+        "cache_prompt": True,
+        "t_max_prompt_ms": 1,
+        "t_max_predict_ms": 1,
+        "response_fields": [""],
+    }
     r = await api.http.post("/infill", json=body)
     assert r.status_code == 200 and r.text == "{}"
 
@@ -168,8 +219,12 @@ async def test_input_extra_variants(make_api):
     r = await api.http.post("/infill", json=vscode_body(CLASS, LINE, chunks=chunks))
     assert r.status_code == 200
     (call,) = api.calls()
-    assert call["context"] == [["a.py", "A = 1\n", "snippet"], [None, "B = 2\n", "snippet"], [None, "C = 3", "snippet"],
-                               [None, "D = f(\n", "snippet"]]
+    assert call["context"] == [
+        ["a.py", "A = 1\n", "snippet"],
+        [None, "B = 2\n", "snippet"],
+        [None, "C = 3", "snippet"],
+        [None, "D = f(\n", "snippet"],
+    ]
     assert call["prefix"] == CLASS + LINE
     r = await api.http.post("/infill", json={**vscode_body(CLASS, LINE), "input_extra": ["text"]})
     assert r.status_code == 400
@@ -180,8 +235,9 @@ async def test_missing_input_suffix_is_a_400_in_llama_cpp_shape(make_api):
     api = await make_api()
     r = await api.http.post("/infill", json={"input_prefix": "x = 1\n", "prompt": "y"})
     assert r.status_code == 400
-    assert r.json() == {"error": {"code": 400, "message": '"input_suffix" is required',
-                                  "type": "invalid_request_error"}}
+    assert r.json() == {
+        "error": {"code": 400, "message": '"input_suffix" is required', "type": "invalid_request_error"}
+    }
 
 
 async def test_wrong_types_and_malformed_json_name_the_problem(make_api):
@@ -261,16 +317,26 @@ async def test_tabby_agent_health_events_and_completion(make_api):
         for key in ("device", "arch", "cpu_info", "cpu_count", "cuda_devices"):
             assert key in health
     # LogEventRequest
-    r = await api.http.post("/v1/events?select_kind=line",
-                            json={"type": "view", "completion_id": "cmpl-1", "choice_index": 0, "view_id": "v1"})
+    r = await api.http.post(
+        "/v1/events?select_kind=line",
+        json={"type": "view", "completion_id": "cmpl-1", "choice_index": 0, "view_id": "v1"},
+    )
     assert r.status_code == 200
     # CompletionRequest with Segments
-    body = {"language": "python", "segments": {
-        "prefix": CLASS + LINE, "suffix": "\n", "filepath": "src/account.py", "git_url": "https://example.invalid/r",
-        "declarations": [{"filepath": "src/user.py", "body": "class User:\n    pass\n"}],
-        "relevant_snippets_from_changed_files": [{"filepath": "src/x.py", "body": "X = 1\n", "score": 0.5}],
-        "clipboard": "",
-    }, "temperature": None, "mode": "standard"}
+    body = {
+        "language": "python",
+        "segments": {
+            "prefix": CLASS + LINE,
+            "suffix": "\n",
+            "filepath": "src/account.py",
+            "git_url": "https://example.invalid/r",
+            "declarations": [{"filepath": "src/user.py", "body": "class User:\n    pass\n"}],
+            "relevant_snippets_from_changed_files": [{"filepath": "src/x.py", "body": "X = 1\n", "score": 0.5}],
+            "clipboard": "",
+        },
+        "temperature": None,
+        "mode": "standard",
+    }
     r = await api.http.post("/v1/completions", json=body)
     assert r.status_code == 200
     data = r.json()
@@ -278,7 +344,10 @@ async def test_tabby_agent_health_events_and_completion(make_api):
     assert data["choices"] == [{"index": 0, "text": ANSWER}]
     (call,) = api.calls()
     assert call["language"] == "python"
-    assert call["context"] == [["src/user.py", "class User:\n    pass\n", "definition"], ["src/x.py", "X = 1\n", "edit"]]
+    assert call["context"] == [
+        ["src/user.py", "class User:\n    pass\n", "definition"],
+        ["src/x.py", "X = 1\n", "edit"],
+    ]
     assert call["prefix"] == CLASS + LINE and call["path"] == "src/account.py"
 
 
@@ -287,7 +356,7 @@ def sse_events(raw: str) -> list[str]:
     events = raw.split("\n\n")[:-1]
     for event in events:
         assert event.startswith("data: "), event  # no comments (`: ping`), no other fields
-    return [e[len("data: "):] for e in events]
+    return [e[len("data: ") :] for e in events]
 
 
 async def test_tabby_openai_backend_stream(make_api):
@@ -295,8 +364,15 @@ async def test_tabby_openai_backend_stream(make_api):
     # TabbyML/tabby crates/http-api-bindings/src/completion/openai.rs: prompt split at
     # <|FIM|> into prompt and suffix, stream: true; every event is parsed as a chunk with
     # choices[].text and finish_reason, and the stream is read until finish_reason is set.
-    body = {"model": "midword", "prompt": CLASS + LINE, "suffix": "\n", "max_tokens": 64, "temperature": 0.0,
-            "stream": True, "presence_penalty": 0.0}
+    body = {
+        "model": "midword",
+        "prompt": CLASS + LINE,
+        "suffix": "\n",
+        "max_tokens": 64,
+        "temperature": 0.0,
+        "stream": True,
+        "presence_penalty": 0.0,
+    }
     r = await api.http.post("/v1/completions", json=body)
     assert r.status_code == 200 and r.headers["content-type"] == "text/event-stream"
     events = sse_events(r.text)
@@ -329,8 +405,10 @@ async def test_fim_templated_prompts_are_parsed_back(make_api, family):
         pre, suf, mid = TEMPLATES[family]
         prompt = f"{pre}{prefix}{suf}{suffix}{mid}"
     # core/llm/llms/OpenAI.ts (Continue) _legacystreamComplete: the templated prompt, stream: true
-    r = await api.http.post("/v1/completions", json={"model": "midword", "prompt": prompt, "max_tokens": 64,
-                                                     "stream": True, "stop": ["<fim_prefix>", "\n\n"]})
+    r = await api.http.post(
+        "/v1/completions",
+        json={"model": "midword", "prompt": prompt, "max_tokens": 64, "stream": True, "stop": ["<fim_prefix>", "\n\n"]},
+    )
     text = "".join(json.loads(e)["choices"][0]["text"] for e in sse_events(r.text)[:-1])
     assert text == ANSWER
     (call,) = api.calls()
@@ -346,8 +424,14 @@ async def test_zed_required_response_fields(make_api):
     # zed-industries/zed crates/cloud_llm_client/src/predict_edits_v3.rs: RawCompletionRequest
     # in, RawCompletionResponse out (id, object, created: u64, model, choices[{text,
     # finish_reason}], usage{prompt_tokens, completion_tokens, total_tokens}: u32), all required.
-    body = {"model": "midword", "prompt": "<|fim_prefix|>" + CLASS + LINE + "<|fim_suffix|>\n<|fim_middle|>",
-            "max_tokens": 64, "temperature": 0.0, "stop": ["<|endoftext|>"], "environment": "local"}
+    body = {
+        "model": "midword",
+        "prompt": "<|fim_prefix|>" + CLASS + LINE + "<|fim_suffix|>\n<|fim_middle|>",
+        "max_tokens": 64,
+        "temperature": 0.0,
+        "stop": ["<|endoftext|>"],
+        "environment": "local",
+    }
     r = await api.http.post("/v1/completions", json=body)
     data = r.json()
     assert isinstance(data["id"], str) and data["object"] == "text_completion"
@@ -356,7 +440,9 @@ async def test_zed_required_response_fields(make_api):
     assert data["choices"][0]["text"] == ANSWER and data["choices"][0]["finish_reason"] in ("stop", "length")
     assert "logprobs" in data["choices"][0] and data["choices"][0]["index"] == 0
     usage = data["usage"]
-    assert all(isinstance(usage[k], int) and usage[k] >= 0 for k in ("prompt_tokens", "completion_tokens", "total_tokens"))
+    assert all(
+        isinstance(usage[k], int) and usage[k] >= 0 for k in ("prompt_tokens", "completion_tokens", "total_tokens")
+    )
 
 
 async def test_models_never_advertise_gpt_or_claude(make_api):
@@ -374,8 +460,15 @@ async def test_completion_stream_shape(make_api):
     # TabbyML/tabby crates/http-api-bindings/src/completion/llama.rs: every event is
     # {content, stop} (both required), read until stop; Continue core/llm/llms/LlamaCpp.ts
     # reads value.content. llama.cpp sends no [DONE] on this route.
-    body = {"seed": 0, "prompt": "<PRE> " + CLASS + LINE + " <SUF>\n <MID>", "n_predict": 64, "temperature": 0.1,
-            "stream": True, "penalty_last_n": 0, "presence_penalty": 0.0}
+    body = {
+        "seed": 0,
+        "prompt": "<PRE> " + CLASS + LINE + " <SUF>\n <MID>",
+        "n_predict": 64,
+        "temperature": 0.1,
+        "stream": True,
+        "penalty_last_n": 0,
+        "presence_penalty": 0.0,
+    }
     r = await api.http.post("/completion", json=body)
     events = [json.loads(e) for e in sse_events(r.text)]
     assert all(isinstance(e["content"], str) and isinstance(e["stop"], bool) for e in events)
@@ -390,8 +483,14 @@ async def test_completion_stream_shape(make_api):
 
 async def test_midword_complete_answers_completion_fields(make_api):
     api = await make_api()
-    body = {"prefix": CLASS + LINE, "suffix": "\n", "language": "python", "mode": "cpc", "max_tokens": 20,
-            "grammar": {"regex": "[a-z_]+ = [a-z_]+"}}
+    body = {
+        "prefix": CLASS + LINE,
+        "suffix": "\n",
+        "language": "python",
+        "mode": "cpc",
+        "max_tokens": 20,
+        "grammar": {"regex": "[a-z_]+ = [a-z_]+"},
+    }
     data = (await api.http.post("/v1/midword/complete", json=body)).json()
     assert data["text"] == "user_name = guest" and data["insert_text"] == ANSWER
     assert data["replace_start"] == len(CLASS + LINE) - len("user_na")
@@ -411,11 +510,16 @@ async def test_json_schema_is_read_only_inside_the_workspace(make_api, tmp_path)
     outside = tmp_path / "secret.json"
     outside.write_text('{"type": "object"}')
     api = await make_api(workspace=str(workspace))
-    for ref, kind in (("./schema.json", "json_schema"), (str(outside), "lark"), ("../secret.json", "lark"),
-                      ("https://example.invalid/s.json", "lark")):
+    for ref, kind in (
+        ("./schema.json", "json_schema"),
+        (str(outside), "lark"),
+        ("../secret.json", "lark"),
+        ("https://example.invalid/s.json", "lark"),
+    ):
         doc = '{\n  "$schema": "' + ref + '",\n  "po'
-        r = await api.http.post("/infill", json={"input_prefix": doc, "input_suffix": "\n}\n", "prompt": "",
-                                                 "filename": "config.json"})
+        r = await api.http.post(
+            "/infill", json={"input_prefix": doc, "input_suffix": "\n}\n", "prompt": "", "filename": "config.json"}
+        )
         assert r.status_code == 200
         call = api.calls()[-1]
         assert call["grammar_kind"] == kind, ref
@@ -483,8 +587,20 @@ async def test_type_through_cache_and_metrics(make_api):
 async def test_openapi_describes_every_route(make_api):
     api = await make_api()
     doc = (await api.http.get("/openapi.json")).json()
-    for path in ("/infill", "/completion", "/v1/completions", "/completions", "/beta/completions",
-                 "/v1/midword/complete", "/health", "/v1/health", "/v1/events", "/v1/models", "/props", "/metrics"):
+    for path in (
+        "/infill",
+        "/completion",
+        "/v1/completions",
+        "/completions",
+        "/beta/completions",
+        "/v1/midword/complete",
+        "/health",
+        "/v1/health",
+        "/v1/events",
+        "/v1/models",
+        "/props",
+        "/metrics",
+    ):
         assert path in doc["paths"], path
 
 

@@ -32,10 +32,10 @@ S = "\n    return s\n"
 TEMPLATES = {
     "starcoder": f"<fim_prefix>{P}<fim_suffix>{S}<fim_middle>",
     "starcoder2 repo": f"<repo_name>shop\n<file_sep>util.py\ndef helper():\n    pass\n<file_sep>cart.py\n"
-                       f"<fim_prefix>{P}<fim_suffix>{S}<fim_middle>",
+    f"<fim_prefix>{P}<fim_suffix>{S}<fim_middle>",
     "qwen": f"<|fim_prefix|>{P}<|fim_suffix|>{S}<|fim_middle|>",
     "qwen repo": f"<|repo_name|>shop\n<|file_sep|>util.py\ndef helper():\n    pass\n<|file_sep|>cart.py\n"
-                 f"<|fim_prefix|>{P}<|fim_suffix|>{S}<|fim_middle|>",
+    f"<|fim_prefix|>{P}<|fim_suffix|>{S}<|fim_middle|>",
     "codellama": f"<PRE> {P} <SUF>{S} <MID>",
     "deepseek": f"<\uff5cfim\u2581begin\uff5c>{P}<\uff5cfim\u2581hole\uff5c>{S}<\uff5cfim\u2581end\uff5c>",
     "codestral": f"[SUFFIX]{S}[PREFIX]{P}",
@@ -99,7 +99,11 @@ def test_response_fields_flatten_under_literal_keys():
     answer = {"content": "x", "timings": {"prompt_n": 3, "predicted_ms": 1.5}, "truncated": False}
     # llama.vim (autoload/llama.vim) asks for these and reads them as flat keys
     assert select_fields(answer, ["content", "timings/prompt_n", "timings/predicted_ms", "truncated", "missing/x"]) == {
-        "content": "x", "timings/prompt_n": 3, "timings/predicted_ms": 1.5, "truncated": False}
+        "content": "x",
+        "timings/prompt_n": 3,
+        "timings/predicted_ms": 1.5,
+        "truncated": False,
+    }
     # its warm-up request asks for [""]: nothing
     assert select_fields(answer, [""]) == {}
 

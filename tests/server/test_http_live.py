@@ -23,12 +23,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 FAKE = "tests.fake_engine:FakeEngine"
 
-CLASS = (
-    "class Account:\n"
-    "    user_name = 'a guest with a rather long name for a default value'\n"
-    "\n"
-    "    def name(self):\n"
-)
+CLASS = "class Account:\n    user_name = 'a guest with a rather long name for a default value'\n\n    def name(self):\n"
 LINE = "        return self.user_na"
 LONG_ANSWER = "me = 'a guest with a rather long name for a default value'"  # 21 fake tokens
 
@@ -38,8 +33,19 @@ class Server:
         environ = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         environ.pop("MIDWORD_API_KEY", None)
         environ.update(env or {})
-        cmd = [sys.executable, "-m", "midword", "serve", "--http", "127.0.0.1:0", "--engine", FAKE,
-               "--model", model, *(extra or [])]
+        cmd = [
+            sys.executable,
+            "-m",
+            "midword",
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--engine",
+            FAKE,
+            "--model",
+            model,
+            *(extra or []),
+        ]
         self.proc = subprocess.Popen(cmd, cwd=ROOT, env=environ, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         deadline = time.monotonic() + 60
@@ -101,16 +107,24 @@ def start():
 def _raw_post(port: int, path: str, body: dict) -> socket.socket:
     data = json.dumps(body).encode()
     sock = socket.create_connection(("127.0.0.1", port))
-    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                 f"Content-Length: {len(data)}\r\n\r\n".encode() + data)
+    sock.sendall(
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(data)}\r\n\r\n".encode()
+        + data
+    )
     return sock
 
 
-@pytest.mark.parametrize("path,body", [
-    ("/infill", {"input_prefix": CLASS, "input_suffix": "\n", "prompt": LINE, "n_predict": 64}),
-    ("/v1/completions", {"prompt": "<fim_prefix>" + CLASS + LINE + "<fim_suffix>\n<fim_middle>", "max_tokens": 64,
-                         "stream": True}),
-])
+@pytest.mark.parametrize(
+    "path,body",
+    [
+        ("/infill", {"input_prefix": CLASS, "input_suffix": "\n", "prompt": LINE, "n_predict": 64}),
+        (
+            "/v1/completions",
+            {"prompt": "<fim_prefix>" + CLASS + LINE + "<fim_suffix>\n<fim_middle>", "max_tokens": 64, "stream": True},
+        ),
+    ],
+)
 def test_aborted_socket_stops_the_job_within_one_step(start, path, body, tmp_path):
     log = tmp_path / "calls.jsonl"
     server = start(f"fake?step_ms=400&log={log}")
@@ -135,8 +149,11 @@ def test_aborted_socket_stops_the_job_within_one_step(start, path, body, tmp_pat
     # (the whole answer is 21 steps)
     assert m["midword_tokens_generated_total"] <= 2
     # and the server keeps answering
-    r = httpx.post(server.url + "/infill", json={**body, "prompt": LINE, "input_prefix": CLASS, "input_suffix": "\n",
-                                                  "n_predict": 2}, timeout=30)
+    r = httpx.post(
+        server.url + "/infill",
+        json={**body, "prompt": LINE, "input_prefix": CLASS, "input_suffix": "\n", "n_predict": 2},
+        timeout=30,
+    )
     assert r.status_code == 200
 
 
@@ -162,15 +179,24 @@ async def test_real_model_completes_the_word_through_infill():
                 break
             await asyncio.sleep(0.1)
         assert service.state == "ready", service.worker.error
-        prefix = ("class Account:\n"
-                  "    def __init__(self, user_name: str):\n"
-                  "        self.user_name = user_name\n"
-                  "\n"
-                  "    def display_name(self) -> str:\n")
+        prefix = (
+            "class Account:\n"
+            "    def __init__(self, user_name: str):\n"
+            "        self.user_name = user_name\n"
+            "\n"
+            "    def display_name(self) -> str:\n"
+        )
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://midword.test") as c:
-            r = await c.post("/infill", json={"input_prefix": prefix, "input_suffix": "\n",
-                                              "prompt": "        return self.user_na", "n_predict": 16},
-                             timeout=300)
+            r = await c.post(
+                "/infill",
+                json={
+                    "input_prefix": prefix,
+                    "input_suffix": "\n",
+                    "prompt": "        return self.user_na",
+                    "n_predict": 16,
+                },
+                timeout=300,
+            )
         assert r.status_code == 200
         content = r.json()["content"]
         assert ("user_na" + content).startswith("user_name"), content

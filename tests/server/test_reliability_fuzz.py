@@ -14,6 +14,7 @@ import asyncio
 import json
 import re
 
+from fake_engine import FakeEngine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from lsprotocol import types
@@ -23,8 +24,6 @@ from midword.server.documents import Document, scrub
 from midword.server.lsp import create_server
 from midword.server.positions import LineIndex
 from midword.server.transport import MAX_HEADER_LINE, Session
-
-from fake_engine import FakeEngine
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -65,8 +64,9 @@ def reference_offset(text: str, line: int, character: int, encoding: str) -> int
     return end
 
 
-TEXT = st.lists(st.sampled_from(list("ab \t\r\n{}é中") + ["\r\n", "😀", "\u2028", "\f", "\x85"]),
-                max_size=30).map("".join)
+TEXT = st.lists(st.sampled_from(list("ab \t\r\n{}é中") + ["\r\n", "😀", "\u2028", "\f", "\x85"]), max_size=30).map(
+    "".join
+)
 
 
 @st.composite
@@ -90,15 +90,21 @@ def test_random_edits_match_the_reference(start, changes, encoding):
         b = reference_offset(text, l2, c2, encoding)
         a, b = min(a, b), max(a, b)
         text = text[:a] + inserted + text[b:]
-        doc.apply_change(types.TextDocumentContentChangePartial(
-            range=types.Range(start=types.Position(line=l1, character=c1), end=types.Position(line=l2, character=c2)),
-            text=inserted))
+        doc.apply_change(
+            types.TextDocumentContentChangePartial(
+                range=types.Range(
+                    start=types.Position(line=l1, character=c1), end=types.Position(line=l2, character=c2)
+                ),
+                text=inserted,
+            )
+        )
         assert doc.source == text
         assert doc.index.starts == LineIndex(text).starts
     for line in range(-1, len(LineIndex(text).starts) + 1):
         for character in (0, 1, 2, 5, 100):
-            assert doc.offset_of(types.Position(line=max(0, line), character=character)) == \
-                reference_offset(text, max(0, line), character, encoding)
+            assert doc.offset_of(types.Position(line=max(0, line), character=character)) == reference_offset(
+                text, max(0, line), character, encoding
+            )
 
 
 @given(st.text(alphabet=st.sampled_from(["a", "\ud800", "\udfff", "é", "😀"]), max_size=20))
@@ -126,11 +132,11 @@ class BytesReader:
             return await self._end()
         nl = self.data.find(b"\n", self.at, self.at + MAX_HEADER_LINE)
         stop = nl + 1 if nl >= 0 else min(len(self.data), self.at + MAX_HEADER_LINE)
-        out, self.at = self.data[self.at:stop], stop
+        out, self.at = self.data[self.at : stop], stop
         return out
 
     async def readexactly(self, n: int) -> bytes:
-        out = self.data[self.at:self.at + n]
+        out = self.data[self.at : self.at + n]
         self.at += len(out)
         if len(out) < n:
             await self._end()
@@ -187,21 +193,50 @@ def run_stream(data: bytes, expected_ids: set) -> list[dict]:
 
 
 INIT = [
-    {"jsonrpc": "2.0", "id": "init", "method": "initialize", "params": {
-        "processId": None, "rootUri": None, "capabilities": {},
-        "initializationOptions": {"midword": {"model": "fake", "prefetch": False}}}},
+    {
+        "jsonrpc": "2.0",
+        "id": "init",
+        "method": "initialize",
+        "params": {
+            "processId": None,
+            "rootUri": None,
+            "capabilities": {},
+            "initializationOptions": {"midword": {"model": "fake", "prefetch": False}},
+        },
+    },
     {"jsonrpc": "2.0", "method": "initialized", "params": {}},
-    {"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
-        "uri": "file:///w/a.py", "languageId": "python", "version": 1, "text": "alpha = 1\nbeta = al\r\nal"}}},
+    {
+        "jsonrpc": "2.0",
+        "method": "textDocument/didOpen",
+        "params": {
+            "textDocument": {
+                "uri": "file:///w/a.py",
+                "languageId": "python",
+                "version": 1,
+                "text": "alpha = 1\nbeta = al\r\nal",
+            }
+        },
+    },
 ]
 
 JSON_VALUE = st.recursive(
-    st.none() | st.booleans() | st.integers(-2**40, 2**40) | st.floats(allow_nan=False) | st.text(max_size=8),
+    st.none() | st.booleans() | st.integers(-(2**40), 2**40) | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
-    max_leaves=8)
-POSITION = st.fixed_dictionaries({"line": st.integers(-3, 5) | JSON_VALUE, "character": st.integers(-3, 40) | JSON_VALUE})
-METHODS = ["textDocument/completion", "textDocument/inlineCompletion", "midword/stats", "no/such/method",
-           "textDocument/hover", "workspace/didChangeConfiguration", "textDocument/didChange", "$/cancelRequest"]
+    max_leaves=8,
+)
+POSITION = st.fixed_dictionaries(
+    {"line": st.integers(-3, 5) | JSON_VALUE, "character": st.integers(-3, 40) | JSON_VALUE}
+)
+METHODS = [
+    "textDocument/completion",
+    "textDocument/inlineCompletion",
+    "midword/stats",
+    "no/such/method",
+    "textDocument/hover",
+    "workspace/didChangeConfiguration",
+    "textDocument/didChange",
+    "$/cancelRequest",
+]
 
 
 @st.composite
@@ -209,12 +244,17 @@ def message(draw, msg_id):
     method = draw(st.sampled_from(METHODS))
     kind = draw(st.sampled_from(["good", "params", "junk"]))
     if kind == "good":
-        params = {"textDocument": {"uri": draw(st.sampled_from(["file:///w/a.py", "file:///w/none.py"])),
-                                   "version": draw(st.integers(0, 5))},
-                  "position": draw(POSITION)}
+        params = {
+            "textDocument": {
+                "uri": draw(st.sampled_from(["file:///w/a.py", "file:///w/none.py"])),
+                "version": draw(st.integers(0, 5)),
+            },
+            "position": draw(POSITION),
+        }
         if method == "textDocument/didChange":
-            params["contentChanges"] = [{"range": {"start": draw(POSITION), "end": draw(POSITION)},
-                                         "text": draw(st.text(max_size=5))}]
+            params["contentChanges"] = [
+                {"range": {"start": draw(POSITION), "end": draw(POSITION)}, "text": draw(st.text(max_size=5))}
+            ]
         if method == "workspace/didChangeConfiguration":
             params = {"settings": {"midword": {"maxTokens": draw(JSON_VALUE), "timeBudgetMs": draw(JSON_VALUE)}}}
         if method == "$/cancelRequest":
@@ -295,10 +335,21 @@ def test_notification_futures_do_not_pile_up():
     server = create_server(lambda **kw: FakeEngine(**kw))
     stream = b"".join(frame(m) for m in INIT)
     for version in range(2, 1500):
-        stream += frame({"jsonrpc": "2.0", "method": "textDocument/didChange", "params": {
-            "textDocument": {"uri": "file:///w/a.py", "version": version},
-            "contentChanges": [{"range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
-                                "text": "x"}]}})
+        stream += frame(
+            {
+                "jsonrpc": "2.0",
+                "method": "textDocument/didChange",
+                "params": {
+                    "textDocument": {"uri": "file:///w/a.py", "version": version},
+                    "contentChanges": [
+                        {
+                            "range": {"start": {"line": 0, "character": 0}, "end": {"line": 0, "character": 0}},
+                            "text": "x",
+                        }
+                    ],
+                },
+            }
+        )
     stream += frame({"jsonrpc": "2.0", "id": "last", "method": "midword/stats", "params": {}})
     written = []
 

@@ -19,8 +19,15 @@ PLAIN_JSON = GrammarSpec(kind="lark", source=read_grammar("json.lark"))
 
 
 def _choose(ref: str, doc, root, **kw):
-    return GrammarResolver().choose(path=str(doc), language_id="json", text='{"$schema": %s, "a": ' % json.dumps(ref),
-                                    settings=Settings(), root=str(root), roots=[str(root)], **kw)
+    return GrammarResolver().choose(
+        path=str(doc),
+        language_id="json",
+        text='{"$schema": %s, "a": ' % json.dumps(ref),
+        settings=Settings(),
+        root=str(root),
+        roots=[str(root)],
+        **kw,
+    )
 
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/urandom", "/proc/self/status", "/proc/self/fd/0"])
@@ -71,14 +78,26 @@ def test_a_lark_file_in_the_settings_goes_through_the_same_checks(tmp_path):
     (tmp_path / "secret.lark").write_text("start: /SECRET/\n")
     settings = Settings(grammars=(("*.kv", str(tmp_path / "secret.lark")), ("*.z", "/dev/zero.lark")))
     r = GrammarResolver()
-    c = r.choose(path=str(tmp_path / "ws" / "a.kv"), language_id="kv", text="", settings=settings,
-                 root=str(tmp_path / "ws"), roots=[str(tmp_path / "ws")])
+    c = r.choose(
+        path=str(tmp_path / "ws" / "a.kv"),
+        language_id="kv",
+        text="",
+        settings=settings,
+        root=str(tmp_path / "ws"),
+        roots=[str(tmp_path / "ws")],
+    )
     assert c.spec == GrammarSpec(kind="auto") and "outside the workspace" in c.note and "SECRET" not in c.note
     # inside the workspace it is read
     (tmp_path / "ws" / "kv.lark").write_text("start: /[a-z]+/\n")
     settings = Settings(grammars=(("*.kv", "kv.lark"),))
-    c = r.choose(path=str(tmp_path / "ws" / "a.kv"), language_id="kv", text="", settings=settings,
-                 root=str(tmp_path / "ws"), roots=[str(tmp_path / "ws")])
+    c = r.choose(
+        path=str(tmp_path / "ws" / "a.kv"),
+        language_id="kv",
+        text="",
+        settings=settings,
+        root=str(tmp_path / "ws"),
+        roots=[str(tmp_path / "ws")],
+    )
     assert c.spec == GrammarSpec(kind="lark", source="start: /[a-z]+/\n")
 
 
@@ -92,9 +111,14 @@ def test_several_workspace_folders(tmp_path):
         (tmp_path / name).mkdir()
     (tmp_path / "b" / "s.json").write_text('{"type": "string"}')
     r = GrammarResolver()
-    c = r.choose(path=str(tmp_path / "a" / "d.json"), language_id="json",
-                 text='{"$schema": "%s"}' % (tmp_path / "b" / "s.json"), settings=Settings(),
-                 root=str(tmp_path / "a"), roots=[str(tmp_path / "a"), str(tmp_path / "b")])
+    c = r.choose(
+        path=str(tmp_path / "a" / "d.json"),
+        language_id="json",
+        text='{"$schema": "%s"}' % (tmp_path / "b" / "s.json"),
+        settings=Settings(),
+        root=str(tmp_path / "a"),
+        roots=[str(tmp_path / "a"), str(tmp_path / "b")],
+    )
     assert c.spec.kind == "json_schema" and c.note is None
 
 

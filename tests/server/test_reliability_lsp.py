@@ -19,8 +19,7 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
-                                                    os.environ.get("PYTHONPATH", "")])}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
 SERVER = [sys.executable, "-m", "midword.server", "--engine", "fake_engine:FakeEngine"]
 
 
@@ -30,8 +29,9 @@ async def client(lsp_client: LanguageClient):
 
     @lsp_client.feature("midword/status")
     def on_status(ls, params):
-        ls.statuses.append(params if isinstance(params, dict) else
-                           {k: getattr(params, k) for k in ("state", "message")})
+        ls.statuses.append(
+            params if isinstance(params, dict) else {k: getattr(params, k) for k in ("state", "message")}
+        )
 
     yield
     await lsp_client.shutdown_session()
@@ -48,25 +48,33 @@ async def wait_for(predicate, what: str, timeout: float = 15.0):
 async def start(client: LanguageClient, *, model="fake", options=None, root=None, wait_ready=True):
     settings = {"model": model, "prefetch": False}
     settings.update(options or {})
-    result = await client.initialize_session(types.InitializeParams(
-        capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=False)),
-        initialization_options={"midword": settings},
-        root_uri=Path(root).as_uri() if root else None,
-        workspace_folders=[types.WorkspaceFolder(uri=Path(root).as_uri(), name="ws")] if root else None,
-    ))
+    result = await client.initialize_session(
+        types.InitializeParams(
+            capabilities=types.ClientCapabilities(window=types.WindowClientCapabilities(work_done_progress=False)),
+            initialization_options={"midword": settings},
+            root_uri=Path(root).as_uri() if root else None,
+            workspace_folders=[types.WorkspaceFolder(uri=Path(root).as_uri(), name="ws")] if root else None,
+        )
+    )
     if wait_ready:
         await wait_for(lambda: any(s.get("state") == "ready" for s in client.statuses), "engine ready")
     return result
 
 
 def open_doc(client, uri, text, language="python"):
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id=language, version=1, text=text)
+        )
+    )
 
 
 async def complete(client, uri, line, character):
-    return await client.text_document_completion_async(types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character)))
+    return await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character)
+        )
+    )
 
 
 async def stats(client) -> dict:
@@ -125,8 +133,9 @@ async def test_single_line_completions_in_crlf_and_cr_files(client: LanguageClie
 @pytest.mark.asyncio
 async def test_infinite_settings_are_named_not_fatal(client: LanguageClient):
     # json.dumps writes Infinity, as a JavaScript client's JSON.stringify would not but a hostile one may
-    result = await start(client, options={"maxTokens": float("inf"), "prefetchDelayMs": float("inf"),
-                                          "timeBudgetMs": float("-inf")})
+    result = await start(
+        client, options={"maxTokens": float("inf"), "prefetchDelayMs": float("inf"), "timeBudgetMs": float("-inf")}
+    )
     assert result.capabilities.completion_provider is not None
     await wait_for(lambda: sum("Infinity" in m.message for m in client.log_messages) >= 3, "three messages")
     assert any("midword.maxTokens" in m.message for m in client.log_messages)
@@ -139,7 +148,9 @@ async def test_lone_surrogate_before_the_cursor_keeps_completion(client: Languag
     open_doc(client, uri, 'x = "\ud800"\nvalue_one = 1\nvalue_')
     result = await complete(client, uri, 2, 6)
     assert result.items and result.items[0].text_edit.new_text.startswith("value_one"), (
-        [m.message for m in client.log_messages], await stats(client))
+        [m.message for m in client.log_messages],
+        await stats(client),
+    )
     assert (await stats(client))["errors"] == 0
 
 
@@ -153,10 +164,15 @@ async def test_schema_compilation_failure_falls_back_to_plain_json(client: Langu
     open_doc(client, uri, text, language="json")
     result = await complete(client, uri, 0, len(text))
     kinds = [c["grammar_kind"] for c in read_log(log)]
-    assert kinds == ["json_schema", "lark"], (kinds, [m.message for m in client.log_messages])  # failed once, then plain JSON
+    assert kinds == ["json_schema", "lark"], (
+        kinds,
+        [m.message for m in client.log_messages],
+    )  # failed once, then plain JSON
     assert result.items and result.items[0].text_edit.new_text.startswith("alpha")
-    await wait_for(lambda: any("could not be used" in m.message and "RecursionError" in m.message
-                               for m in client.messages), "the message")
+    await wait_for(
+        lambda: any("could not be used" in m.message and "RecursionError" in m.message for m in client.messages),
+        "the message",
+    )
     await complete(client, uri, 0, len(text))
     assert "json_schema" not in [c["grammar_kind"] for c in read_log(log)][2:]  # not tried again
 
@@ -169,8 +185,10 @@ async def test_a_crashed_model_thread_is_reported_and_restarted(client: Language
     result = await asyncio.wait_for(complete(client, uri, 2, 6), 20)  # answered, not hung
     assert not result.items
     await wait_for(lambda: any("crashed" in m.message for m in client.messages), "showMessage")
-    await wait_for(lambda: any(s.get("state") == "error" and "crashed" in s.get("message", "")
-                               for s in client.statuses), "the error status")
+    await wait_for(
+        lambda: any(s.get("state") == "error" and "crashed" in s.get("message", "") for s in client.statuses),
+        "the error status",
+    )
     # restarted: the model is loaded again and completes a document that does not crash it
     await wait_for(lambda: client.statuses[-1].get("state") == "ready", "ready again")
     uri2 = "file:///w/ok.py"

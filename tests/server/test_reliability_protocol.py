@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"),
-                                                    os.environ.get("PYTHONPATH", "")])}
+ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
 SERVER = [sys.executable, "-m", "midword.server", "--engine", "fake_engine:FakeEngine"]
 
 
@@ -58,8 +57,9 @@ class Reader:
         while True:
             head, sep, rest = self.buf.partition(b"\r\n\r\n")
             if sep:
-                length = int([h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")][0]
-                             .split(b":")[1])
+                length = int(
+                    [h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")][0].split(b":")[1]
+                )
                 if len(rest) >= length:
                     self.buf = rest[length:]
                     return json.loads(rest[:length])
@@ -84,9 +84,17 @@ class Reader:
         return out
 
 
-INIT = {"jsonrpc": "2.0", "id": "init", "method": "initialize",
-        "params": {"processId": None, "rootUri": None, "capabilities": {},
-                   "initializationOptions": {"midword": {"model": "fake", "prefetch": False}}}}
+INIT = {
+    "jsonrpc": "2.0",
+    "id": "init",
+    "method": "initialize",
+    "params": {
+        "processId": None,
+        "rootUri": None,
+        "capabilities": {},
+        "initializationOptions": {"midword": {"model": "fake", "prefetch": False}},
+    },
+}
 INITIALIZED = {"jsonrpc": "2.0", "method": "initialized", "params": {}}
 
 
@@ -122,8 +130,11 @@ def _start(p) -> None:
 def test_invalid_params_are_answered(stdio):
     _start(stdio)
     bad = [
-        ("neg", "textDocument/completion", {"textDocument": {"uri": "file:///x.py"},
-                                            "position": {"line": -1, "character": -5}}),
+        (
+            "neg",
+            "textDocument/completion",
+            {"textDocument": {"uri": "file:///x.py"}, "position": {"line": -1, "character": -5}},
+        ),
         ("types", "textDocument/completion", {"textDocument": {"uri": 5}, "position": {"line": "a", "character": 0}}),
         ("list", "textDocument/completion", [1, 2]),
         ("inline", "textDocument/inlineCompletion", {"position": None}),
@@ -280,8 +291,22 @@ def test_tcp_second_client_is_refused_not_cross_wired(tcp):
 def test_tcp_disconnect_keeps_the_server_and_sessions_are_fresh(tcp):
     a = _connect(tcp.port)
     a.send(frame(INITIALIZED))
-    a.send(frame({"jsonrpc": "2.0", "method": "textDocument/didOpen", "params": {"textDocument": {
-        "uri": "file:///w/a.py", "languageId": "python", "version": 1, "text": "abc = 1\nab"}}}))
+    a.send(
+        frame(
+            {
+                "jsonrpc": "2.0",
+                "method": "textDocument/didOpen",
+                "params": {
+                    "textDocument": {
+                        "uri": "file:///w/a.py",
+                        "languageId": "python",
+                        "version": 1,
+                        "text": "abc = 1\nab",
+                    }
+                },
+            }
+        )
+    )
     a.send(frame(stats(1)))
     a.reader.reply("stats1")
     a.close()  # leaves without shutdown or exit
@@ -289,8 +314,16 @@ def test_tcp_disconnect_keeps_the_server_and_sessions_are_fresh(tcp):
     assert tcp.poll() is None
     b = _connect(tcp.port)  # a fresh session: it must initialize again and sees no document of a
     b.send(frame(INITIALIZED))
-    b.send(frame({"jsonrpc": "2.0", "id": "c", "method": "textDocument/completion", "params": {
-        "textDocument": {"uri": "file:///w/a.py"}, "position": {"line": 1, "character": 2}}}))
+    b.send(
+        frame(
+            {
+                "jsonrpc": "2.0",
+                "id": "c",
+                "method": "textDocument/completion",
+                "params": {"textDocument": {"uri": "file:///w/a.py"}, "position": {"line": 1, "character": 2}},
+            }
+        )
+    )
     reply = b.reader.reply("c")
     assert reply["result"]["items"] == []
     b.send(frame({"jsonrpc": "2.0", "id": "down", "method": "shutdown"}))

@@ -11,6 +11,7 @@ import time
 import weakref
 
 import pytest
+from fake_engine import FakeEngine
 
 import midword
 from midword.completion.engine import PROMPT_WINDOW_CHARS, PROMPT_WINDOW_STEP, prompt_window
@@ -18,26 +19,27 @@ from midword.completion.types import Completion, CompletionRequest
 from midword.server.editing import fit_to_line
 from midword.server.worker import ModelWorker
 
-from fake_engine import FakeEngine
 
-
-@pytest.mark.parametrize("kwargs, error, words", [
-    ({"prefix": None}, TypeError, "prefix must be a str"),
-    ({"prefix": b"x"}, TypeError, "prefix must be a str"),
-    ({"prefix": "x", "suffix": 3}, TypeError, "suffix must be a str"),
-    ({"prefix": "x\ud800"}, ValueError, "prefix has a lone surrogate at index 1"),
-    ({"prefix": "x", "max_tokens": -1}, ValueError, "max_tokens must be from 1"),
-    ({"prefix": "x", "max_tokens": 2.5}, TypeError, "max_tokens must be an integer"),
-    ({"prefix": "x", "max_tokens": True}, TypeError, "max_tokens must be an integer"),
-    ({"prefix": "x", "temperature": float("nan")}, ValueError, "temperature must be from 0"),
-    ({"prefix": "x", "temperature": "hot"}, TypeError, "temperature must be a number"),
-    ({"prefix": "x", "time_budget_s": float("inf")}, ValueError, "time_budget_s must be from"),
-    ({"prefix": "x", "mode": "fast"}, ValueError, "mode must be one of"),
-    ({"prefix": "x", "single_line": "yes"}, TypeError, "single_line must be a bool"),
-    ({"prefix": "x", "grammar": 5}, TypeError, "grammar must be None"),
-    ({"prefix": "x", "language": 5}, TypeError, "language must be a string"),
-    ({"prefix": "x", "model": ""}, TypeError, "model must be a non-empty string"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, words",
+    [
+        ({"prefix": None}, TypeError, "prefix must be a str"),
+        ({"prefix": b"x"}, TypeError, "prefix must be a str"),
+        ({"prefix": "x", "suffix": 3}, TypeError, "suffix must be a str"),
+        ({"prefix": "x\ud800"}, ValueError, "prefix has a lone surrogate at index 1"),
+        ({"prefix": "x", "max_tokens": -1}, ValueError, "max_tokens must be from 1"),
+        ({"prefix": "x", "max_tokens": 2.5}, TypeError, "max_tokens must be an integer"),
+        ({"prefix": "x", "max_tokens": True}, TypeError, "max_tokens must be an integer"),
+        ({"prefix": "x", "temperature": float("nan")}, ValueError, "temperature must be from 0"),
+        ({"prefix": "x", "temperature": "hot"}, TypeError, "temperature must be a number"),
+        ({"prefix": "x", "time_budget_s": float("inf")}, ValueError, "time_budget_s must be from"),
+        ({"prefix": "x", "mode": "fast"}, ValueError, "mode must be one of"),
+        ({"prefix": "x", "single_line": "yes"}, TypeError, "single_line must be a bool"),
+        ({"prefix": "x", "grammar": 5}, TypeError, "grammar must be None"),
+        ({"prefix": "x", "language": 5}, TypeError, "language must be a string"),
+        ({"prefix": "x", "model": ""}, TypeError, "model must be a non-empty string"),
+    ],
+)
 def test_complete_checks_its_arguments_before_loading_anything(kwargs, error, words):
     # raised at once: no model is loaded for a call that cannot run
     with pytest.raises(error, match=words):

@@ -71,15 +71,18 @@ def capabilities(encodings=None, progress=True) -> types.ClientCapabilities:
     )
 
 
-async def start(client: LanguageClient, *, model="fake", options=None, encodings=None, root=None,
-                wait_ready=True, progress=True) -> types.InitializeResult:
+async def start(
+    client: LanguageClient, *, model="fake", options=None, encodings=None, root=None, wait_ready=True, progress=True
+) -> types.InitializeResult:
     settings = {"model": model, "prefetch": False}
     settings.update(options or {})
-    result = await client.initialize_session(types.InitializeParams(
-        capabilities=capabilities(encodings, progress),
-        initialization_options={"midword": settings},
-        root_uri=Path(root).as_uri() if root else None,
-    ))
+    result = await client.initialize_session(
+        types.InitializeParams(
+            capabilities=capabilities(encodings, progress),
+            initialization_options={"midword": settings},
+            root_uri=Path(root).as_uri() if root else None,
+        )
+    )
     if wait_ready:
         await wait_for(lambda: any(s.get("state") == "ready" for s in client.statuses), "engine ready")
     return result
@@ -94,26 +97,39 @@ async def wait_for(predicate, what: str, timeout: float = 10.0):
 
 
 def open_doc(client: LanguageClient, uri: str, text: str, language: str = "python", version: int = 1):
-    client.text_document_did_open(types.DidOpenTextDocumentParams(
-        text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)))
+    client.text_document_did_open(
+        types.DidOpenTextDocumentParams(
+            text_document=types.TextDocumentItem(uri=uri, language_id=language, version=version, text=text)
+        )
+    )
 
 
 def insert(client: LanguageClient, uri: str, version: int, line: int, character: int, text: str):
     pos = types.Position(line=line, character=character)
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-        content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=pos, end=pos), text=text)]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
+            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=pos, end=pos), text=text)],
+        )
+    )
 
 
 async def complete(client: LanguageClient, uri: str, line: int, character: int) -> types.CompletionList:
-    return await client.text_document_completion_async(types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character)))
+    return await client.text_document_completion_async(
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character)
+        )
+    )
 
 
 async def inline(client: LanguageClient, uri: str, line: int, character: int) -> types.InlineCompletionList:
-    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character),
-        context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic)))
+    return await client.text_document_inline_completion_async(
+        types.InlineCompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            position=types.Position(line=line, character=character),
+            context=types.InlineCompletionContext(trigger_kind=types.InlineCompletionTriggerKind.Automatic),
+        )
+    )
 
 
 async def stats(client: LanguageClient) -> dict:
@@ -130,9 +146,9 @@ def apply_edit(text: str, edit_range: types.Range, new_text: str, encoding: str 
         units = line.encode(encoding.replace("utf-16", "utf-16-le"))
         width = 2 if encoding == "utf-16" else 1
         prefix = units[: pos.character * width].decode(encoding.replace("utf-16", "utf-16-le"))
-        return sum(len(l) + 1 for l in lines[: pos.line]) + len(prefix)
+        return sum(len(line) + 1 for line in lines[: pos.line]) + len(prefix)
 
-    return text[: offset(edit_range.start)] + new_text + text[offset(edit_range.end):]
+    return text[: offset(edit_range.start)] + new_text + text[offset(edit_range.end) :]
 
 
 def read_log(path: Path) -> list[dict]:
@@ -150,7 +166,9 @@ async def test_capabilities(client: LanguageClient):
     caps = result.capabilities
     assert caps.position_encoding == types.PositionEncodingKind.Utf16
     sync = caps.text_document_sync
-    assert (sync if isinstance(sync, types.TextDocumentSyncKind) else sync.change) == types.TextDocumentSyncKind.Incremental
+    assert (
+        sync if isinstance(sync, types.TextDocumentSyncKind) else sync.change
+    ) == types.TextDocumentSyncKind.Incremental
     assert set(caps.completion_provider.trigger_characters) >= {".", '"', ":"}
     assert caps.inline_completion_provider is not None
     assert result.server_info.name == "midword"
@@ -158,8 +176,10 @@ async def test_capabilities(client: LanguageClient):
 
 @pytest.mark.asyncio
 async def test_utf8_chosen_when_offered(client: LanguageClient):
-    result = await start(client, encodings=[types.PositionEncodingKind.Utf32, types.PositionEncodingKind.Utf8,
-                                            types.PositionEncodingKind.Utf16])
+    result = await start(
+        client,
+        encodings=[types.PositionEncodingKind.Utf32, types.PositionEncodingKind.Utf8, types.PositionEncodingKind.Utf16],
+    )
     assert result.capabilities.position_encoding == types.PositionEncodingKind.Utf8
 
 
@@ -204,7 +224,10 @@ async def test_inline_completion_single_then_multi_line(client: LanguageClient, 
     assert [c["single_line"] for c in calls] == [True, False]
     [item] = single.items
     assert item.insert_text == "result = f(1)"
-    assert (item.range.start, item.range.end) == (types.Position(line=4, character=0), types.Position(line=4, character=3))
+    assert (item.range.start, item.range.end) == (
+        types.Position(line=4, character=0),
+        types.Position(line=4, character=3),
+    )
     [item] = multi.items
     assert item.range.start == item.range.end == types.Position(line=5, character=9)
     assert item.insert_text == "\n    return x\n"
@@ -216,8 +239,12 @@ async def test_trigger_characters_are_per_language(client: LanguageClient, tmp_p
     await start(client, model=f"fake?log={log}")
     open_doc(client, "file:///w/c.py", 'x = "a"\ny = "')
     params = types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri="file:///w/c.py"), position=types.Position(line=1, character=5),
-        context=types.CompletionContext(trigger_kind=types.CompletionTriggerKind.TriggerCharacter, trigger_character='"'))
+        text_document=types.TextDocumentIdentifier(uri="file:///w/c.py"),
+        position=types.Position(line=1, character=5),
+        context=types.CompletionContext(
+            trigger_kind=types.CompletionTriggerKind.TriggerCharacter, trigger_character='"'
+        ),
+    )
     result = await client.text_document_completion_async(params)
     assert result.items == () and result.is_incomplete
     assert read_log(log) == []  # a quote is no trigger in Python: the model was not asked
@@ -235,14 +262,19 @@ async def test_positions_with_emoji_and_cjk(client: LanguageClient, tmp_path, en
     assert result.capabilities.position_encoding == encoding
     text = 's = "😀中文"; userName = 1\nt = "😀😀中" + userNa\n'
     line1 = 't = "😀😀中" + userNa'
-    units = lambda s: len(s.encode("utf-16-le")) // 2 if encoding == "utf-16" else len(s.encode())
+
+    def units(s: str) -> int:
+        return len(s.encode("utf-16-le")) // 2 if encoding == "utf-16" else len(s.encode())
+
     open_doc(client, "file:///w/e.py", text)
     result = await complete(client, "file:///w/e.py", 1, units(line1))
     [item] = result.items
     assert item.text_edit.range.start.character == units('t = "😀😀中" + ')
     assert item.text_edit.range.end.character == units(line1)
-    assert apply_edit(text, item.text_edit.range, item.text_edit.new_text, encoding) == \
-        's = "😀中文"; userName = 1\nt = "😀😀中" + userName = 1\n'
+    assert (
+        apply_edit(text, item.text_edit.range, item.text_edit.new_text, encoding)
+        == 's = "😀中文"; userName = 1\nt = "😀😀中" + userName = 1\n'
+    )
     # an incremental edit placed after the emoji lands where the client meant it
     insert(client, "file:///w/e.py", 2, 1, units('t = "😀'), "🎉")
     await complete(client, "file:///w/e.py", 1, units('t = "😀🎉😀中" + userNa'))
@@ -281,7 +313,7 @@ async def test_json_schema_reaches_the_engine(client: LanguageClient, tmp_path):
 @pytest.mark.asyncio
 async def test_grammar_association_from_settings(client: LanguageClient, tmp_path):
     log = tmp_path / "calls.jsonl"
-    (tmp_path / "ini.lark").write_text('start: LINE*\nLINE: /[a-z]+=[a-z]*\\n/\n')
+    (tmp_path / "ini.lark").write_text("start: LINE*\nLINE: /[a-z]+=[a-z]*\\n/\n")
     await start(client, model=f"fake?log={log}", root=tmp_path, options={"grammars": {"*.ini": "ini.lark"}})
     doc = tmp_path / "x.ini"
     open_doc(client, doc.as_uri(), "a=b\nc", language="ini")
@@ -300,9 +332,14 @@ LONG = "identifier_" + "x" * 200
 async def test_cancel_request_answers_request_cancelled(client: LanguageClient):
     await start(client, model="fake?step_ms=20")
     open_doc(client, "file:///w/f.py", f"{LONG} = 1\nprint(identifier_)\n")
-    future = client.protocol.send_request(types.TEXT_DOCUMENT_COMPLETION, types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri="file:///w/f.py"), position=types.Position(line=1, character=17)),
-        msg_id="to-cancel")
+    future = client.protocol.send_request(
+        types.TEXT_DOCUMENT_COMPLETION,
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri="file:///w/f.py"),
+            position=types.Position(line=1, character=17),
+        ),
+        msg_id="to-cancel",
+    )
     await wait_for(lambda: client.statuses[-1]["state"] == "busy", "the model working")
     started = time.monotonic()
     client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="to-cancel"))
@@ -355,7 +392,9 @@ async def test_newest_request_wins(client: LanguageClient):
 async def test_identical_requests_share_one_model_call(client: LanguageClient):
     await start(client, model="fake?step_ms=50")
     open_doc(client, "file:///w/i.py", "userName = 1\nprint(userNa)\n")
-    popup, ghost = await asyncio.gather(complete(client, "file:///w/i.py", 1, 12), inline(client, "file:///w/i.py", 1, 12))
+    popup, ghost = await asyncio.gather(
+        complete(client, "file:///w/i.py", 1, 12), inline(client, "file:///w/i.py", 1, 12)
+    )
     assert popup.items[0].text_edit.new_text == ghost.items[0].insert_text == "userName = 1"
     assert (await stats(client))["model_calls"] == 1
 
@@ -394,17 +433,27 @@ async def test_prefetch_while_idle(client: LanguageClient, tmp_path):
     assert first.items[0].text_edit.new_text == "compute(1)"
     await wait_for(lambda: len(read_log(log)) == 2, "prefetch call", timeout=5)
     prefetch_call = read_log(log)[-1]
-    assert prefetch_call["prefix"] == "a = compute(1)\nb = compute(2)\nc = compute(1)" and not prefetch_call["single_line"]
+    assert (
+        prefetch_call["prefix"] == "a = compute(1)\nb = compute(2)\nc = compute(1)" and not prefetch_call["single_line"]
+    )
     for _ in range(1000):  # the prefetched completion is stored when the worker hands it back (10 s on a busy CI)
         if (await stats(client))["prefetches"] == 1:
             break
         await asyncio.sleep(0.01)
     # the user accepts the completion and presses Enter: the next line comes from the prefetch
-    client.text_document_did_change(types.DidChangeTextDocumentParams(
-        text_document=types.VersionedTextDocumentIdentifier(uri="file:///w/k.py", version=2),
-        content_changes=[types.TextDocumentContentChangePartial(
-            range=types.Range(start=types.Position(line=2, character=4), end=types.Position(line=2, character=8)),
-            text="compute(1)\n")]))
+    client.text_document_did_change(
+        types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri="file:///w/k.py", version=2),
+            content_changes=[
+                types.TextDocumentContentChangePartial(
+                    range=types.Range(
+                        start=types.Position(line=2, character=4), end=types.Position(line=2, character=8)
+                    ),
+                    text="compute(1)\n",
+                )
+            ],
+        )
+    )
     result = await inline(client, "file:///w/k.py", 3, 0)
     assert result.items[0].insert_text == "b = compute(2)"
     s = await stats(client)
@@ -421,9 +470,13 @@ async def test_prefetch_while_idle(client: LanguageClient, tmp_path):
 
 async def _type_while_running(client: LanguageClient, uri: str, typed: str):
     """The editor's order on a keystroke: cancel the open request, then send the edit."""
-    first = client.protocol.send_request(types.TEXT_DOCUMENT_COMPLETION, types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=1, character=17)),
-        msg_id="first")
+    first = client.protocol.send_request(
+        types.TEXT_DOCUMENT_COMPLETION,
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=1, character=17)
+        ),
+        msg_id="first",
+    )
     await wait_for(lambda: client.statuses[-1]["state"] == "busy", "the model working")
     await asyncio.sleep(0.1)  # a few of the fake's steps: part of the answer exists
     client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="first"))
@@ -442,7 +495,7 @@ async def test_typing_what_the_model_predicts_keeps_its_work(client: LanguageCli
     # the fake predicts identifier_xxx...: typing "xx" agrees with it
     result = await _type_while_running(client, uri, "xx")
     # the fake's whole answer, cut at max_tokens (48 steps of 3 characters)
-    assert result.items and result.items[0].text_edit.new_text == LONG[:48 * 3]
+    assert result.items and result.items[0].text_edit.new_text == LONG[: 48 * 3]
     # the edit replaces the typed part of the word, which now ends two characters later
     assert result.items[0].text_edit.range.end.character == 19
     s = await stats(client)
@@ -495,9 +548,14 @@ async def test_requests_held_during_load_can_be_cancelled_or_outdated(client: La
     await start(client, model="fake?load_s=3", wait_ready=False)
     open_doc(client, "file:///w/c.py", "userName = 1\nprint(userNa)\n")
     await wait_for(lambda: any(s["state"] == "loading" for s in client.statuses), "loading status")
-    held = client.protocol.send_request(types.TEXT_DOCUMENT_COMPLETION, types.CompletionParams(
-        text_document=types.TextDocumentIdentifier(uri="file:///w/c.py"), position=types.Position(line=1, character=12)),
-        msg_id="held")
+    held = client.protocol.send_request(
+        types.TEXT_DOCUMENT_COMPLETION,
+        types.CompletionParams(
+            text_document=types.TextDocumentIdentifier(uri="file:///w/c.py"),
+            position=types.Position(line=1, character=12),
+        ),
+        msg_id="held",
+    )
     await asyncio.sleep(0.2)
     client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="held"))
     with pytest.raises(JsonRpcRequestCancelled):
@@ -521,8 +579,11 @@ async def test_bad_settings_show_a_message_and_keep_serving(client: LanguageClie
     text = "\n".join(m.message for m in client.messages)
     assert "midword.maxTokens must be an integer" in text and '"lots"' in text
     assert "midword.mode must be one of" in text and "midword.nope is not a setting" in text
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"midword": {"model": "fake", "prefetch": False, "temperature": 7, "grammars": ["x"]}}))
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(
+            settings={"midword": {"model": "fake", "prefetch": False, "temperature": 7, "grammars": ["x"]}}
+        )
+    )
     await wait_for(lambda: any("temperature" in m.message for m in client.messages), "temperature message")
     await wait_for(lambda: any("grammars must be an object" in m.message for m in client.messages), "grammars message")
     open_doc(client, "file:///w/m.py", "userName = 1\nprint(userNa)\n")
@@ -549,8 +610,9 @@ async def test_engine_that_fails_to_load(client: LanguageClient):
     open_doc(client, "file:///w/o.py", "userName = 1\nprint(userNa)\n")
     assert (await complete(client, "file:///w/o.py", 1, 12)).items == ()
     # a settings change to a working model recovers
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-        settings={"midword": {"model": "fake", "prefetch": False}}))
+    client.workspace_did_change_configuration(
+        types.DidChangeConfigurationParams(settings={"midword": {"model": "fake", "prefetch": False}})
+    )
     await wait_for(lambda: client.statuses[-1]["state"] == "ready", "ready after model change")
     assert (await complete(client, "file:///w/o.py", 1, 12)).items
 
@@ -592,8 +654,11 @@ def _read_message(sock_file) -> dict:
 def test_tcp_transport():
     port = _free_port()
     # through the `midword` command itself (python -m midword serve)
-    proc = subprocess.Popen([sys.executable, "-m", "midword", "serve", "--engine", FAKE, "--tcp", f"127.0.0.1:{port}"],
-                            env=ENV, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "midword", "serve", "--engine", FAKE, "--tcp", f"127.0.0.1:{port}"],
+        env=ENV,
+        stderr=subprocess.PIPE,
+    )
     try:
         deadline = time.monotonic() + 15
         while True:
@@ -605,8 +670,16 @@ def test_tcp_transport():
                     raise
                 time.sleep(0.05)
         with sock, sock.makefile("rb") as f:
-            sock.sendall(_frame({"jsonrpc": "2.0", "id": 1, "method": "initialize",
-                                 "params": {"processId": None, "rootUri": None, "capabilities": {}}}))
+            sock.sendall(
+                _frame(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "initialize",
+                        "params": {"processId": None, "rootUri": None, "capabilities": {}},
+                    }
+                )
+            )
             reply = _read_message(f)
             assert reply["id"] == 1 and reply["result"]["capabilities"]["positionEncoding"] == "utf-16"
             sock.sendall(_frame({"jsonrpc": "2.0", "id": 2, "method": "shutdown"}))
@@ -622,11 +695,23 @@ def test_tcp_transport():
 
 
 def test_bad_engine_option_is_a_clear_error():
-    out = subprocess.run([sys.executable, "-m", "midword.server", "--engine", "no_such_module:X"],
-                         env=ENV, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [sys.executable, "-m", "midword.server", "--engine", "no_such_module:X"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 2 and "cannot import no_such_module" in out.stderr
-    out = subprocess.run([sys.executable, "-m", "midword.server", "--tcp", "nohost"],
-                         env=ENV, capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        [sys.executable, "-m", "midword.server", "--tcp", "nohost"],
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
     assert out.returncode == 2 and "HOST:PORT" in out.stderr
 
 
@@ -646,12 +731,15 @@ async def real_client(lsp_client: LanguageClient):
 @pytest.mark.asyncio
 async def test_real_engine_completes_a_cut_word(real_client: LanguageClient):
     client = real_client
-    await client.initialize_session(types.InitializeParams(capabilities=capabilities(),
-                                                           initialization_options={"midword": {"prefetch": False}}))
+    await client.initialize_session(
+        types.InitializeParams(capabilities=capabilities(), initialization_options={"midword": {"prefetch": False}})
+    )
     await wait_for(lambda: any(s.get("state") in ("ready", "error") for s in client.statuses), "engine", timeout=900)
     assert client.statuses[-1]["state"] == "ready", client.statuses[-1]
-    text = ("class Account:\n    def __init__(self, userName):\n        self.userName = userName\n\n"
-            "    def greet(self):\n        return 'Hello, ' + self.userNa\n")
+    text = (
+        "class Account:\n    def __init__(self, userName):\n        self.userName = userName\n\n"
+        "    def greet(self):\n        return 'Hello, ' + self.userNa\n"
+    )
     open_doc(client, "file:///w/account.py", text)
     result = await complete(client, "file:///w/account.py", 5, 38)
     [item] = result.items

@@ -121,15 +121,16 @@ def test_document_incremental_edits_match_string_edits(text, data):
         idx = LineIndex(expected)
         a = data.draw(st.integers(0, len(expected)))
         b = data.draw(st.integers(a, len(expected)))
-        if expected[a - 1:a + 1] == "\r\n" and a:  # an offset inside an end-of-line is not a position
+        if expected[a - 1 : a + 1] == "\r\n" and a:  # an offset inside an end-of-line is not a position
             a -= 1
-        if expected[b - 1:b + 1] == "\r\n" and b:
+        if expected[b - 1 : b + 1] == "\r\n" and b:
             b -= 1
         insert = data.draw(TEXTS)
         (l1, c1), (l2, c2) = idx.position(a, encoding), idx.position(b, encoding)
         change = types.TextDocumentContentChangePartial(
             range=types.Range(start=types.Position(line=l1, character=c1), end=types.Position(line=l2, character=c2)),
-            text=insert)
+            text=insert,
+        )
         ws.update_text_document(types.VersionedTextDocumentIdentifier(uri="file:///t.txt", version=version), change)
         expected = expected[:a] + insert + expected[b:]
         doc = ws.get_text_document("file:///t.txt")
@@ -138,7 +139,9 @@ def test_document_incremental_edits_match_string_edits(text, data):
 
 def test_document_offsets_and_positions_use_the_negotiated_encoding():
     ws = DocumentWorkspace(None, types.TextDocumentSyncKind.Incremental, None, UTF16)
-    ws.put_text_document(types.TextDocumentItem(uri="file:///t.py", language_id="python", version=1, text="x = '😀'\ny"))
+    ws.put_text_document(
+        types.TextDocumentItem(uri="file:///t.py", language_id="python", version=1, text="x = '😀'\ny")
+    )
     doc = ws.get_text_document("file:///t.py")
     assert doc.offset_of(types.Position(line=0, character=7)) == 6  # after the emoji
     assert doc.position_of(6) == types.Position(line=0, character=7)

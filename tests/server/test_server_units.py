@@ -10,6 +10,7 @@ import threading
 import time
 
 import pytest
+from fake_engine import FakeEngine  # tests/ is on sys.path, as for tests/toy.py
 
 from midword.completion.types import Completion, CompletionRequest, GrammarSpec
 from midword.engine.jsonschema import compile_json_schema, schema_ordered
@@ -21,14 +22,21 @@ from midword.server.grammar_choice import GrammarResolver, bundled_schema, schem
 from midword.server.settings import Settings, parse_settings
 from midword.server.worker import ModelWorker
 
-from fake_engine import FakeEngine  # tests/ is on sys.path, as for tests/toy.py
-
 # -- settings -------------------------------------------------------------------------------
 
 
 def test_settings_parse_and_defaults():
-    s, problems = parse_settings({"midword": {"maxTokens": 16, "temperature": 0.5, "mode": "heal1",
-                                              "grammars": {"*.toml": "toml.lark"}, "enable": False}})
+    s, problems = parse_settings(
+        {
+            "midword": {
+                "maxTokens": 16,
+                "temperature": 0.5,
+                "mode": "heal1",
+                "grammars": {"*.toml": "toml.lark"},
+                "enable": False,
+            }
+        }
+    )
     assert problems == []
     assert (s.max_tokens, s.temperature, s.mode, s.enable) == (16, 0.5, "heal1", False)
     assert s.grammars == (("*.toml", "toml.lark"),) and s.model == "gemma3"
@@ -40,8 +48,19 @@ def test_settings_parse_and_defaults():
 
 def test_settings_problems_name_the_key_and_keep_the_previous_value():
     previous = Settings(max_tokens=20)
-    s, problems = parse_settings({"maxTokens": "lots", "temperature": -1, "mode": "fast", "enable": "yes",
-                                  "bogus": 1, "maxTokens2": 3, "prefetchDelayMs": 1.5, "model": ""}, previous)
+    s, problems = parse_settings(
+        {
+            "maxTokens": "lots",
+            "temperature": -1,
+            "mode": "fast",
+            "enable": "yes",
+            "bogus": 1,
+            "maxTokens2": 3,
+            "prefetchDelayMs": 1.5,
+            "model": "",
+        },
+        previous,
+    )
     assert s.max_tokens == 20 and s.temperature == 0.0 and s.mode == "cpc" and s.enable is True
     text = "\n".join(problems)
     assert 'midword.maxTokens must be an integer from 1 to 1024, got "lots"; keeping 20' in text
@@ -54,7 +73,7 @@ def test_settings_problems_name_the_key_and_keep_the_previous_value():
     _, problems = parse_settings(["not", "an", "object"])
     assert problems == ['midword settings must be an object, got ["not", "an", "object"]']
     _, problems = parse_settings({"grammars": {"*.x": 3}})
-    assert "midword.grammars[\"*.x\"] must be a grammar file path" in problems[0]
+    assert 'midword.grammars["*.x"] must be a grammar file path' in problems[0]
     s, problems = parse_settings({"maxTokens": None})  # VS Code's "unset"
     assert problems == [] and s.max_tokens == 48
 
@@ -62,19 +81,22 @@ def test_settings_problems_name_the_key_and_keep_the_previous_value():
 # -- $schema --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("text, expected", [
-    ('{"$schema": "./s.json", "a": 1}', "./s.json"),
-    ('{\n  "a": {"$schema": "nested.json"},\n  "$schema": "top.json"\n}', "top.json"),
-    ('{"a": "$schema", "b": 1}', None),
-    ('{"$schema": "./s', None),  # still being typed
-    ('{"$schema": 5}', None),
-    ('[{"$schema": "x.json"}]', None),
-    ('{"a": [1, {"$schema": "n.json"}], "b": 2}', None),
-    ('{"x": 1} {"$schema": "after.json"}', None),
-    ('// comment {"$schema": "c.json"}\n{"$schema": "real.json"}', "real.json"),
-    ('{"$schema": "a\\"b.json"}', 'a"b.json'),
-    ('{"a": 1', None),
-])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        ('{"$schema": "./s.json", "a": 1}', "./s.json"),
+        ('{\n  "a": {"$schema": "nested.json"},\n  "$schema": "top.json"\n}', "top.json"),
+        ('{"a": "$schema", "b": 1}', None),
+        ('{"$schema": "./s', None),  # still being typed
+        ('{"$schema": 5}', None),
+        ('[{"$schema": "x.json"}]', None),
+        ('{"a": [1, {"$schema": "n.json"}], "b": 2}', None),
+        ('{"x": 1} {"$schema": "after.json"}', None),
+        ('// comment {"$schema": "c.json"}\n{"$schema": "real.json"}', "real.json"),
+        ('{"$schema": "a\\"b.json"}', 'a"b.json'),
+        ('{"a": 1', None),
+    ],
+)
 def test_schema_reference(text, expected):
     assert schema_reference(text) == expected
 
@@ -82,9 +104,17 @@ def test_schema_reference(text, expected):
 # -- grammar choice -------------------------------------------------------------------------
 
 
-def _choose(resolver, path, text, language="json", settings=Settings(), root=None):
-    return resolver.choose(path=str(path) if path else None, language_id=language, text=text, settings=settings,
-                           root=str(root) if root else None)
+DEFAULT_SETTINGS = Settings()
+
+
+def _choose(resolver, path, text, language="json", settings=DEFAULT_SETTINGS, root=None):
+    return resolver.choose(
+        path=str(path) if path else None,
+        language_id=language,
+        text=text,
+        settings=settings,
+        root=str(root) if root else None,
+    )
 
 
 def test_json_schema_choice(tmp_path):
@@ -133,18 +163,33 @@ def test_grammar_associations(tmp_path):
     (tmp_path / "g" / "kv.lark").write_text("start: /[a-z]+/\n")
     (tmp_path / "g" / "num.regex").write_text("[0-9]+\n")
     (tmp_path / "g" / "s.json").write_text('{"type": "string"}')
-    settings = Settings(grammars=(("*.kv", "g/kv.lark"), ("src/**/*.num", "g/num.regex"), ("sql", "g/s.json"),
-                                  ("*.cfg", "json.lark"), ("*.txt", "none"), ("*.bad", "g/x.yaml"),
-                                  ("*.gone", "g/missing.lark"), ("*.pkg", "schemas/package.json")))
+    settings = Settings(
+        grammars=(
+            ("*.kv", "g/kv.lark"),
+            ("src/**/*.num", "g/num.regex"),
+            ("sql", "g/s.json"),
+            ("*.cfg", "json.lark"),
+            ("*.txt", "none"),
+            ("*.bad", "g/x.yaml"),
+            ("*.gone", "g/missing.lark"),
+            ("*.pkg", "schemas/package.json"),
+        )
+    )
     c = _choose(r, tmp_path / "a.kv", "", language="plaintext", settings=settings, root=tmp_path)
     assert c.spec == GrammarSpec(kind="lark", source="start: /[a-z]+/\n") and "*.kv" in c.origin
     c = _choose(r, tmp_path / "src" / "deep" / "x.num", "", language="plaintext", settings=settings, root=tmp_path)
     assert c.spec == GrammarSpec(kind="regex", source="[0-9]+")
-    assert _choose(r, tmp_path / "x.num", "", language="plaintext", settings=settings, root=tmp_path).spec.kind == "auto"
+    assert (
+        _choose(r, tmp_path / "x.num", "", language="plaintext", settings=settings, root=tmp_path).spec.kind == "auto"
+    )
     c = _choose(r, tmp_path / "q.sql", "", language="sql", settings=settings, root=tmp_path)
     assert c.spec.kind == "json_schema"
-    assert _choose(r, tmp_path / "a.cfg", "", language="ini", settings=settings, root=tmp_path).spec.source == read_grammar("json.lark")
-    assert _choose(r, tmp_path / "a.txt", "", language="plaintext", settings=settings, root=tmp_path).spec.kind == "none"
+    assert _choose(
+        r, tmp_path / "a.cfg", "", language="ini", settings=settings, root=tmp_path
+    ).spec.source == read_grammar("json.lark")
+    assert (
+        _choose(r, tmp_path / "a.txt", "", language="plaintext", settings=settings, root=tmp_path).spec.kind == "none"
+    )
     assert _choose(r, tmp_path / "a.pkg", "", language="x", settings=settings, root=tmp_path).spec.kind == "json_schema"
     c = _choose(r, tmp_path / "a.bad", "", language="plaintext", settings=settings, root=tmp_path)
     assert c.spec.kind == "auto" and "unknown grammar file type .yaml" in c.note
@@ -179,13 +224,29 @@ def _accepts(schema_name: str, value) -> bool:
 
 
 def test_bundled_package_json_schema():
-    assert _accepts("package.json", {
-        "name": "@scope/my-pkg", "version": "1.2.3", "description": "d", "keywords": ["a"], "license": "MIT",
-        "author": {"name": "Ada", "email": "ada@example.com"}, "contributors": ["Bob <b@x.io>"], "main": "index.js",
-        "bin": {"tool": "bin/tool.js"}, "repository": {"type": "git", "url": "https://x/y.git"},
-        "scripts": {"test": "jest"}, "dependencies": {"left-pad": "^1.0.0"}, "devDependencies": {},
-        "engines": {"node": ">=18"}, "private": True, "workspaces": ["packages/*"], "type": "module",
-        "custom-field": [1, 2]})
+    assert _accepts(
+        "package.json",
+        {
+            "name": "@scope/my-pkg",
+            "version": "1.2.3",
+            "description": "d",
+            "keywords": ["a"],
+            "license": "MIT",
+            "author": {"name": "Ada", "email": "ada@example.com"},
+            "contributors": ["Bob <b@x.io>"],
+            "main": "index.js",
+            "bin": {"tool": "bin/tool.js"},
+            "repository": {"type": "git", "url": "https://x/y.git"},
+            "scripts": {"test": "jest"},
+            "dependencies": {"left-pad": "^1.0.0"},
+            "devDependencies": {},
+            "engines": {"node": ">=18"},
+            "private": True,
+            "workspaces": ["packages/*"],
+            "type": "module",
+            "custom-field": [1, 2],
+        },
+    )
     assert not _accepts("package.json", {"name": "Has Spaces"})
     assert not _accepts("package.json", {"name": ""})
     assert not _accepts("package.json", {"type": "esm"})
@@ -195,11 +256,25 @@ def test_bundled_package_json_schema():
 
 
 def test_bundled_tsconfig_schema():
-    assert _accepts("tsconfig.json", {
-        "extends": "./base.json",
-        "compilerOptions": {"target": "ES2022", "module": "NodeNext", "moduleResolution": "bundler", "lib": ["dom"],
-                            "strict": True, "outDir": "dist", "paths": {"@/*": ["src/*"]}, "jsx": "react-jsx"},
-        "include": ["src"], "exclude": ["node_modules"], "references": [{"path": "../core"}]})
+    assert _accepts(
+        "tsconfig.json",
+        {
+            "extends": "./base.json",
+            "compilerOptions": {
+                "target": "ES2022",
+                "module": "NodeNext",
+                "moduleResolution": "bundler",
+                "lib": ["dom"],
+                "strict": True,
+                "outDir": "dist",
+                "paths": {"@/*": ["src/*"]},
+                "jsx": "react-jsx",
+            },
+            "include": ["src"],
+            "exclude": ["node_modules"],
+            "references": [{"path": "../core"}],
+        },
+    )
     assert _accepts("tsconfig.json", {"compilerOptions": {"target": "esnext", "module": "commonjs"}})
     assert not _accepts("tsconfig.json", {"compilerOptions": {"target": "es2099"}})
     assert not _accepts("tsconfig.json", {"compilerOptions": {"strict": "true"}})
