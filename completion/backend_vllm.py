@@ -37,7 +37,9 @@ from .model import ModelUnavailable
 from .types import MODES, Completion, CompletionRequest, Timings
 from .vllm_plugin import build_spec
 
-CONNECT_TIMEOUT_S = 10.0
+# vLLM's API server checks a new %midword grammar on its event loop (compiling it, once per
+# grammar text), which can hold other requests for seconds: wait that long, not forever.
+CONNECT_TIMEOUT_S = 60.0
 POLL_S = 0.05  # how often a waiting request looks at its cancel callback
 
 
@@ -216,9 +218,18 @@ class VllmCompletionEngine(CompletionEngine):
             body["seed"] = int(request.seed)
         generated: list[int] = []
         first_chunk = None
-        for token_ids, finish in self.stream(body, cancelled=lambda: _stop_reason(gen, rules, started) != ""):
+        # As in the local engine, the time budget counts from the first token: the prompt's
+        # prefill and a new grammar's compilation are not the completion's to pay for.
+        budget = [None]
+
+        def stop_now() -> bool:
+            if budget[0] is None:
+                return bool(cancelled is not None and cancelled())
+            return _stop_reason(gen, rules, budget[0]) != ""
+
+        for token_ids, finish in self.stream(body, cancelled=stop_now):
             if first_chunk is None:
-                first_chunk = time.perf_counter()
+                first_chunk = budget[0] = time.perf_counter()
                 timings.prefill_ms = (first_chunk - started) * 1e3
             generated.extend(token_ids)
             out = [t for t in generated if t not in tok.eos_token_ids]
@@ -229,7 +240,7 @@ class VllmCompletionEngine(CompletionEngine):
                 partial(word + _complete_utf8(gen.inserted), replace_start)
             if finish is not None:
                 gen.stop_reason = "eos" if finish == "stop" else ("max_tokens" if finish == "length" else finish)
-        reason = _stop_reason(gen, rules, started)
+        reason = _stop_reason(gen, rules, budget[0] if budget[0] is not None else time.perf_counter())
         if reason:
             gen.stop_reason = reason
         inserted = _complete_utf8(_trim(gen.inserted, rules, gen))
