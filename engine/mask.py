@@ -712,7 +712,8 @@ class MaskWalker:
         lexeme, with the same frontier nodes, and the frontier's own lexer states accept
         the same lexemes. Each position of a string with a long `maxLength` is a
         lexer state of its own (the count left), and all of them but the last
-        `depth` share one inside walk."""
+        `depth` share one inside walk; so do the counts of a word-count limit
+        (`(?:\\S+\\s+){0,99}`) above `depth` // 2, the least bytes a repetition takes."""
         space = self.space
         rep = space.representative.get(lexstate)
         if rep is None:

@@ -88,9 +88,11 @@ class _Analysis:
         return False
 
     def clamped(self, expr: int, depth: int) -> int:
-        """`expr` with every repeat count above `depth` clamped: an upper bound made
-        unbounded, a lower bound made depth+1. It matches the same strings of at most
-        `depth` bytes, as each repetition of a repeat takes a byte at least. Without & and
+        """`expr` with every repeat count above `depth // m` clamped, m being the least
+        length of what it repeats (at least 1): an upper bound made unbounded, a lower
+        bound made depth // m + 1. It matches the same strings of at most `depth` bytes,
+        as each repetition takes m bytes at least: `(\\S+\\s+){0,99}` clamps at 64
+        repetitions under a depth of 128, not 128. Without & and
         ~ it also has the same prefixes of at most `depth` bytes: every node then matches
         something, so a prefix of j <= depth repetitions goes on to a match under either
         bound. With & or ~ that fails (`a{0,300} & a{400,}` is empty, its clamped
@@ -122,8 +124,11 @@ class _Analysis:
             r = self.alt(*[self.clamped(m, depth) for m in a])
         elif k == _REPEAT:
             inner, lo, hi = a
-            r = self.repeat(self.clamped(inner, depth), min(lo, depth + 1),
-                            None if hi is None or hi > depth else hi)
+            # A repetition takes at least max(1, least length of inner) bytes, so a
+            # string of at most `depth` bytes holds at most `most` of them.
+            most = depth // max(1, self._min_len[inner])
+            r = self.repeat(self.clamped(inner, depth), min(lo, most + 1),
+                            None if hi is None or hi > most else hi)
         else:
             r = expr
         memo[expr] = r

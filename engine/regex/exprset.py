@@ -57,6 +57,10 @@ from .nodes import range_mask as _range_mask
 from .parser import _Parser
 from .printer import regex_escape_bytes, to_str
 
+# The least length recorded for ∅ (no string at all): above any trie depth, and kept as
+# the cap of every least length so that sums stay small.
+_NO_LEN = 1 << 30
+
 
 class ExprSet(_Analysis, _Derivatives):
     """Hash-consed regular expressions over bytes with memoized derivatives."""
@@ -91,9 +95,13 @@ class ExprSet(_Analysis, _Derivatives):
         self._height: list[int] = []
         # Contains & or ~ (other than ~∅): only then can a non-∅ node be empty.
         self._has_bool: list[bool] = []
-        # The largest finite repeat count in the node, lower or upper: `clamped` leaves a
-        # node whose count is within its depth alone without looking inside.
+        # The largest finite repeat count in the node, lower or upper, times the least
+        # length of what it repeats (at least 1): the bytes that many repetitions take at
+        # least. `clamped` leaves a node whose count is within its depth alone without
+        # looking inside.
         self._max_count: list[int] = []
+        # The least length of the node's strings (for ∅, larger than any depth).
+        self._min_len: list[int] = []
         self._ids: dict[tuple, int] = {}
 
         self._deriv: dict[int, int] = {}
@@ -142,23 +150,37 @@ class ExprSet(_Analysis, _Derivatives):
             raise LimitExceeded("max_regex_nodes", self.limits.max_regex_nodes, "too many distinct regular expressions")
         # Everything that can fail (a RecursionError deep in a caller included) comes
         # before the first append: the parallel arrays of a shared set stay aligned.
-        counts = self._max_count
+        counts, lens = self._max_count, self._min_len
         if kind == _CONCAT:
             count = max(counts[args[0]], counts[args[1]])
-        elif kind == _OR or kind == _AND:
+            least = min(lens[args[0]] + lens[args[1]], _NO_LEN)
+        elif kind == _OR:
             count = max([counts[x] for x in args])
+            least = min([lens[x] for x in args])
+        elif kind == _AND:
+            count = max([counts[x] for x in args])
+            least = max([lens[x] for x in args])
         elif kind == _REPEAT:
-            count = max(counts[args[0]], args[1], args[2] or 0)
-        elif kind == _NOT or kind == _EXCL:
+            inner = lens[args[0]]
+            count = max(counts[args[0]], max(args[1], args[2] or 0) * max(1, min(inner, _NO_LEN)))
+            least = min(inner * args[1], _NO_LEN)
+        elif kind == _EXCL:
             count = counts[args[0]]
+            least = lens[args[0]]
+        elif kind == _NOT:
+            count = counts[args[0]]
+            least = 0
+        elif kind == _NOTHING:
+            count, least = 0, _NO_LEN
         else:
-            count = 0
+            count, least = 0, 0 if kind == _EPS else 1
         self._kind.append(kind)
         self._args.append(args)
         self._nullable.append(nullable)
         self._height.append(height)
         self._has_bool.append(has_bool)
         counts.append(count)
+        lens.append(least)
         if key:
             self._ids[key] = i
         return i
@@ -231,6 +253,7 @@ class ExprSet(_Analysis, _Derivatives):
                     height.append(height[r] or 1)
                     has_bool.append(has_bool[r])
                     max_count.append(max_count[r])
+                    self._min_len.append(min(self._min_len[r] + 1, _NO_LEN))
                     ids[key] = i
             r = i
         if len(self._literals) < self.limits.max_regex_nodes:

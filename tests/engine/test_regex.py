@@ -1044,15 +1044,23 @@ def test_clamped_counts():
     es = ExprSet()
     assert es.clamped(es.parse('a{0,300}"'), 128) == es.parse('a*"')
     assert es.clamped(es.parse("a{200,300}"), 128) == es.parse("a{129,}")
-    assert es.clamped(es.parse("(ab){0,100}"), 128) == es.parse("(ab){0,100}")  # 200 bytes, but 100 counts
+    # a repetition takes the least length of what it repeats: (ab) two bytes, so a token
+    # of 128 bytes holds 64 of them at most
+    assert es.clamped(es.parse("(ab){0,100}"), 128) == es.parse("(ab)*")
+    assert es.clamped(es.parse("(ab){0,64}"), 128) == es.parse("(ab){0,64}")
+    assert es.clamped(es.parse("(ab){65,100}"), 128) == es.parse("(ab){65,}")
+    words = es.parse(r"(?:\S+\s+){0,99}\S+")
+    assert es.clamped(words, 128) == es.parse(r"(?:\S+\s+)*\S+")
+    assert es.clamped(es.parse(r"(?:\S+\s+){0,50}\S+"), 128) == es.parse(r"(?:\S+\s+){0,50}\S+")
     assert es.clamped(es.parse("[a-z]{1,100}x"), 128) == es.parse("[a-z]{1,100}x")
     # with & or ~ the expression comes back as it is: clamping could make an empty one non-empty
     empty = es.parse("a{0,300}&a{400,500}", extended=True)
     assert es.clamped(empty, 128) == empty
     # literals append their links inline: every node has its count
     es.literal(b"abcabc" * 40)
-    assert len(es._max_count) == len(es)
-    assert not es.has_count_above([(0, es.parse("(ab){0,100}")), (1, es.literal(b"xy" * 150))], 128)
+    assert len(es._max_count) == len(es) == len(es._min_len)
+    assert not es.has_count_above([(0, es.parse("(ab){0,64}")), (1, es.literal(b"xy" * 150))], 128)
+    assert es.has_count_above([(0, es.parse("(ab){0,65}"))], 128)
     assert es.clamped(es.literal(b"x" * 300), 128) == es.parse("x{129,}")  # a run is a repeat
     assert es.has_count_above([(0, es.parse("(ab){0,100}")), (1, es.parse("[0-9]{129}"))], 128)
 
@@ -1072,6 +1080,17 @@ def _same_up_to(es, a, b, depth, alphabet):
         if n < depth and x:
             for byte in alphabet:
                 todo.append((es.derivative(x, byte), es.derivative(y, byte), n + 1))
+
+
+def test_clamped_variable_length_groups_agree_on_short_strings():
+    es = ExprSet()
+    for pattern in ("(a+b+){0,5}a+", "(a+b+){3,5}a*", "(ab?c){2,9}", "((ab){1,2}c){0,4}"):
+        e = es.parse(pattern)
+        for depth in (3, 4, 6, 7):
+            c = es.clamped(e, depth)
+            _same_up_to(es, e, c, depth, b"abcd")
+    assert es.clamped(es.parse("(a+b+){0,5}a+"), 6) == es.parse("(a+b+)*a+")
+    assert es.clamped(es.parse("(ab?c){2,9}"), 4) == es.parse("(ab?c){2,}")
 
 
 @settings(max_examples=150, deadline=None)
