@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from .constraint import ConstraintError, DecodeState
 from .cpc import backoff
 from .decode import Generation, StopRules, _stop_reason, _trim
-from .engine import JSON_LANGUAGES, CompletionEngine, _complete_utf8, _IDENT_TAIL, _open_context
+from .engine import _IDENT_TAIL, JSON_LANGUAGES, CompletionEngine, _complete_utf8, _open_context
 from .model import ModelUnavailable
 from .types import MODES, Completion, CompletionRequest, Timings
 from .vllm_plugin import build_spec
@@ -58,9 +58,18 @@ class _Remote:
 class VllmCompletionEngine(CompletionEngine):
     """CompletionEngine's contract (load, complete, ready, tokenizer) over a vLLM server."""
 
-    def __init__(self, model: str = "gemma3", *, url: str, served_model: str | None = None,
-                 max_tokens: int = 48, temperature: float = 0.0, mode: str = "cpc", request_timeout_s: float = 60.0,
-                 **_ignored):
+    def __init__(
+        self,
+        model: str = "gemma3",
+        *,
+        url: str,
+        served_model: str | None = None,
+        max_tokens: int = 48,
+        temperature: float = 0.0,
+        mode: str = "cpc",
+        request_timeout_s: float = 60.0,
+        **_ignored,
+    ):
         super().__init__(model, max_tokens=max_tokens, temperature=temperature, mode=mode, weights="float32")
         parsed = urllib.parse.urlsplit(url)
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
@@ -188,7 +197,7 @@ class VllmCompletionEngine(CompletionEngine):
             # the BOS and the end of the prompt, nearest the cursor.
             room = self.max_model_len - request.max_tokens
             if len(prompt) > room > 1 and prompt[:1] == [tok.bos_token_id]:
-                prompt = prompt[:1] + prompt[len(prompt) - room + 1:]
+                prompt = prompt[:1] + prompt[len(prompt) - room + 1 :]
         spec = build_spec(tok.vocab_fingerprint(), back.typed, spec_grammar, grammar_prefix)
         return prompt, spec, back.typed, forced, note
 
@@ -199,9 +208,13 @@ class VllmCompletionEngine(CompletionEngine):
         prompt, spec, typed, forced, note = self.prepare(request)
         word = _IDENT_TAIL.search(request.prefix).group(0)
         replace_start = len(request.prefix) - len(word)
-        rules = StopRules(max_tokens=request.max_tokens, single_line=request.single_line,
-                          suffix_line=request.suffix.split("\n", 1)[0].strip(), time_budget_s=request.time_budget_s,
-                          cancelled=cancelled)
+        rules = StopRules(
+            max_tokens=request.max_tokens,
+            single_line=request.single_line,
+            suffix_line=request.suffix.split("\n", 1)[0].strip(),
+            time_budget_s=request.time_budget_s,
+            cancelled=cancelled,
+        )
         gen = Generation(tokens=list(forced), forced_tokens=len(forced))
         gen.inserted = tok.decode(forced)
         body = {
@@ -235,7 +248,9 @@ class VllmCompletionEngine(CompletionEngine):
             out = [t for t in generated if t not in tok.eos_token_ids]
             gen.tokens = list(forced) + out
             spelled = tok.decode(out)
-            gen.inserted = tok.decode(forced) + spelled[len(typed):] if len(spelled) >= len(typed) else tok.decode(forced)
+            gen.inserted = (
+                tok.decode(forced) + spelled[len(typed) :] if len(spelled) >= len(typed) else tok.decode(forced)
+            )
             if partial is not None:
                 partial(word + _complete_utf8(gen.inserted), replace_start)
             if finish is not None:
@@ -249,8 +264,13 @@ class VllmCompletionEngine(CompletionEngine):
         timings.forward_passes = len(generated)
         timings.total_ms = (time.perf_counter() - started) * 1e3
         timings.decode_ms = timings.total_ms - timings.prefill_ms
-        return Completion(text=word + inserted, replace_start=replace_start, stop_reason=gen.stop_reason or "done",
-                          timings=timings, note=note)
+        return Completion(
+            text=word + inserted,
+            replace_start=replace_start,
+            stop_reason=gen.stop_reason or "done",
+            timings=timings,
+            note=note,
+        )
 
     # Streaming ------------------------------------------------------------------------------
     def stream(self, body: dict, *, cancelled=None):
@@ -262,8 +282,12 @@ class VllmCompletionEngine(CompletionEngine):
         conn = self._connection(self.request_timeout_s)
         payload = json.dumps(body).encode("utf-8")
         try:
-            conn.request("POST", self._path("/v1/completions"), body=payload,
-                         headers={"Content-Type": "application/json", "Accept": "text/event-stream"})
+            conn.request(
+                "POST",
+                self._path("/v1/completions"),
+                body=payload,
+                headers={"Content-Type": "application/json", "Accept": "text/event-stream"},
+            )
             resp = conn.getresponse()
         except OSError as exc:
             conn.close()

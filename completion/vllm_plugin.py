@@ -74,8 +74,12 @@ def is_midword_spec(text) -> bool:
     return isinstance(text, str) and text.startswith(SPEC_PREFIX)
 
 
-def build_spec(tokenizer_fingerprint: str, typed: bytes = b"", grammar: tuple[str, object] | None = None,
-               grammar_prefix: bytes = b"") -> str:
+def build_spec(
+    tokenizer_fingerprint: str,
+    typed: bytes = b"",
+    grammar: tuple[str, object] | None = None,
+    grammar_prefix: bytes = b"",
+) -> str:
     """The `structured_outputs.grammar` string for a request. `grammar` is (kind, value):
     ("lark", text), ("regex", text), ("json_schema", schema dict or JSON text) or
     ("code_brackets", {"open": ..., "language": ...})."""
@@ -111,7 +115,7 @@ def parse_spec(text: str) -> MidwordSpec:
     if len(text) > MAX_SPEC_CHARS:
         raise SpecError(f"%midword spec is {len(text)} characters long; the limit is {MAX_SPEC_CHARS}")
     try:
-        body = json.loads(text[len(SPEC_PREFIX):])
+        body = json.loads(text[len(SPEC_PREFIX) :])
     except ValueError as exc:
         raise SpecError(f"%midword spec: the text after {SPEC_PREFIX.strip()!r} is not JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -120,7 +124,9 @@ def parse_spec(text: str) -> MidwordSpec:
     if unknown:
         raise SpecError(f"%midword spec: unknown field(s) {', '.join(sorted(unknown))}")
     if body.get("v") != SPEC_VERSION:
-        raise SpecError(f"%midword spec: version {body.get('v')!r} is not supported (this midword reads v{SPEC_VERSION})")
+        raise SpecError(
+            f"%midword spec: version {body.get('v')!r} is not supported (this midword reads v{SPEC_VERSION})"
+        )
     tokenizer = body.get("tokenizer")
     if not isinstance(tokenizer, str) or not tokenizer:
         raise SpecError("%midword spec: 'tokenizer' (the client's vocabulary fingerprint) is missing")
@@ -128,10 +134,14 @@ def parse_spec(text: str) -> MidwordSpec:
     kind = source = None
     if grammar is not None:
         if not isinstance(grammar, dict) or len(grammar) != 1:
-            raise SpecError(f"%midword spec: 'grammar' must be null or an object with one of {', '.join(GRAMMAR_KINDS)}")
+            raise SpecError(
+                f"%midword spec: 'grammar' must be null or an object with one of {', '.join(GRAMMAR_KINDS)}"
+            )
         ((kind, value),) = grammar.items()
         if kind not in GRAMMAR_KINDS:
-            raise SpecError(f"%midword spec: unknown grammar kind {kind!r} (expected one of {', '.join(GRAMMAR_KINDS)})")
+            raise SpecError(
+                f"%midword spec: unknown grammar kind {kind!r} (expected one of {', '.join(GRAMMAR_KINDS)})"
+            )
         if kind in ("lark", "regex"):
             if not isinstance(value, str):
                 raise SpecError(f"%midword spec: grammar {kind!r} must be a string")
@@ -141,12 +151,20 @@ def parse_spec(text: str) -> MidwordSpec:
                 raise SpecError("%midword spec: grammar 'json_schema' must be a JSON object")
             source = json.dumps(value, separators=(",", ":"))  # property order shapes the grammar
         else:
-            if not isinstance(value, dict) or not isinstance(value.get("open", ""), str) or not isinstance(
-                    value.get("language"), (str, type(None))):
-                raise SpecError("%midword spec: grammar 'code_brackets' must be {\"open\": str, \"language\": str|null}")
+            if (
+                not isinstance(value, dict)
+                or not isinstance(value.get("open", ""), str)
+                or not isinstance(value.get("language"), (str, type(None)))
+            ):
+                raise SpecError('%midword spec: grammar \'code_brackets\' must be {"open": str, "language": str|null}')
             source = json.dumps({"open": value.get("open", ""), "language": value.get("language")}, sort_keys=True)
-    return MidwordSpec(typed=_b64(body, "prefix_b64"), grammar_kind=kind, grammar_source=source,
-                       grammar_prefix=_b64(body, "grammar_prefix_b64"), tokenizer=tokenizer)
+    return MidwordSpec(
+        typed=_b64(body, "prefix_b64"),
+        grammar_kind=kind,
+        grammar_source=source,
+        grammar_prefix=_b64(body, "grammar_prefix_b64"),
+        tokenizer=tokenizer,
+    )
 
 
 def compile_spec_grammar(kind: str | None, source: str | None):
@@ -229,7 +247,8 @@ def initial_state(spec: MidwordSpec, tokenizer, constraint):
     if spec.tokenizer != tokenizer.vocab_fingerprint():
         raise SpecError(
             f"%midword spec: tokenizer mismatch: the client tokenized with vocabulary {spec.tokenizer[:16]}..., "
-            f"this server's model uses {tokenizer.vocab_fingerprint()[:16]}... ({tokenizer.name})")
+            f"this server's model uses {tokenizer.vocab_fingerprint()[:16]}... ({tokenizer.name})"
+        )
     try:
         return constraint.initial(spec.typed, spec.grammar_prefix)
     except ConstraintError as exc:
@@ -404,8 +423,11 @@ def register() -> None:
 
     version = getattr(vllm, "__version__", "?")
     if not version.startswith(SUPPORTED_VLLM):
-        logger.warning("midword: vLLM %s is not one this plugin supports (%s); %%midword grammars stay off",
-                       version, ", ".join(v + "x" for v in SUPPORTED_VLLM))
+        logger.warning(
+            "midword: vLLM %s is not one this plugin supports (%s); %%midword grammars stay off",
+            version,
+            ", ".join(v + "x" for v in SUPPORTED_VLLM),
+        )
         return
     if _INSTALLED:
         return
@@ -459,7 +481,8 @@ def _patch_validation() -> None:
         if backend not in ("guidance", "auto"):
             raise VLLMValidationError(
                 f"%midword grammars run in the guidance structured-outputs backend; this server uses {backend!r} "
-                "(start vLLM with --structured-outputs-config '{\"backend\":\"guidance\"}')")
+                '(start vLLM with --structured-outputs-config \'{"backend":"guidance"}\')'
+            )
         if tokenizer is None:
             raise VLLMValidationError("%midword grammars need the server's tokenizer (not --skip-tokenizer-init)")
         try:

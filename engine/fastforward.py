@@ -86,8 +86,15 @@ def _live_unless_branching(rec: Recognizer, branching: set, lexstate: int):
     return live
 
 
-def forced_tokens(tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognizer, state,
-                  recent_tokens: list[int], forced: bytes | None = None) -> list[int]:
+def forced_tokens(
+    tokenizer,
+    trie: TokenTrie,
+    walker: MaskWalker,
+    rec: Recognizer,
+    state,
+    recent_tokens: list[int],
+    forced: bytes | None = None,
+) -> list[int]:
     """Canonical fast-forward tokens from `state`, given the tokens generated so far;
     cached per state and recent tokens (the only context the result depends on)."""
     if forced is None:
@@ -108,8 +115,9 @@ def forced_tokens(tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognize
     return list(hit)
 
 
-def _forced_tokens(tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognizer, state,
-                   recent_tokens: list[int], forced: bytes) -> tuple[int, ...]:
+def _forced_tokens(
+    tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognizer, state, recent_tokens: list[int], forced: bytes
+) -> tuple[int, ...]:
     tokens = _tokenize_in_context(tokenizer, forced, recent_tokens[-CONTEXT_TOKENS:])
     if not tokens:
         return ()

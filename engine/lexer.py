@@ -54,8 +54,17 @@ IGNORE_ONLY = -2  # lex_accept: only the %ignore pseudo-lexeme accepts here
 _ALL_BYTES = (1 << 256) - 1
 
 # Fields of Lexer.core, the counters the compiled step shares with Python.
-CORE_STATES, CORE_COMPS, CORE_FUEL, CORE_FUEL_LIMIT, CORE_MAX_STATES, CORE_NUM_LEXEMES, CORE_START_MARKER, \
-    CORE_IGNORE, CORE_HASHED = range(9)
+(
+    CORE_STATES,
+    CORE_COMPS,
+    CORE_FUEL,
+    CORE_FUEL_LIMIT,
+    CORE_MAX_STATES,
+    CORE_NUM_LEXEMES,
+    CORE_START_MARKER,
+    CORE_IGNORE,
+    CORE_HASHED,
+) = range(9)
 # A state's hash over its (lexeme, expression) pairs, the same in Python and compiled:
 # 40 bits, so a step of the mix stays inside int64.
 STATE_HASH_SEED = 0x9E3779B1
@@ -173,7 +182,7 @@ class DerivativeRows:
         if base + len(values) > self.pool.shape[0]:
             self.pool = grown(self.pool, max(2 * self.pool.shape[0], base + len(values)), 0)
             self.generation += 1
-        self.pool[base: base + len(values)] = values
+        self.pool[base : base + len(values)] = values
         self.pool_used = base + len(values)
         self.cmap_of[expr] = at
         self.base[expr] = base
@@ -187,8 +196,9 @@ class DerivativeRows:
         info = self._cmap_index.get(key)
         if info is None:
             if cm is None:
-                classes = np.unpackbits(np.frombuffer(key.to_bytes(32, "little"), dtype=np.uint8),
-                                        bitorder="little").tobytes()
+                classes = np.unpackbits(
+                    np.frombuffer(key.to_bytes(32, "little"), dtype=np.uint8), bitorder="little"
+                ).tobytes()
                 reps: tuple[int, ...] = ()
             else:
                 reps = tuple(sorted(set(cm)))
@@ -246,8 +256,13 @@ def intern_pairs_py(n, h, accepts_lexeme, accepts_ignore, accept, table_rows, st
                     return sid
         slot = (slot + 1) & size_mask
     target = core[CORE_STATES]
-    if (accepts_lexeme or target >= table_rows or target >= core[CORE_MAX_STATES]
-            or target + 2 > st_ptr.shape[0] or 2 * (target + 1) > st_keys.shape[0]):
+    if (
+        accepts_lexeme
+        or target >= table_rows
+        or target >= core[CORE_MAX_STATES]
+        or target + 2 > st_ptr.shape[0]
+        or 2 * (target + 1) > st_keys.shape[0]
+    ):
         return UNKNOWN
     st_ptr[target + 1] = out + n
     core[CORE_COMPS] = out + n
@@ -488,13 +503,13 @@ class Lexer:
         states, index = self._states, self._state_index
         first, last = len(states), int(self.core[CORE_STATES])
         # One conversion for all the new states' pairs: they lie end to end.
-        bounds = self.st_ptr[first:last + 1].tolist()
+        bounds = self.st_ptr[first : last + 1].tolist()
         lo = bounds[0]
-        lex = self.comp_lex[lo:bounds[-1]].tolist()
-        exprs = self.comp_expr[lo:bounds[-1]].tolist()
+        lex = self.comp_lex[lo : bounds[-1]].tolist()
+        exprs = self.comp_expr[lo : bounds[-1]].tolist()
         for sid in range(first, last):
             a, b = bounds[sid - first] - lo, bounds[sid - first + 1] - lo
-            pairs = tuple(zip(lex[a:b], exprs[a:b]))
+            pairs = tuple(zip(lex[a:b], exprs[a:b], strict=False))
             states.append(pairs)
             index[pairs] = sid
 
@@ -521,20 +536,42 @@ class Lexer:
         grow (replace) the table and accept array: read those after calling it."""
         rows = self.rows
         steady = self._steady
-        if (steady is not None and steady[0] == len(self._states) and steady[1] == self.core[CORE_COMPS]
-                and steady[2] == rows.generation and self._step_arrays is not None):
+        if (
+            steady is not None
+            and steady[0] == len(self._states)
+            and steady[1] == self.core[CORE_COMPS]
+            and steady[2] == rows.generation
+            and self._step_arrays is not None
+        ):
             return self._step_arrays
         if self.core[CORE_STATES] < len(self._states):
             self._flush()
         else:
             self._reserve()
         arrays = self._step_arrays
-        if (arrays is None or arrays[1] is not self.st_ptr or arrays[2] is not self.comp_lex
-                or arrays[4] is not self.st_keys or arrays[6] is not rows.base or arrays[7] is not rows.cmap_of
-                or arrays[8] is not rows.cmaps or arrays[9] is not rows.pool):
-            arrays = self._step_arrays = (self.core, self.st_ptr, self.comp_lex, self.comp_expr, self.st_keys,
-                                          self.st_vals, rows.base, rows.cmap_of, rows.cmaps, rows.pool,
-                                          self.start_codes)
+        if (
+            arrays is None
+            or arrays[1] is not self.st_ptr
+            or arrays[2] is not self.comp_lex
+            or arrays[4] is not self.st_keys
+            or arrays[6] is not rows.base
+            or arrays[7] is not rows.cmap_of
+            or arrays[8] is not rows.cmaps
+            or arrays[9] is not rows.pool
+        ):
+            arrays = self._step_arrays = (
+                self.core,
+                self.st_ptr,
+                self.comp_lex,
+                self.comp_expr,
+                self.st_keys,
+                self.st_vals,
+                rows.base,
+                rows.cmap_of,
+                rows.cmaps,
+                rows.pool,
+                self.start_codes,
+            )
         self._steady = (len(self._states), int(self.core[CORE_COMPS]), rows.generation)
         return arrays
 
@@ -607,7 +644,7 @@ class Lexer:
         self._hold(last, end)
         self.comp_lex[at:end] = lex
         self.comp_expr[at:end] = exprs
-        self.st_ptr[first + 1: last + 1] = ends
+        self.st_ptr[first + 1 : last + 1] = ends
         core[CORE_COMPS] = end
         core[CORE_STATES] = last
         self._reserve()
@@ -722,7 +759,7 @@ class Lexer:
             # step's class maps and table writes.
             pairs = []
             accepts = False
-            for i, e, first, base, classes in live:
+            for i, _, first, base, classes in live:
                 if (first >> byte) & 1:
                     code = int(pool[base + classes[byte]])
                     if code >> 1:
@@ -783,7 +820,7 @@ class Lexer:
             return
         classes, reps = self._byte_classes(state)
         known = self.table[state, list(reps)].tolist()
-        targets = [t if t != UNKNOWN else self._transition(state, rep) for t, rep in zip(known, reps)]
+        targets = [t if t != UNKNOWN else self._transition(state, rep) for t, rep in zip(known, reps, strict=False)]
         # _transition may have grown (reallocated) the table: index it afresh.
         self.table[state] = np.array(targets, dtype=np.int32)[classes]
 
@@ -847,5 +884,9 @@ class Lexer:
         return any(self.exprs.next_bytes(e).any() for i, e in self.states[state] if i != self.start_marker)
 
     def describe_state(self, state: int) -> str:
-        names = [self.lexeme_names[i] if i < self.num_lexemes else "%ignore" for i, _ in self.states[state] if i != self.start_marker]
+        names = [
+            self.lexeme_names[i] if i < self.num_lexemes else "%ignore"
+            for i, _ in self.states[state]
+            if i != self.start_marker
+        ]
         return "{" + ", ".join(names) + "}"

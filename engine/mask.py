@@ -39,18 +39,38 @@ from collections import OrderedDict
 import numpy as np
 
 from . import _views
+from . import lexer as lexer_module
 from . import parser as parser_module
+from . import trie as trie_module
 from ._jit import at, compiled_for, compiled_once, njit, njit_calling
 from ._views import pack, view_1d, view_2d
-from .parser import (EPOCH, NEED_PREDICTION, NOTHING_SCANS, POOL_USED, ROW_BUILT, ROWS, STEPS_USED, build_row_jit,
-                     build_row_py, predict_closure_jit, predict_closure_py)
-from . import lexer as lexer_module
-from . import trie as trie_module
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, lex_step_py, start_state_py
+from .parser import (
+    EPOCH,
+    NEED_PREDICTION,
+    NOTHING_SCANS,
+    POOL_USED,
+    ROW_BUILT,
+    ROWS,
+    STEPS_USED,
+    build_row_jit,
+    build_row_py,
+    predict_closure_jit,
+    predict_closure_py,
+)
 from .recognizer import LEXSET_BITS, NO_ROW, START_COUNT, START_POOL_USED, STEP_EMPTY, Recognizer
 from .slicer import applicable_slices
-from .trie import (RECORD_DEPTH_MASK, RECORD_DEPTH_SHIFT, RECORD_SEVERAL, RECORD_SUBTREE_MASK, RECORD_SUBTREE_SHIFT,
-                   RECORD_TOKEN_MASK, RECORD_TOKEN_SHIFT, TokenTrie, mask_words)
+from .trie import (
+    RECORD_DEPTH_MASK,
+    RECORD_DEPTH_SHIFT,
+    RECORD_SEVERAL,
+    RECORD_SUBTREE_MASK,
+    RECORD_SUBTREE_SHIFT,
+    RECORD_TOKEN_MASK,
+    RECORD_TOKEN_SHIFT,
+    TokenTrie,
+    mask_words,
+)
 
 DONE = 0
 NEED_LEXER = 1  # (lexer state, byte) missing from the lexer table
@@ -58,9 +78,32 @@ NEED_PARSER = 2  # (row, lexeme set) missing from the parser step table
 NEED_SPACE = 3  # the frontier array is full
 
 
-def walk_py(node_records, tok_start, tok_end, node_tokens, lex_table, lex_accept, row_lexstate, step_keys, step_vals,
-            stack_lex, stack_row, ranges, range_idx, node, stop_at_first, mask, stats,
-            base_row, frontier, frontier_count, record_frontier, parser_arrays, scan_arrays, lex_arrays):
+def walk_py(
+    node_records,
+    tok_start,
+    tok_end,
+    node_tokens,
+    lex_table,
+    lex_accept,
+    row_lexstate,
+    step_keys,
+    step_vals,
+    stack_lex,
+    stack_row,
+    ranges,
+    range_idx,
+    node,
+    stop_at_first,
+    mask,
+    stats,
+    base_row,
+    frontier,
+    frontier_count,
+    record_frontier,
+    parser_arrays,
+    scan_arrays,
+    lex_arrays,
+):
     """Walks the trie node ranges `ranges[range_idx:]`, starting at `node`; returns
     (status, range_idx, node, a, b).
 
@@ -132,8 +175,20 @@ def walk_py(node_records, tok_start, tok_end, node_tokens, lex_table, lex_accept
                             row = step_vals[at(slot)]
                             break
                         if found == STEP_EMPTY:
-                            child = scan_in_walk(row, accepted, key, slot, step_keys, step_vals, row_lexstate,
-                                                 parser_arrays, scan_arrays, lex_table, lex_accept, lex_arrays)
+                            child = scan_in_walk(
+                                row,
+                                accepted,
+                                key,
+                                slot,
+                                step_keys,
+                                step_vals,
+                                row_lexstate,
+                                parser_arrays,
+                                scan_arrays,
+                                lex_table,
+                                lex_accept,
+                                lex_arrays,
+                            )
                             if child == SCAN_IN_PYTHON:
                                 stats[0] += visited
                                 return NEED_PARSER, range_idx, node, row, accepted
@@ -177,38 +232,145 @@ def walk_py(node_records, tok_start, tok_end, node_tokens, lex_table, lex_accept
     return DONE, range_idx, node, 0, 0
 
 
-def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, parser_arrays, scan_arrays,
-                    lex_table, lex_accept, lex_arrays):
+def scan_in_walk_py(
+    row,
+    lexset,
+    key,
+    slot,
+    step_keys,
+    step_vals,
+    row_lexstate,
+    parser_arrays,
+    scan_arrays,
+    lex_table,
+    lex_accept,
+    lex_arrays,
+):
     """The child of `row` after lexeme set `lexset`, built and entered in the step table
     at `slot` (the free slot the walk's probe ended on); NO_ROW if nothing scans;
     SCAN_IN_PYTHON when Python must do it (tables or pools to grow, a lexeme set not
     mirrored yet, a start state that accepts a lexeme, fuel spent). A missing prediction
     closure is made here, and so is the start lexer state of a lexeme set not met yet."""
-    (counts, dot_symbol, dot_lhs, nullable, accept_pos, pred_start, pred_end, pred_pool, prednt_start,
-     prednt_end, prednt_pool, row_start, row_end, p_row_accepting, adv_sym, adv_pos, adv_origin, hkeys, hstamp,
-     pstamp, ntstamp, work_pos, work_origin, item_pos, item_origin, pred_list, allowed_out, max_items, parser_fuel,
-     no_kernel, rule_ptr, rule_first, closure_stack, closure_todo) = parser_arrays
-    (step_fill, lexset_ptr, lexset_lex, n_lexsets, start_keys, start_val, start_ptr, start_len,
-     start_pool, start_fill) = scan_arrays
+    (
+        counts,
+        dot_symbol,
+        dot_lhs,
+        nullable,
+        accept_pos,
+        pred_start,
+        pred_end,
+        pred_pool,
+        prednt_start,
+        prednt_end,
+        prednt_pool,
+        row_start,
+        row_end,
+        p_row_accepting,
+        adv_sym,
+        adv_pos,
+        adv_origin,
+        hkeys,
+        hstamp,
+        pstamp,
+        ntstamp,
+        work_pos,
+        work_origin,
+        item_pos,
+        item_origin,
+        pred_list,
+        allowed_out,
+        max_items,
+        parser_fuel,
+        no_kernel,
+        rule_ptr,
+        rule_first,
+        closure_stack,
+        closure_todo,
+    ) = parser_arrays
+    (
+        step_fill,
+        lexset_ptr,
+        lexset_lex,
+        n_lexsets,
+        start_keys,
+        start_val,
+        start_ptr,
+        start_len,
+        start_pool,
+        start_fill,
+    ) = scan_arrays
     child = counts[ROWS]
-    if (lexset >= n_lexsets[0] or child >= row_start.shape[0] or child >= row_lexstate.shape[0]
-            or 2 * (step_fill[0] + 1) > step_keys.shape[0] or counts[STEPS_USED] >= parser_fuel):
+    if (
+        lexset >= n_lexsets[0]
+        or child >= row_start.shape[0]
+        or child >= row_lexstate.shape[0]
+        or 2 * (step_fill[0] + 1) > step_keys.shape[0]
+        or counts[STEPS_USED] >= parser_fuel
+    ):
         return SCAN_IN_PYTHON
-    lexemes = lexset_lex[lexset_ptr[lexset]:lexset_ptr[lexset + 1]]
+    lexemes = lexset_lex[lexset_ptr[lexset] : lexset_ptr[lexset + 1]]
     while True:
         counts[EPOCH] += 1
         status, used, n_allowed = build_row(
-            child, counts[EPOCH], row, lexemes, no_kernel, no_kernel, no_kernel.shape[0], dot_symbol, dot_lhs, nullable,
-            accept_pos, pred_start, pred_end, pred_pool, prednt_start, prednt_end, prednt_pool, row_start, row_end,
-            p_row_accepting, adv_sym, adv_pos, adv_origin, counts[POOL_USED], hkeys, hstamp, pstamp, ntstamp,
-            work_pos, work_origin, item_pos, item_origin, pred_list, allowed_out, max_items)
+            child,
+            counts[EPOCH],
+            row,
+            lexemes,
+            no_kernel,
+            no_kernel,
+            no_kernel.shape[0],
+            dot_symbol,
+            dot_lhs,
+            nullable,
+            accept_pos,
+            pred_start,
+            pred_end,
+            pred_pool,
+            prednt_start,
+            prednt_end,
+            prednt_pool,
+            row_start,
+            row_end,
+            p_row_accepting,
+            adv_sym,
+            adv_pos,
+            adv_origin,
+            counts[POOL_USED],
+            hkeys,
+            hstamp,
+            pstamp,
+            ntstamp,
+            work_pos,
+            work_origin,
+            item_pos,
+            item_origin,
+            pred_list,
+            allowed_out,
+            max_items,
+        )
         if status != NEED_PREDICTION:
             break
         # A nonterminal's closure is made once: at most one round per nonterminal.
         counts[EPOCH] += 1
-        if not predict_closure(used, counts[EPOCH], rule_ptr, rule_first, dot_symbol, nullable, pstamp, ntstamp,
-                               closure_stack, closure_todo, counts, pred_start, pred_end, pred_pool, prednt_start,
-                               prednt_end, prednt_pool):
+        if not predict_closure(
+            used,
+            counts[EPOCH],
+            rule_ptr,
+            rule_first,
+            dot_symbol,
+            nullable,
+            pstamp,
+            ntstamp,
+            closure_stack,
+            closure_todo,
+            counts,
+            pred_start,
+            pred_end,
+            pred_pool,
+            prednt_start,
+            prednt_end,
+            prednt_pool,
+        ):
             return SCAN_IN_PYTHON  # a pool to grow
     if status == NOTHING_SCANS:
         result = NO_ROW
@@ -238,12 +400,13 @@ def scan_in_walk_py(row, lexset, key, slot, step_keys, step_vals, row_lexstate, 
                     break
             s = (s + 1) & size_mask
         if lexstate < 0:
-            if (2 * (start_fill[START_COUNT] + 1) > start_keys.shape[0]
-                    or start_fill[START_POOL_USED] + n_allowed > start_pool.shape[0]):
+            if (
+                2 * (start_fill[START_COUNT] + 1) > start_keys.shape[0]
+                or start_fill[START_POOL_USED] + n_allowed > start_pool.shape[0]
+            ):
                 return SCAN_IN_PYTHON
             # Rows built here are never the root: %ignore may come before their lexemes.
-            lexstate = start_state(allowed_out, n_allowed, n_allowed > 0, lex_accept, lex_table.shape[0],
-                                   lex_arrays)
+            lexstate = start_state(allowed_out, n_allowed, n_allowed > 0, lex_accept, lex_table.shape[0], lex_arrays)
             if lexstate < 0:
                 return SCAN_IN_PYTHON
             at = start_fill[START_POOL_USED]
@@ -281,10 +444,16 @@ _hash_states_jit = njit(lexer_module.hash_states_py)
 _intern_pairs_jit = njit(lexer_module.intern_pairs_py)
 lex_step_jit = njit_calling(lex_step_py, hash_states_py=_hash_states_jit, intern_pairs_py=_intern_pairs_jit)
 start_state_jit = njit_calling(start_state_py, hash_states_py=_hash_states_jit, intern_pairs_py=_intern_pairs_jit)
-scan_in_walk_jit = njit_calling(scan_in_walk_py, depends=(_PARSER_FILE, _LEXER_FILE), build_row=build_row_jit,
-                                predict_closure=predict_closure_jit, start_state=start_state_jit)
-walk_jit = njit_calling(walk_py, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE), scan_in_walk=scan_in_walk_jit,
-                        lex_step=lex_step_jit)
+scan_in_walk_jit = njit_calling(
+    scan_in_walk_py,
+    depends=(_PARSER_FILE, _LEXER_FILE),
+    build_row=build_row_jit,
+    predict_closure=predict_closure_jit,
+    start_state=start_state_jit,
+)
+walk_jit = njit_calling(
+    walk_py, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE), scan_in_walk=scan_in_walk_jit, lex_step=lex_step_jit
+)
 
 # The walk's arrays packed by address (_views.py) in five groups, each packed again only
 # when an array of it is replaced: the trie's, the walker's and tables', the parser's
@@ -295,14 +464,31 @@ _TRIE_DTYPES = (np.int64, np.int32, np.int32, np.int32)
 _TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32, np.int64, np.int64, np.int64, np.int64, np.int64)
 # Parser.walk_arrays without its scalars (accept_pos, max_items, fuel), which follow the
 # addresses in the same order.
-_PARSER_DTYPES = (np.int64, np.int64, np.int64, np.bool_) + (np.int64,) * 8 + (np.bool_,) + (np.int32,) * 3 + (
-    np.int64,) * 10 + (np.int64,) * 5
+_PARSER_DTYPES = (
+    (np.int64, np.int64, np.int64, np.bool_)
+    + (np.int64,) * 8
+    + (np.bool_,)
+    + (np.int32,) * 3
+    + (np.int64,) * 10
+    + (np.int64,) * 5
+)
 _PARSER_SCALARS = (4, 27, 28)
 _SCAN_DTYPES = (np.int64,) * 10
 _SCAN_SCALARS = ()
 # Lexer.step_arrays; the fifth from last is 2-D.
-_LEX_DTYPES = (np.int64, np.int64, np.int32, np.int32, np.int64, np.int64, np.int64, np.int32, np.uint8, np.int32,
-               np.int64)
+_LEX_DTYPES = (
+    np.int64,
+    np.int64,
+    np.int32,
+    np.int32,
+    np.int64,
+    np.int64,
+    np.int64,
+    np.int32,
+    np.uint8,
+    np.int32,
+    np.int64,
+)
 _BOOK_DTYPES = (np.int64,) * 5
 
 
@@ -341,7 +527,7 @@ _trie_packs: dict[int, tuple[tuple, np.ndarray]] = {}
 def _trie_packed(trie: TokenTrie) -> np.ndarray:
     arrays = (trie.node_records, trie.tok_start, trie.tok_end, trie.node_tokens)
     got = _trie_packs.get(id(trie))
-    if got is None or any(ref() is not a for ref, a in zip(got[0], arrays)):
+    if got is None or any(ref() is not a for ref, a in zip(got[0], arrays, strict=False)):
         if len(_trie_packs) >= 64:
             for key in [k for k, (refs, _) in _trie_packs.items() if any(ref() is None for ref in refs)]:
                 del _trie_packs[key]
@@ -356,39 +542,101 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
     p = view_1d(book, 2, np.int64)
     ps = p.shape[0] - 3
     parser_arrays = (
-        view_1d(p, 0, np.int64), view_1d(p, 1, np.int64), view_1d(p, 2, np.int64), view_1d(p, 3, np.bool_),
-        p[ps], view_1d(p, 4, np.int64), view_1d(p, 5, np.int64), view_1d(p, 6, np.int64), view_1d(p, 7, np.int64),
-        view_1d(p, 8, np.int64), view_1d(p, 9, np.int64), view_1d(p, 10, np.int64), view_1d(p, 11, np.int64),
-        view_1d(p, 12, np.bool_), view_1d(p, 13, np.int32), view_1d(p, 14, np.int32), view_1d(p, 15, np.int32),
-        view_1d(p, 16, np.int64), view_1d(p, 17, np.int64), view_1d(p, 18, np.int64), view_1d(p, 19, np.int64),
-        view_1d(p, 20, np.int64), view_1d(p, 21, np.int64), view_1d(p, 22, np.int64), view_1d(p, 23, np.int64),
-        view_1d(p, 24, np.int64), view_1d(p, 25, np.int64), p[ps + 1], p[ps + 2], view_1d(p, 26, np.int64),
-        view_1d(p, 27, np.int64), view_1d(p, 28, np.int64), view_1d(p, 29, np.int64), view_1d(p, 30, np.int64),
+        view_1d(p, 0, np.int64),
+        view_1d(p, 1, np.int64),
+        view_1d(p, 2, np.int64),
+        view_1d(p, 3, np.bool_),
+        p[ps],
+        view_1d(p, 4, np.int64),
+        view_1d(p, 5, np.int64),
+        view_1d(p, 6, np.int64),
+        view_1d(p, 7, np.int64),
+        view_1d(p, 8, np.int64),
+        view_1d(p, 9, np.int64),
+        view_1d(p, 10, np.int64),
+        view_1d(p, 11, np.int64),
+        view_1d(p, 12, np.bool_),
+        view_1d(p, 13, np.int32),
+        view_1d(p, 14, np.int32),
+        view_1d(p, 15, np.int32),
+        view_1d(p, 16, np.int64),
+        view_1d(p, 17, np.int64),
+        view_1d(p, 18, np.int64),
+        view_1d(p, 19, np.int64),
+        view_1d(p, 20, np.int64),
+        view_1d(p, 21, np.int64),
+        view_1d(p, 22, np.int64),
+        view_1d(p, 23, np.int64),
+        view_1d(p, 24, np.int64),
+        view_1d(p, 25, np.int64),
+        p[ps + 1],
+        p[ps + 2],
+        view_1d(p, 26, np.int64),
+        view_1d(p, 27, np.int64),
+        view_1d(p, 28, np.int64),
+        view_1d(p, 29, np.int64),
+        view_1d(p, 30, np.int64),
     )
     s = view_1d(book, 3, np.int64)
     scan_arrays = (
-        view_1d(s, 0, np.int64), view_1d(s, 1, np.int64), view_1d(s, 2, np.int64), view_1d(s, 3, np.int64),
-        view_1d(s, 4, np.int64), view_1d(s, 5, np.int64), view_1d(s, 6, np.int64), view_1d(s, 7, np.int64),
-        view_1d(s, 8, np.int64), view_1d(s, 9, np.int64),
+        view_1d(s, 0, np.int64),
+        view_1d(s, 1, np.int64),
+        view_1d(s, 2, np.int64),
+        view_1d(s, 3, np.int64),
+        view_1d(s, 4, np.int64),
+        view_1d(s, 5, np.int64),
+        view_1d(s, 6, np.int64),
+        view_1d(s, 7, np.int64),
+        view_1d(s, 8, np.int64),
+        view_1d(s, 9, np.int64),
     )
     x = view_1d(book, 4, np.int64)
     lex_arrays = (
-        view_1d(x, 0, np.int64), view_1d(x, 1, np.int64), view_1d(x, 2, np.int32), view_1d(x, 3, np.int32),
-        view_1d(x, 4, np.int64), view_1d(x, 5, np.int64), view_1d(x, 6, np.int64), view_1d(x, 7, np.int32),
-        view_2d(x, 8, np.uint8), view_1d(x, 9, np.int32), view_1d(x, 10, np.int64),
+        view_1d(x, 0, np.int64),
+        view_1d(x, 1, np.int64),
+        view_1d(x, 2, np.int32),
+        view_1d(x, 3, np.int32),
+        view_1d(x, 4, np.int64),
+        view_1d(x, 5, np.int64),
+        view_1d(x, 6, np.int64),
+        view_1d(x, 7, np.int32),
+        view_2d(x, 8, np.uint8),
+        view_1d(x, 9, np.int32),
+        view_1d(x, 10, np.int64),
     )
     t = view_1d(book, 0, np.int64)
     w = view_1d(book, 1, np.int64)
     return walk(
-        view_1d(t, 0, np.int64), view_1d(t, 1, np.int32), view_1d(t, 2, np.int32), view_1d(t, 3, np.int32),
-        view_2d(w, 0, np.int32), view_1d(w, 1, np.int32), view_1d(w, 2, np.int32), view_1d(w, 3, np.int64),
-        view_1d(w, 4, np.int32), view_1d(w, 5, np.int64), view_1d(w, 6, np.int64), ranges, range_idx, node,
-        stop_at_first, mask, view_1d(w, 7, np.int64), base_row, view_2d(w, 8, np.int64), view_1d(w, 9, np.int64),
-        record_frontier, parser_arrays, scan_arrays, lex_arrays)
+        view_1d(t, 0, np.int64),
+        view_1d(t, 1, np.int32),
+        view_1d(t, 2, np.int32),
+        view_1d(t, 3, np.int32),
+        view_2d(w, 0, np.int32),
+        view_1d(w, 1, np.int32),
+        view_1d(w, 2, np.int32),
+        view_1d(w, 3, np.int64),
+        view_1d(w, 4, np.int32),
+        view_1d(w, 5, np.int64),
+        view_1d(w, 6, np.int64),
+        ranges,
+        range_idx,
+        node,
+        stop_at_first,
+        mask,
+        view_1d(w, 7, np.int64),
+        base_row,
+        view_2d(w, 8, np.int64),
+        view_1d(w, 9, np.int64),
+        record_frontier,
+        parser_arrays,
+        scan_arrays,
+        lex_arrays,
+    )
 
 
-walk_packed_jit = njit_calling(walk_packed, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE, _views.__file__),
-                               walk=walk_jit)
+walk_packed_jit = njit_calling(
+    walk_packed, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE, _views.__file__), walk=walk_jit
+)
 
 
 class MaskCache:
@@ -483,8 +731,16 @@ class MaskWalker:
     """Runs the resumable walk for one recognizer over a tokenizer's trie, or over its
     slice tries when a `SlicedTrie` is given (see slicer.py): all in one compiled call."""
 
-    def __init__(self, trie: TokenTrie, rec: Recognizer, use_jit: bool = True, sliced=None,
-                 cache: MaskCache | None = MASK_CACHE, split_at_lexeme: bool = True, packed: bool = True):
+    def __init__(
+        self,
+        trie: TokenTrie,
+        rec: Recognizer,
+        use_jit: bool = True,
+        sliced=None,
+        cache: MaskCache | None = MASK_CACHE,
+        split_at_lexeme: bool = True,
+        packed: bool = True,
+    ):
         self.trie = trie
         self.split_at_lexeme = split_at_lexeme
         # A lexer state's first visit walks whole; its inside part is split off and
@@ -496,8 +752,13 @@ class MaskWalker:
         self.walk = None  # compiled for the argument types at the first walk
         self.cache = cache
         # Walk variants stay apart in the cache, so tests comparing them compare walks.
-        self._cache_prefix = (rec.uid, trie.fingerprint, use_jit, None if sliced is None else sliced.regexes,
-                              split_at_lexeme)
+        self._cache_prefix = (
+            rec.uid,
+            trie.fingerprint,
+            use_jit,
+            None if sliced is None else sliced.regexes,
+            split_at_lexeme,
+        )
         self.space = _WalkSpace.of(rec, trie)
         self.last_sliced = False
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
@@ -510,8 +771,9 @@ class MaskWalker:
         self._packing = use_jit and packed
         self._walk_packed = None
 
-    def _packed(self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple,
-                lex_arrays: tuple) -> np.ndarray | None:
+    def _packed(
+        self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple, lex_arrays: tuple
+    ) -> np.ndarray | None:
         """The book of the five packed groups for walk_packed, each group packed again only
         when one of its arrays was replaced; None when an array is not of the type
         walk_packed reads."""
@@ -520,10 +782,18 @@ class MaskWalker:
         # Called before every walk, and nearly always nothing changed: ten identity
         # checks say so.
         sources = space.book_sources
-        if (sources is not None and sources[1] is parser_arrays and sources[2] is scan_arrays
-                and sources[3] is lex_arrays and sources[4] is lexer.table and sources[5] is lexer.accept
-                and sources[6] is rec.row_lexstate and sources[7] is rec.step_keys and sources[8] is rec.step_vals
-                and sources[9] is space.frontier):
+        if (
+            sources is not None
+            and sources[1] is parser_arrays
+            and sources[2] is scan_arrays
+            and sources[3] is lex_arrays
+            and sources[4] is lexer.table
+            and sources[5] is lexer.accept
+            and sources[6] is rec.row_lexstate
+            and sources[7] is rec.step_keys
+            and sources[8] is rec.step_vals
+            and sources[9] is space.frontier
+        ):
             if sources[0] is not trie:
                 # A sliced walker goes back and forth between the whole trie and the
                 # slice forest: only the book's first entry changes.
@@ -536,8 +806,9 @@ class MaskWalker:
             return space.book
         return self._packed_again(trie, lexer, parser_arrays, scan_arrays, lex_arrays)
 
-    def _packed_again(self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple,
-                      lex_arrays: tuple) -> np.ndarray | None:
+    def _packed_again(
+        self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple, lex_arrays: tuple
+    ) -> np.ndarray | None:
         rec = self.rec
         space = self.space
         try:
@@ -549,11 +820,27 @@ class MaskWalker:
             cached = space.table_pack
             # The space's own stacks and counters are never replaced; the tables and the
             # frontier are, as they grow.
-            if (cached is None or cached[0][0] is not lexer.table or cached[0][1] is not lexer.accept
-                    or cached[0][2] is not rec.row_lexstate or cached[0][3] is not rec.step_keys
-                    or cached[0][4] is not rec.step_vals or cached[0][8] is not space.frontier):
-                tables = (lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals, space.stack_lex,
-                          space.stack_row, space.stats, space.frontier, space.frontier_count)
+            if (
+                cached is None
+                or cached[0][0] is not lexer.table
+                or cached[0][1] is not lexer.accept
+                or cached[0][2] is not rec.row_lexstate
+                or cached[0][3] is not rec.step_keys
+                or cached[0][4] is not rec.step_vals
+                or cached[0][8] is not space.frontier
+            ):
+                tables = (
+                    lexer.table,
+                    lexer.accept,
+                    rec.row_lexstate,
+                    rec.step_keys,
+                    rec.step_vals,
+                    space.stack_lex,
+                    space.stack_row,
+                    space.stats,
+                    space.frontier,
+                    space.frontier_count,
+                )
                 cached = space.table_pack = _repack(cached, tables, (), _TABLE_DTYPES)
             table_packed = cached[1]
             cached = space.parser_pack
@@ -572,18 +859,36 @@ class MaskWalker:
             return None
         groups = (trie_packed, table_packed, parser_packed, scan_packed, cached[1])
         old = space.book_groups
-        if len(old) != 5 or any(a is not b for a, b in zip(old, groups)):
+        if len(old) != 5 or any(a is not b for a, b in zip(old, groups, strict=False)):
             # Calling compiled code costs about 0.15 µs per array argument; one book
             # instead of five groups spares most of that on every walk. The space keeps
             # the groups alive (the attributes above) for as long as the book is used.
             space.book_groups = groups
             space.book = pack(groups, _BOOK_DTYPES, validate=False)
-        space.book_sources = (trie, parser_arrays, scan_arrays, lex_arrays, lexer.table, lexer.accept,
-                              rec.row_lexstate, rec.step_keys, rec.step_vals, space.frontier)
+        space.book_sources = (
+            trie,
+            parser_arrays,
+            scan_arrays,
+            lex_arrays,
+            lexer.table,
+            lexer.accept,
+            rec.row_lexstate,
+            rec.step_keys,
+            rec.step_vals,
+            space.frontier,
+        )
         return space.book
 
-    def _run(self, trie: TokenTrie, state, ranges: np.ndarray, base_depth: int, stop_at_first: bool,
-             mask: np.ndarray, record_frontier: bool = False) -> bool:
+    def _run(
+        self,
+        trie: TokenTrie,
+        state,
+        ranges: np.ndarray,
+        base_depth: int,
+        stop_at_first: bool,
+        mask: np.ndarray,
+        record_frontier: bool = False,
+    ) -> bool:
         rec = self.rec
         space = self.space
         space.stack_lex[base_depth] = state[0]
@@ -604,9 +909,29 @@ class MaskWalker:
                     walk = self._walk_packed = compiled_once(walk_packed_jit, args)
             else:
                 args = (
-                    trie.node_records, trie.tok_start, trie.tok_end, trie.node_tokens, lexer.table, lexer.accept, rec.row_lexstate, rec.step_keys, rec.step_vals,
-                    space.stack_lex, space.stack_row, ranges, range_idx, node, stop_at_first, mask, space.stats,
-                    base_row, space.frontier, space.frontier_count, record_frontier, parser_arrays, scan_arrays,
+                    trie.node_records,
+                    trie.tok_start,
+                    trie.tok_end,
+                    trie.node_tokens,
+                    lexer.table,
+                    lexer.accept,
+                    rec.row_lexstate,
+                    rec.step_keys,
+                    rec.step_vals,
+                    space.stack_lex,
+                    space.stack_row,
+                    ranges,
+                    range_idx,
+                    node,
+                    stop_at_first,
+                    mask,
+                    space.stats,
+                    base_row,
+                    space.frontier,
+                    space.frontier_count,
+                    record_frontier,
+                    parser_arrays,
+                    scan_arrays,
                     lex_arrays,
                 )
                 walk = self.walk

@@ -72,15 +72,22 @@ class SlicedTrie:
         self._masks_of: dict[tuple[bool, ...], np.ndarray] = {}
 
     def ranges_to_walk(self, applicable: tuple[bool, ...]) -> np.ndarray:
-        rows = [[self.roots[k] + 1, self.roots[k + 1]] for k in range(len(self.tries))
-                if not (k < len(applicable) and applicable[k]) and self.roots[k + 1] > self.roots[k] + 1]
+        rows = [
+            [self.roots[k] + 1, self.roots[k + 1]]
+            for k in range(len(self.tries))
+            if not (k < len(applicable) and applicable[k]) and self.roots[k + 1] > self.roots[k] + 1
+        ]
         return np.array(rows, dtype=np.int64).reshape(-1, 2)
 
     def mask_of(self, applicable: tuple[bool, ...]) -> np.ndarray:
         """A fresh copy of the union of the applicable slices' masks."""
         base = self._masks_of.get(applicable)
         if base is None:
-            base = np.zeros_like(self.masks[0]) if self.masks else np.zeros(mask_words(self.tries[0].vocab_size), np.uint32)
+            base = (
+                np.zeros_like(self.masks[0])
+                if self.masks
+                else np.zeros(mask_words(self.tries[0].vocab_size), np.uint32)
+            )
             for k, on in enumerate(applicable):
                 if on:
                     base |= self.masks[k]
@@ -114,7 +121,9 @@ class SlicedTrie:
             try:
                 with np.load(path) as z:
                     if int(z["version"]) == TRIE_FORMAT_VERSION:
-                        tries = [TokenTrie.from_arrays(z, f"{key}:{k}", prefix=f"t{k}_") for k in range(len(regexes) + 1)]
+                        tries = [
+                            TokenTrie.from_arrays(z, f"{key}:{k}", prefix=f"t{k}_") for k in range(len(regexes) + 1)
+                        ]
                         masks = [z[f"m{k}"] for k in range(len(regexes))]
                         return cls(regexes, tries, masks)
             except (OSError, ValueError, KeyError):
@@ -146,8 +155,12 @@ def concat_tries(tries: list[TokenTrie]) -> tuple[TokenTrie, np.ndarray]:
         node_byte=np.concatenate([t.node_byte for t in tries]),
         node_depth=np.concatenate([t.node_depth for t in tries]),
         subtree_size=np.concatenate([t.subtree_size for t in tries]),
-        tok_start=np.concatenate([t.tok_start + off for t, off in zip(tries, token_offsets)]).astype(np.int32),
-        tok_end=np.concatenate([t.tok_end + off for t, off in zip(tries, token_offsets)]).astype(np.int32),
+        tok_start=np.concatenate([t.tok_start + off for t, off in zip(tries, token_offsets, strict=False)]).astype(
+            np.int32
+        ),
+        tok_end=np.concatenate([t.tok_end + off for t, off in zip(tries, token_offsets, strict=False)]).astype(
+            np.int32
+        ),
         node_tokens=np.concatenate([t.node_tokens for t in tries]),
         token_node=np.full(tries[0].vocab_size, -1, dtype=np.int32),
         vocab_size=tries[0].vocab_size,

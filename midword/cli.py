@@ -19,10 +19,14 @@ def _cmd_bench_trie(args) -> int:
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(f"{'tokenizer':<10} {'vocab':>7} {'nodes':>8} {'nodes/tok':>9} {'build s':>8} {'load s':>7} {'walk ms':>8} {'Mnodes/s':>9} {'ns/node':>8}")
+    print(
+        f"{'tokenizer':<10} {'vocab':>7} {'nodes':>8} {'nodes/tok':>9} {'build s':>8} {'load s':>7} {'walk ms':>8} {'Mnodes/s':>9} {'ns/node':>8}"
+    )
     for r in rows:
-        print(f"{r['tokenizer']:<10} {r['vocab_size']:>7} {r['nodes']:>8} {r['nodes_per_token']:>9.2f} {r['build_s']:>8.3f} "
-              f"{r['load_s']:>7.3f} {r['walk_ms']:>8.2f} {r['nodes_per_s'] / 1e6:>9.1f} {r['ns_per_node']:>8.2f}")
+        print(
+            f"{r['tokenizer']:<10} {r['vocab_size']:>7} {r['nodes']:>8} {r['nodes_per_token']:>9.2f} {r['build_s']:>8.3f} "
+            f"{r['load_s']:>7.3f} {r['walk_ms']:>8.2f} {r['nodes_per_s'] / 1e6:>9.1f} {r['ns_per_node']:>8.2f}"
+        )
     return 0
 
 
@@ -48,11 +52,33 @@ def _cmd_mask(args) -> int:
 
 
 _LANGUAGE_BY_SUFFIX = {
-    ".py": "python", ".pyi": "python", ".js": "javascript", ".mjs": "javascript", ".ts": "typescript",
-    ".tsx": "typescriptreact", ".jsx": "javascriptreact", ".json": "json", ".jsonc": "jsonc", ".go": "go",
-    ".rs": "rust", ".c": "c", ".h": "c", ".cc": "cpp", ".cpp": "cpp", ".hpp": "cpp", ".java": "java",
-    ".rb": "ruby", ".sh": "shellscript", ".bash": "shellscript", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml",
-    ".cs": "csharp", ".kt": "kotlin", ".swift": "swift", ".scala": "scala",
+    ".py": "python",
+    ".pyi": "python",
+    ".js": "javascript",
+    ".mjs": "javascript",
+    ".ts": "typescript",
+    ".tsx": "typescriptreact",
+    ".jsx": "javascriptreact",
+    ".json": "json",
+    ".jsonc": "jsonc",
+    ".go": "go",
+    ".rs": "rust",
+    ".c": "c",
+    ".h": "c",
+    ".cc": "cpp",
+    ".cpp": "cpp",
+    ".hpp": "cpp",
+    ".java": "java",
+    ".rb": "ruby",
+    ".sh": "shellscript",
+    ".bash": "shellscript",
+    ".yaml": "yaml",
+    ".yml": "yaml",
+    ".toml": "toml",
+    ".cs": "csharp",
+    ".kt": "kotlin",
+    ".swift": "swift",
+    ".scala": "scala",
 }
 
 
@@ -70,7 +96,10 @@ def _cmd_complete(args) -> int:
         print(f"midword: line {args.line} is outside {args.file} (0..{len(lines) - 1}, 0-based)", file=sys.stderr)
         return 2
     if not (0 <= args.character <= len(lines[args.line])):
-        print(f"midword: character {args.character} is outside line {args.line} (0..{len(lines[args.line])})", file=sys.stderr)
+        print(
+            f"midword: character {args.character} is outside line {args.line} (0..{len(lines[args.line])})",
+            file=sys.stderr,
+        )
         return 2
     offset = sum(len(line) + 1 for line in lines[: args.line]) + args.character
     language = args.language or _LANGUAGE_BY_SUFFIX.get(os.path.splitext(args.file)[1].lower())
@@ -85,9 +114,17 @@ def _cmd_complete(args) -> int:
     else:
         engine = CompletionEngine(args.model, weights=args.weights)
     engine.load(progress=_progress_bar() if not args.json else None)
-    request = CompletionRequest(prefix=text[:offset], suffix=text[offset:], language=language, grammar=grammar,
-                                max_tokens=args.max_tokens, mode=args.mode, single_line=not args.multi_line,
-                                temperature=args.temperature, time_budget_s=args.time_budget)
+    request = CompletionRequest(
+        prefix=text[:offset],
+        suffix=text[offset:],
+        language=language,
+        grammar=grammar,
+        max_tokens=args.max_tokens,
+        mode=args.mode,
+        single_line=not args.multi_line,
+        temperature=args.temperature,
+        time_budget_s=args.time_budget,
+    )
     result = engine.complete(request)
     if args.json:
         from dataclasses import asdict
@@ -99,9 +136,11 @@ def _cmd_complete(args) -> int:
         typed = result.typed(request.prefix)
         print(f"{typed}|{result.insert_text(request.prefix)}")
         t = result.timings
-        print(f"({result.stop_reason}; {t.total_ms:.0f} ms, {t.forward_passes} forward passes, "
-              f"{t.tokens_generated} tokens, {t.tokens_forced} forced{'; ' + result.note if result.note else ''})",
-              file=sys.stderr)
+        print(
+            f"({result.stop_reason}; {t.total_ms:.0f} ms, {t.forward_passes} forward passes, "
+            f"{t.tokens_generated} tokens, {t.tokens_forced} forced{'; ' + result.note if result.note else ''})",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -150,11 +189,21 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     comp.add_argument("--character", type=int, required=True, help="0-based character of the cursor in the line")
     comp.add_argument("--json", action="store_true", help="print the completion as JSON")
     comp.add_argument("--mode", default="cpc", choices=["naive", "heal1", "align", "cpc"])
-    comp.add_argument("--model", default="gemma3", help='"gemma3" (default), a .gguf file or a Hugging Face model folder')
-    comp.add_argument("--weights", choices=["int8", "float32", "bfloat16"], default="int8",
-                      help="how the model's weights are held: int8 (default, fastest on a CPU), float32, bfloat16")
-    comp.add_argument("--backend", choices=["local", "vllm"], default="local",
-                      help="run the model here (default) or in a vLLM server (--vllm-url)")
+    comp.add_argument(
+        "--model", default="gemma3", help='"gemma3" (default), a .gguf file or a Hugging Face model folder'
+    )
+    comp.add_argument(
+        "--weights",
+        choices=["int8", "float32", "bfloat16"],
+        default="int8",
+        help="how the model's weights are held: int8 (default, fastest on a CPU), float32, bfloat16",
+    )
+    comp.add_argument(
+        "--backend",
+        choices=["local", "vllm"],
+        default="local",
+        help="run the model here (default) or in a vLLM server (--vllm-url)",
+    )
     comp.add_argument("--vllm-url", metavar="URL", help="the vLLM OpenAI server for --backend vllm")
     comp.add_argument("--language", help="language id (default: from the file name)")
     comp.add_argument("--max-tokens", type=int, default=48)

@@ -22,23 +22,54 @@ DEFAULT_ENGINE = "midword.completion.engine:CompletionEngine"
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     transport = parser.add_mutually_exclusive_group()
     transport.add_argument("--stdio", action="store_true", help="speak LSP over stdin/stdout (the default)")
-    transport.add_argument("--tcp", metavar="HOST:PORT", help="listen on a TCP port instead (one client at a time, each its own session)")
-    transport.add_argument("--http", metavar="[HOST:]PORT", nargs="?", const="",
-                           help="serve the HTTP completion API (llama.cpp /infill, OpenAI and Tabby /v1/completions) "
-                                "instead of LSP (default 127.0.0.1:8012)")
-    parser.add_argument("--api-key", default=None,
-                        help="with --http: require 'Authorization: Bearer KEY' (default: $MIDWORD_API_KEY, else none)")
-    parser.add_argument("--workspace", default=None,
-                        help="with --http: the only folder grammar and $schema files may be read from (default: .)")
-    parser.add_argument("--model", default=None, help="model to load unless the client's settings name one (default: gemma3)")
-    parser.add_argument("--engine", default=DEFAULT_ENGINE, metavar="MODULE:ATTR",
-                        help="completion engine class or factory, called as ATTR(model=...) (for tests)")
-    parser.add_argument("--weights", choices=["int8", "float32", "bfloat16"], default="int8",
-                        help="how the default engine holds the model's weights (default int8: fastest on a CPU)")
-    parser.add_argument("--backend", choices=["local", "vllm"], default="local",
-                        help="where the model runs: in this process (default) or in a vLLM server (--vllm-url)")
-    parser.add_argument("--vllm-url", default=None, metavar="URL",
-                        help="the vLLM OpenAI server for --backend vllm, e.g. http://10.0.0.5:8000")
+    transport.add_argument(
+        "--tcp", metavar="HOST:PORT", help="listen on a TCP port instead (one client at a time, each its own session)"
+    )
+    transport.add_argument(
+        "--http",
+        metavar="[HOST:]PORT",
+        nargs="?",
+        const="",
+        help="serve the HTTP completion API (llama.cpp /infill, OpenAI and Tabby /v1/completions) "
+        "instead of LSP (default 127.0.0.1:8012)",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help="with --http: require 'Authorization: Bearer KEY' (default: $MIDWORD_API_KEY, else none)",
+    )
+    parser.add_argument(
+        "--workspace",
+        default=None,
+        help="with --http: the only folder grammar and $schema files may be read from (default: .)",
+    )
+    parser.add_argument(
+        "--model", default=None, help="model to load unless the client's settings name one (default: gemma3)"
+    )
+    parser.add_argument(
+        "--engine",
+        default=DEFAULT_ENGINE,
+        metavar="MODULE:ATTR",
+        help="completion engine class or factory, called as ATTR(model=...) (for tests)",
+    )
+    parser.add_argument(
+        "--weights",
+        choices=["int8", "float32", "bfloat16"],
+        default="int8",
+        help="how the default engine holds the model's weights (default int8: fastest on a CPU)",
+    )
+    parser.add_argument(
+        "--backend",
+        choices=["local", "vllm"],
+        default="local",
+        help="where the model runs: in this process (default) or in a vLLM server (--vllm-url)",
+    )
+    parser.add_argument(
+        "--vllm-url",
+        default=None,
+        metavar="URL",
+        help="the vLLM OpenAI server for --backend vllm, e.g. http://10.0.0.5:8000",
+    )
     parser.add_argument("--log-file", default=None, help="write the server's log here (default: stderr)")
     parser.add_argument("--log-level", default="WARNING", choices=["DEBUG", "INFO", "WARNING", "ERROR"])
 

@@ -127,13 +127,11 @@ class _Analysis:
             # A repetition takes at least max(1, least length of inner) bytes, so a
             # string of at most `depth` bytes holds at most `most` of them.
             most = depth // max(1, self._min_len[inner])
-            r = self.repeat(self.clamped(inner, depth), min(lo, most + 1),
-                            None if hi is None or hi > most else hi)
+            r = self.repeat(self.clamped(inner, depth), min(lo, most + 1), None if hi is None or hi > most else hi)
         else:
             r = expr
         memo[expr] = r
         return r
-
 
     # Emptiness -------------------------------------------------------------------------
     def is_empty(self, expr: int, bound: int | None = None) -> bool:
@@ -261,38 +259,38 @@ class _Analysis:
         self._subset_cache[key] = r
         return r
 
-    def prefix_contains(self, s: int, l: int) -> bool:
+    def prefix_contains(self, s: int, lang: int) -> bool:
         """S ⊆ P(L) where P(L) = { w | ∃q. wq ∈ L } (seeds/what_makes_it_fast.md,
         "Checking regex containment"). An under-approximation: False when unsure."""
-        key = (s, l)
+        key = (s, lang)
         r = self._prefix_cache.get(key)
         if r is None:
-            r = self._prefix_contains(s, l)
+            r = self._prefix_contains(s, lang)
             self._prefix_cache[key] = r
         return r
 
-    def _prefix_contains(self, s: int, l: int) -> bool:
+    def _prefix_contains(self, s: int, lang: int) -> bool:
         kind, args = self._kind, self._args
         if s == 0:
             return True
-        if l == 0:
+        if lang == 0:
             return False
-        if kind[l] == _OR:
+        if kind[lang] == _OR:
             # P(A|B) = P(A) ∪ P(B); containment in one branch is enough.
-            if any(self._prefix_contains(s, x) for x in args[l]):
+            if any(self._prefix_contains(s, x) for x in args[lang]):
                 return True
         if kind[s] == _OR:
-            return all(self._prefix_contains(x, l) for x in args[s])
+            return all(self._prefix_contains(x, lang) for x in args[s])
         if s == 1:
-            return self._surely_nonempty(l)
+            return self._surely_nonempty(lang)
         # S = Y{m',n'} (a plain Y is Y{1,1}).
         if kind[s] == _REPEAT:
             y, _, n_s = args[s]
         else:
             y, n_s = s, 1
         # L = H·T with T non-empty, so P(H) ⊆ P(L).
-        if kind[l] == _CONCAT:
-            head, tail = args[l]
+        if kind[lang] == _CONCAT:
+            head, tail = args[lang]
             if not self._surely_nonempty(tail):
                 return False
             # A pattern string that is partly matched (`(rest of a match)·C* | C*·match`,
@@ -303,7 +301,7 @@ class _Analysis:
             if kind[head] in (_OR, _CONCAT) and self._prefix_contains(s, head):
                 return True
         else:
-            head = l
+            head = lang
         # The longest excluded string, -1 when nothing is excluded.
         longest_excluded = -1
         if kind[head] == _EXCL:
@@ -340,4 +338,3 @@ class _Analysis:
         if n_l is not None and (n_s is None or n_s > n_l):
             return False
         return self._subset(y, x)
-

@@ -629,7 +629,6 @@ class ExprSet(_Analysis, _Derivatives):
             i = self._new(_REPEAT, key, (expr, lo, hi), lo == 0, self._height[expr] + 1, self._has_bool[expr])
         return i
 
-
     # Parsing ---------------------------------------------------------------------------
     def parse(self, pattern: str, flags: str = "", *, extended: bool = False) -> int:
         """Compile a pattern in Python `re` syntax (without backreferences,
@@ -672,7 +671,6 @@ class ExprSet(_Analysis, _Derivatives):
             inside = self._exclude(self.parse("(?:" + body + ")", extended=True), words)
             self._parsed[key] = self.concat(quoted, self.alt(inside), quoted)
         return pattern
-
 
     # Printing --------------------------------------------------------------------------
     def to_str(self, expr: int, max_chars: int = 2000) -> str:

@@ -47,8 +47,13 @@ def run_vllm_bench(args) -> int:
     cases = list(islice(sample_corpus(root, seed=args.seed, context_chars=1200), args.limit))
 
     def request(case):
-        return CompletionRequest(prefix=case.prefix, language="python", grammar=GrammarSpec(kind="none"),
-                                 max_tokens=args.max_tokens, time_budget_s=600.0)
+        return CompletionRequest(
+            prefix=case.prefix,
+            language="python",
+            grammar=GrammarSpec(kind="none"),
+            max_tokens=args.max_tokens,
+            time_budget_s=600.0,
+        )
 
     remote = VllmCompletionEngine("gemma3", url=args.vllm_url)
     remote.load()
@@ -69,9 +74,18 @@ def run_vllm_bench(args) -> int:
         tokens = sum(r[1].timings.tokens_generated for r in results)
         em = _em(results, word_match, line_match)
         first = first or results
-        rows.append({"backend": "vllm", "concurrency": level, "cases": len(cases), **em,
-                     "requests_per_s": len(cases) / wall, "tokens_per_s": tokens / wall,
-                     "p50_ms": _percentile(latencies, 50), "p95_ms": _percentile(latencies, 95)})
+        rows.append(
+            {
+                "backend": "vllm",
+                "concurrency": level,
+                "cases": len(cases),
+                **em,
+                "requests_per_s": len(cases) / wall,
+                "tokens_per_s": tokens / wall,
+                "p50_ms": _percentile(latencies, 50),
+                "p95_ms": _percentile(latencies, 95),
+            }
+        )
     if not args.no_local:
         from midword.completion.engine import CompletionEngine
 
@@ -83,28 +97,44 @@ def run_vllm_bench(args) -> int:
             done = local.complete(request(case))
             results.append((case, done, time.perf_counter() - t0))
         latencies = [r[2] * 1e3 for r in results]
-        rows.append({"backend": "local float32 cpc", "concurrency": 1, "cases": len(cases),
-                     **_em(results, word_match, line_match), "requests_per_s": len(cases) / sum(r[2] for r in results),
-                     "tokens_per_s": sum(r[1].timings.tokens_generated for r in results) / sum(r[2] for r in results),
-                     "p50_ms": _percentile(latencies, 50), "p95_ms": _percentile(latencies, 95)})
-        same = sum(a[1].text == b[1].text for a, b in zip(results, first or []))
+        rows.append(
+            {
+                "backend": "local float32 cpc",
+                "concurrency": 1,
+                "cases": len(cases),
+                **_em(results, word_match, line_match),
+                "requests_per_s": len(cases) / sum(r[2] for r in results),
+                "tokens_per_s": sum(r[1].timings.tokens_generated for r in results) / sum(r[2] for r in results),
+                "p50_ms": _percentile(latencies, 50),
+                "p95_ms": _percentile(latencies, 95),
+            }
+        )
+        same = sum(a[1].text == b[1].text for a, b in zip(results, first or [], strict=False))
         rows[-1]["same_text_as_vllm"] = same
     if args.json:
         print(json.dumps(rows, indent=1))
     else:
-        print(f"{'backend':<20} {'conc':>4} {'cases':>5} {'em_word':>7} {'em_line':>7} {'req/s':>7} "
-              f"{'tok/s':>7} {'p50 ms':>8} {'p95 ms':>8}")
+        print(
+            f"{'backend':<20} {'conc':>4} {'cases':>5} {'em_word':>7} {'em_line':>7} {'req/s':>7} "
+            f"{'tok/s':>7} {'p50 ms':>8} {'p95 ms':>8}"
+        )
         for r in rows:
-            print(f"{r['backend']:<20} {r['concurrency']:>4} {r['cases']:>5} {r['em_word']:>7.3f} {r['em_line']:>7.3f} "
-                  f"{r['requests_per_s']:>7.2f} {r['tokens_per_s']:>7.1f} {r['p50_ms']:>8.0f} {r['p95_ms']:>8.0f}")
+            print(
+                f"{r['backend']:<20} {r['concurrency']:>4} {r['cases']:>5} {r['em_word']:>7.3f} {r['em_line']:>7.3f} "
+                f"{r['requests_per_s']:>7.2f} {r['tokens_per_s']:>7.1f} {r['p50_ms']:>8.0f} {r['p95_ms']:>8.0f}"
+            )
         if "same_text_as_vllm" in rows[-1]:
-            print(f"local and vLLM gave the same completion on {rows[-1]['same_text_as_vllm']}/{len(cases)} cases",
-                  file=sys.stderr)
+            print(
+                f"local and vLLM gave the same completion on {rows[-1]['same_text_as_vllm']}/{len(cases)} cases",
+                file=sys.stderr,
+            )
     return 0
 
 
 def _em(results, word_match, line_match) -> dict:
     n = max(1, len(results))
     inserted = [(case, done.insert_text(case.prefix)) for case, done, _ in results]
-    return {"em_word": sum(word_match(c, t) for c, t in inserted) / n,
-            "em_line": sum(line_match(c, t) for c, t in inserted) / n}
+    return {
+        "em_word": sum(word_match(c, t) for c, t in inserted) / n,
+        "em_line": sum(line_match(c, t) for c, t in inserted) / n,
+    }

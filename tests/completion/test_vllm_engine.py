@@ -18,13 +18,19 @@ from vllm_harness import export_default_model, run_inproc, vllm_python
 
 from midword.completion.constraint import Constraint
 from midword.completion.vllm_plugin import build_spec, compile_spec_grammar
-from midword.engine import Grammar, Matcher
+from midword.engine import Matcher
 
 pytestmark = pytest.mark.slow
 
-SCHEMA = {"type": "object",
-          "properties": {"name": {"type": "string", "maxLength": 8}, "age": {"type": "integer", "minimum": 0, "maximum": 120}},
-          "required": ["name", "age"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {
+        "name": {"type": "string", "maxLength": 8},
+        "age": {"type": "integer", "minimum": 0, "maximum": 120},
+    },
+    "required": ["name", "age"],
+    "additionalProperties": False,
+}
 REGEX = "[a-z]+ [0-9]{2}"
 CODE = ("code_brackets", {"open": "", "language": "python"})
 # Four prefixes typed mid-word; each request must re-spell its own typed bytes.
@@ -41,13 +47,27 @@ def _job(tok, model_dir, llm=None, names=None):
     requests = []
     for name, prefix in PREFIXES.items():
         prompt, typed = _prompt(tok, prefix)
-        requests.append({"name": name, "prompt": prompt, "spec": build_spec(fp, typed, CODE), "max_tokens": 12,
-                         "typed": typed.decode()})
+        requests.append(
+            {
+                "name": name,
+                "prompt": prompt,
+                "spec": build_spec(fp, typed, CODE),
+                "max_tokens": 12,
+                "typed": typed.decode(),
+            }
+        )
     json_prompt = [tok.bos_token_id] + tok.encode("A user record as JSON, with name and age:\n")
-    requests.append({"name": "json", "prompt": json_prompt, "spec": build_spec(fp, b"", ("json_schema", SCHEMA)),
-                     "max_tokens": 40})
-    requests.append({"name": "regex", "prompt": [tok.bos_token_id] + tok.encode("Word and two digits: "),
-                     "regex": REGEX, "max_tokens": 8})
+    requests.append(
+        {"name": "json", "prompt": json_prompt, "spec": build_spec(fp, b"", ("json_schema", SCHEMA)), "max_tokens": 40}
+    )
+    requests.append(
+        {
+            "name": "regex",
+            "prompt": [tok.bos_token_id] + tok.encode("Word and two digits: "),
+            "regex": REGEX,
+            "max_tokens": 8,
+        }
+    )
     batches = [["midword"], ["json"], ["regex"], ["midword", "import", "call", "klass"]]
     if names is not None:
         batches = [[n] for n in names]
@@ -177,8 +197,14 @@ def test_concurrent_requests_keep_their_own_constraints(run, gemma3):
 
 def test_ngram_speculative_decoding_gives_the_same_output(run, gemma3, model_dir, tmp_path_factory):
     """Draft tokens go through validate_tokens, rejected ones through rollback."""
-    spec = {"speculative_config": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 3,
-                                   "prompt_lookup_min": 2}}
+    spec = {
+        "speculative_config": {
+            "method": "ngram",
+            "num_speculative_tokens": 3,
+            "prompt_lookup_max": 3,
+            "prompt_lookup_min": 2,
+        }
+    }
     job = _job(gemma3, model_dir, llm=spec, names=["midword", "json"])
     report = run_inproc(job, tmp_path_factory.mktemp("vllm-ngram"))
     for name in ("midword", "json"):

@@ -28,8 +28,12 @@ from midword.completion.vllm_plugin import (  # noqa: E402
 from midword.engine import Grammar, Matcher  # noqa: E402
 from midword.engine.matcher import mask_to_ids  # noqa: E402
 
-SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
-          "required": ["name", "n"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+    "required": ["name", "n"],
+    "additionalProperties": False,
+}
 
 
 def _row(grammar: MidwordGrammar, width: int) -> np.ndarray:
@@ -53,16 +57,19 @@ def test_spec_round_trip(gemma3):
     assert parse_spec(build_spec("f", b"", None)).grammar_kind is None
 
 
-@pytest.mark.parametrize("text, message", [
-    ("%midword {", "not JSON"),
-    ("%midword []", "JSON object"),
-    ('%midword {"v":2,"prefix_b64":"","grammar":null,"tokenizer":"x"}', "version 2"),
-    ('%midword {"v":1,"prefix_b64":"@@","grammar":null,"tokenizer":"x"}', "base64"),
-    ('%midword {"v":1,"prefix_b64":"","grammar":null}', "tokenizer"),
-    ('%midword {"v":1,"prefix_b64":"","grammar":{"ebnf":"x"},"tokenizer":"x"}', "unknown grammar kind 'ebnf'"),
-    ('%midword {"v":1,"prefix_b64":"","grammar":null,"tokenizer":"x","extra":1}', "unknown field(s) extra"),
-    ('%midword {"v":1,"prefix_b64":"","grammar":{"lark":7},"tokenizer":"x"}', "must be a string"),
-])
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("%midword {", "not JSON"),
+        ("%midword []", "JSON object"),
+        ('%midword {"v":2,"prefix_b64":"","grammar":null,"tokenizer":"x"}', "version 2"),
+        ('%midword {"v":1,"prefix_b64":"@@","grammar":null,"tokenizer":"x"}', "base64"),
+        ('%midword {"v":1,"prefix_b64":"","grammar":null}', "tokenizer"),
+        ('%midword {"v":1,"prefix_b64":"","grammar":{"ebnf":"x"},"tokenizer":"x"}', "unknown grammar kind 'ebnf'"),
+        ('%midword {"v":1,"prefix_b64":"","grammar":null,"tokenizer":"x","extra":1}', "unknown field(s) extra"),
+        ('%midword {"v":1,"prefix_b64":"","grammar":{"lark":7},"tokenizer":"x"}', "must be a string"),
+    ],
+)
 def test_malformed_specs_say_what_is_wrong(text, message):
     with pytest.raises(SpecError, match=message.replace("(", r"\(").replace(")", r"\)")):
         parse_spec(text)
@@ -113,7 +120,7 @@ def test_rows_wider_than_the_vocabulary_are_zero_past_it(gemma3):
     g = _grammar(gemma3, typed=b"pri")
     width = (gemma3.vocab_size + 31) // 32 + 5
     row = _row(g, width)
-    assert not row[width - 5:].any()
+    assert not row[width - 5 :].any()
     assert all(gemma3.token_bytes(int(t)).startswith(b"p") for t in mask_to_ids(row, gemma3.vocab_size))
 
 
@@ -143,8 +150,9 @@ def test_validate_tokens_does_not_advance_and_rollback_restores(gemma3):
 
 def test_end_tokens_are_masked_until_the_output_may_end(gemma3):
     end_of_turn = 106
-    g = _grammar(gemma3, typed=b"pri", grammar=("code_brackets", {"open": "(", "language": "python"}),
-                 ends={end_of_turn})
+    g = _grammar(
+        gemma3, typed=b"pri", grammar=("code_brackets", {"open": "(", "language": "python"}), ends={end_of_turn}
+    )
     width = (gemma3.vocab_size + 31) // 32
     ends = sorted(gemma3.eos_token_ids | {end_of_turn})
 
@@ -199,4 +207,5 @@ def test_other_vllm_versions_are_left_alone(monkeypatch, caplog):
     with caplog.at_level("WARNING", logger="midword.vllm"):
         plugin.register()
     assert [r.getMessage() for r in caplog.records] == [
-        "midword: vLLM 0.31.2 is not one this plugin supports (0.32.x, 0.33.x); %midword grammars stay off"]
+        "midword: vLLM 0.31.2 is not one this plugin supports (0.32.x, 0.33.x); %midword grammars stay off"
+    ]

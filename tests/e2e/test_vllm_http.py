@@ -41,8 +41,10 @@ def server(tmp_path_factory):
 
 
 def _completion(server, grammar: str, prompt=(2, 1509)):
-    return server.post("/v1/completions", {"model": server.model, "prompt": list(prompt), "max_tokens": 4,
-                                           "structured_outputs": {"grammar": grammar}})
+    return server.post(
+        "/v1/completions",
+        {"model": server.model, "prompt": list(prompt), "max_tokens": 4, "structured_outputs": {"grammar": grammar}},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -70,10 +72,31 @@ def test_malformed_and_mismatched_specs_are_400(served, gemma3):
 
 
 def test_midword_complete_on_the_vllm_backend(served):
-    out = subprocess.run([sys.executable, "-m", "midword", "complete", "tests/data/mid_word.py", "--line", "6",
-                          "--character", "30", "--json", "--backend", "vllm", "--vllm-url", served.url,
-                          "--time-budget", "600"],
-                         cwd=ROOT, env=ENV, capture_output=True, text=True, timeout=600)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "midword",
+            "complete",
+            "tests/data/mid_word.py",
+            "--line",
+            "6",
+            "--character",
+            "30",
+            "--json",
+            "--backend",
+            "vllm",
+            "--vllm-url",
+            served.url,
+            "--time-budget",
+            "600",
+        ],
+        cwd=ROOT,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     # "self.user_na|": the typed part of the word is re-spelled, then completed
@@ -85,8 +108,15 @@ class _Lsp:
     """A bare LSP client over stdio (Content-Length framing), enough for one completion."""
 
     def __init__(self, args):
-        self.proc = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-                                     cwd=ROOT, env=ENV, start_new_session=True)
+        self.proc = subprocess.Popen(
+            args,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            cwd=ROOT,
+            env=ENV,
+            start_new_session=True,
+        )
         self.next_id = 0
         self.notifications = []
 
@@ -139,19 +169,31 @@ class _Lsp:
 def test_lsp_front_end_on_the_vllm_backend(served):
     lsp = _Lsp([sys.executable, "-m", "midword", "serve", "--backend", "vllm", "--vllm-url", served.url])
     try:
-        rid = lsp.send("initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                      "initializationOptions": {"midword": {"prefetch": False, "timeBudgetMs": 60000}}})
+        rid = lsp.send(
+            "initialize",
+            {
+                "processId": None,
+                "rootUri": None,
+                "capabilities": {},
+                "initializationOptions": {"midword": {"prefetch": False, "timeBudgetMs": 60000}},
+            },
+        )
         lsp.wait(lambda m: m.get("id") == rid, 120)
         lsp.send("initialized", {}, request=False)
-        status = lsp.wait(lambda m: m.get("method") == "midword/status"
-                          and m["params"].get("state") in ("ready", "error"), 300)
+        status = lsp.wait(
+            lambda m: m.get("method") == "midword/status" and m["params"].get("state") in ("ready", "error"), 300
+        )
         assert status["params"]["state"] == "ready", status
         text = (ROOT / "tests/data/mid_word.py").read_text(encoding="utf-8")
         uri = "file:///w/mid_word.py"
-        lsp.send("textDocument/didOpen", {"textDocument": {"uri": uri, "languageId": "python", "version": 1,
-                                                           "text": text}}, request=False)
-        rid = lsp.send("textDocument/completion", {"textDocument": {"uri": uri},
-                                                   "position": {"line": 6, "character": 30}})
+        lsp.send(
+            "textDocument/didOpen",
+            {"textDocument": {"uri": uri, "languageId": "python", "version": 1, "text": text}},
+            request=False,
+        )
+        rid = lsp.send(
+            "textDocument/completion", {"textDocument": {"uri": uri}, "position": {"line": 6, "character": 30}}
+        )
         reply = lsp.wait(lambda m: m.get("id") == rid, 300)
         items = reply["result"]["items"] if isinstance(reply["result"], dict) else reply["result"]
         assert items, reply

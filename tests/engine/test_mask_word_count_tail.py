@@ -8,10 +8,12 @@ import numpy as np
 from midword.engine.grammar import Grammar
 from midword.engine.matcher import Matcher, mask_to_ids
 
-SCHEMA = {"type": "object",
-          "properties": {"title": {"type": "string"},
-                         "summary": {"type": "string", "pattern": "^(?:\\S+\\s+){0,99}\\S+$"}},
-          "required": ["title", "summary"], "additionalProperties": False}
+SCHEMA = {
+    "type": "object",
+    "properties": {"title": {"type": "string"}, "summary": {"type": "string", "pattern": "^(?:\\S+\\s+){0,99}\\S+$"}},
+    "required": ["title", "summary"],
+    "additionalProperties": False,
+}
 
 
 def test_word_count_states_share_inside_walks_and_masks_stay_exact(llama3):
@@ -24,8 +26,10 @@ def test_word_count_states_share_inside_walks_and_masks_stay_exact(llama3):
     whole.walker._cache_prefix += ("whole",)
     inside_walks = []
     walk_inside = split.walker._inside_lexeme
-    split.walker._inside_lexeme = lambda lexstate, applicable: (inside_walks.append(lexstate),
-                                                                walk_inside(lexstate, applicable))[1]
+    split.walker._inside_lexeme = lambda lexstate, applicable: (
+        inside_walks.append(lexstate),
+        walk_inside(lexstate, applicable),
+    )[1]
     words = "the quick brown fox jumps over the lazy dog and".split()
     body = " ".join(words[i % len(words)] for i in range(40))
     prefix = '{"title": "x", "summary": "' + body

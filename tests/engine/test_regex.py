@@ -134,8 +134,17 @@ def sample(ast, rnd, icase=False) -> str:
     if k == "alt":
         return sample(rnd.choice(ast[1]), rnd, icase)
     if k == "rep":
-        lo, hi = {"*": (0, 3), "+": (1, 3), "?": (0, 1), "{2}": (2, 2), "{1,}": (1, 3), "{0,2}": (0, 2),
-                  "{1,3}": (1, 3), "{,2}": (0, 2), "{3}": (3, 3)}[ast[2]]
+        lo, hi = {
+            "*": (0, 3),
+            "+": (1, 3),
+            "?": (0, 1),
+            "{2}": (2, 2),
+            "{1,}": (1, 3),
+            "{0,2}": (0, 2),
+            "{1,3}": (1, 3),
+            "{,2}": (0, 2),
+            "{3}": (3, 3),
+        }[ast[2]]
         return "".join(sample(ast[1], rnd, icase) for _ in range(rnd.randint(lo, hi)))
     if k == "group":
         return sample(ast[2], rnd, icase)
@@ -175,8 +184,28 @@ def test_matches_python_re(ast, rnd, flags):
 
 
 @settings(max_examples=100, deadline=None)
-@given(regex_ast, st.lists(st.sampled_from([b"a", b"B", b"0", b"\n", b"\xe2", b"\x82", b"\xac", b"\xff", "中".encode(),
-                                             b"\xf0\x9f", b"\xc0\x80", b"\xed\xa0\x80"]), max_size=6))
+@given(
+    regex_ast,
+    st.lists(
+        st.sampled_from(
+            [
+                b"a",
+                b"B",
+                b"0",
+                b"\n",
+                b"\xe2",
+                b"\x82",
+                b"\xac",
+                b"\xff",
+                "中".encode(),
+                b"\xf0\x9f",
+                b"\xc0\x80",
+                b"\xed\xa0\x80",
+            ]
+        ),
+        max_size=6,
+    ),
+)
 def test_bytes_valid_utf8_only(ast, parts):
     """Every parsed pattern matches valid UTF-8 only; on valid input it agrees with re."""
     pattern = render(ast)
@@ -209,11 +238,18 @@ def test_byte_classes_share_derivatives(ast):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.one_of(st.integers(0, 255).map(lambda b: 1 << b),
-                          st.integers(1, (1 << 256) - 1),
-                          st.tuples(st.integers(0, 255), st.integers(0, 255)).map(
-                              lambda r: sum(1 << b for b in range(min(r), max(r) + 1)))),
-                max_size=12))
+@given(
+    st.lists(
+        st.one_of(
+            st.integers(0, 255).map(lambda b: 1 << b),
+            st.integers(1, (1 << 256) - 1),
+            st.tuples(st.integers(0, 255), st.integers(0, 255)).map(
+                lambda r: sum(1 << b for b in range(min(r), max(r) + 1))
+            ),
+        ),
+        max_size=12,
+    )
+)
 def test_class_map_names_each_byte_by_the_smallest_byte_of_its_block(byte_sets):
     blocks = refine_byte_sets(byte_sets)
     signature = [tuple((s >> b) & 1 for s in byte_sets) for b in range(256)]
@@ -384,9 +420,7 @@ def test_a_shadow_has_the_same_derivative_outside_its_guard(kept, excluded, tail
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.lists(st.integers(1, (1 << 256) - 1), max_size=4),
-       st.lists(st.integers(0, 255), max_size=6),
-       st.booleans())
+@given(st.lists(st.integers(1, (1 << 256) - 1), max_size=4), st.lists(st.integers(0, 255), max_size=6), st.booleans())
 def test_splitting_a_class_map_refines_it_by_single_bytes(byte_sets, singles, take_smallest):
     cm = _class_map(refine_byte_sets(byte_sets))
     if take_smallest:
@@ -492,7 +526,18 @@ def test_utf8_classes():
 
 
 @pytest.mark.parametrize(
-    "lo,hi", [(0, 0x10FFFF), (0x7F, 0x80), (0x7FF, 0x800), (0xFFFF, 0x10000), (0xD000, 0xE100), (0x3B1, 0x3C9), (0x10000, 0x10FFFF), (0x1234, 0x5678), (0xE000, 0xFFFD)]
+    "lo,hi",
+    [
+        (0, 0x10FFFF),
+        (0x7F, 0x80),
+        (0x7FF, 0x800),
+        (0xFFFF, 0x10000),
+        (0xD000, 0xE100),
+        (0x3B1, 0x3C9),
+        (0x10000, 0x10FFFF),
+        (0x1234, 0x5678),
+        (0xE000, 0xFFFD),
+    ],
 )
 def test_utf8_sequences_exact(lo, hi):
     """The sequences encode each code point of the range exactly once, and nothing else."""
@@ -653,9 +698,19 @@ def test_prefix_contains_is_sound():
     rnd = random.Random(7)
     es = ExprSet()
     slices = [es.parse(JSON_CHAR + r) for r in ("{1,10}", "{1,30}", "{11,30}", "+")]
-    lexemes = [es.parse(p, extended=True) for p in
-               [JSON_CHAR + '{0,20}"', JSON_STRING_BODY, '([a-z ]{0,20}&~(if|for))"', "[a-z]*", "abc",
-                f'(ab{JSON_CHAR}*|{JSON_CHAR}{{0,4}}x)"', f'((ab|{JSON_CHAR}*)c)"', f'(a{JSON_CHAR}{{0,12}}|b)z"']]
+    lexemes = [
+        es.parse(p, extended=True)
+        for p in [
+            JSON_CHAR + '{0,20}"',
+            JSON_STRING_BODY,
+            '([a-z ]{0,20}&~(if|for))"',
+            "[a-z]*",
+            "abc",
+            f'(ab{JSON_CHAR}*|{JSON_CHAR}{{0,4}}x)"',
+            f'((ab|{JSON_CHAR}*)c)"',
+            f'(a{JSON_CHAR}{{0,12}}|b)z"',
+        ]
+    ]
     alphabet = "ab z€中😀"
     for sl in slices:
         for lx in lexemes:
@@ -736,8 +791,12 @@ def test_grammar_errors(pattern, offset, words):
 
 @pytest.mark.parametrize(
     "pattern,offset,words",
-    [("a&", 1, "right operand of '&'"), ("&a", 0, "left operand of '&'"), ("a|~", 2, "'~' needs an operand"),
-     ("~*", 1, "nothing to repeat")],
+    [
+        ("a&", 1, "right operand of '&'"),
+        ("&a", 0, "left operand of '&'"),
+        ("a|~", 2, "'~' needs an operand"),
+        ("~*", 1, "nothing to repeat"),
+    ],
 )
 def test_grammar_errors_extended(pattern, offset, words):
     with pytest.raises(GrammarError) as info:
@@ -925,11 +984,17 @@ def test_literal_links_count_against_the_node_limit():
 # regex metacharacters, repeated letters (which literal() and concatenation merge into
 # repeats) and non-ASCII.
 _exclusion_words = st.lists(
-    st.text(alphabet=st.sampled_from(list('ab"\\|()[]{}*.?&~ \n\x01é中') + ["\U0001f600"]), max_size=6)
-    .map(lambda t: t.encode("utf-8")), min_size=1, max_size=6)
+    st.text(alphabet=st.sampled_from(list('ab"\\|()[]{}*.?&~ \n\x01é中') + ["\U0001f600"]), max_size=6).map(
+        lambda t: t.encode("utf-8")
+    ),
+    min_size=1,
+    max_size=6,
+)
 
 
-@given(_exclusion_words, st.sampled_from([r"[^\"\\]*", r"(?:[a-z]|\\[\"n])*", "x{2,3}"]), st.sampled_from(['"', "'", "é"]))
+@given(
+    _exclusion_words, st.sampled_from([r"[^\"\\]*", r"(?:[a-z]|\\[\"n])*", "x{2,3}"]), st.sampled_from(['"', "'", "é"])
+)
 @settings(max_examples=200, deadline=None)
 def test_parse_excluding_remembers_exactly_the_parse_of_its_pattern(words, body, quote):
     from midword.engine.regex import _Parser
@@ -1039,6 +1104,7 @@ def test_an_exclusion_with_the_empty_word_has_no_shadow():
 # --------------------------------------------------------------------------------------
 # Clamped repeat counts
 # --------------------------------------------------------------------------------------
+
 
 def test_clamped_counts():
     es = ExprSet()
