@@ -44,20 +44,19 @@ ops, checked against transformers' logits at load time):
 it raises aborts the load. Missing packages, unknown names, unreadable weights and failed
 conversions raise `ModelUnavailable`, which says what was looked for and how to fix it.
 
-Choices, measured on the 2-core development VM (shared with other jobs, so figures are
-noisy; one torch thread, Gemma 3 270M, 500-token context):
+Choices (their figures are in docs/benchmarks.md and docs/optimizations.md):
 
-- Weights stay float32. bfloat16 is faster on this CPU (AVX-512 BF16 and AMX): prefill 1.8 against
-  2.8 ms per token, a decode step's body 49 against 57 ms, 16 branches of 3 tokens 0.22
-  against 0.82 s. But it is not exact: on a Python file it moves logits by up to 1.7 and
-  flips the top-1 token at 1.5% of positions, and a cached pass differs from an uncached
-  one by up to 0.25 (float32: under 1e-4). It is available as `dtype="bfloat16"`.
-- The head: one full row costs 54-86 ms (the 262144 x 640 float32 matrix is read once per
-  decode step), 2,000 allowed rows about 1 ms.
-- torch gets every core but one by default (one thread on a 2-core machine). An
-  oversubscribed OpenMP pool spins: while other jobs competed for the cores, a decode step
-  took over 1 s on 2 threads against 90 ms on 1. The spare core is left to the grammar
-  engine. Override with `threads=` or $MIDWORD_THREADS.
+- Weights are int8 in groups of 64 with float32 activations by default (quantized.py): a
+  decode step streams the weights from memory, and int8 reads a quarter of the bytes, at no
+  measurable cost to completions. float32 keeps the converted weights as they are, for
+  reference checks. bfloat16 is faster on CPUs with AVX-512 BF16 or AMX but not exact (it
+  moves logits enough to flip the top token now and then, and a cached pass differs from an
+  uncached one), so it is available as `dtype="bfloat16"` and never the default.
+- The head: a full row reads the whole 262144-row matrix once per decode step, while the
+  few thousand rows a grammar allows cost next to nothing, hence the sparse head above.
+- torch gets every core but one by default (one thread on a 2-core machine): an
+  oversubscribed OpenMP pool spins while other work competes for the cores, and the spare
+  core is left to the grammar engine. Override with `threads=` or $MIDWORD_THREADS.
 """
 
 from __future__ import annotations
