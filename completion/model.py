@@ -18,7 +18,7 @@ A model answers three questions about token sequences:
 - `score_branches(prefix, branches, allowed=None)`: for each short token list after a
   shared prefix, the log-probability of each of its tokens and the next-token log-probs
   after it. This is what CPC uses to weigh every way of covering the typed characters
-  (seeds/character_prefix_conditioning.md). Log-probabilities are normalised over the full
+  (docs/design/cpc.md). Log-probabilities are normalised over the full
   vocabulary at every position, so branches are comparable; the transformers backend
   computes all positions in one forward pass (a token tree, see model_transformers).
 - `logprobs(tokens, start=1)`: log p(tokens[i] | tokens[:i]) for i >= start, for evaluation.

@@ -1,4 +1,4 @@
-"""Fast-forward: bytes the grammar forces, and their canonical tokens (seeds/fast_forward.md).
+"""Fast-forward: bytes the grammar forces, and their canonical tokens (docs/design/fast-forward.md).
 
 Forced bytes are those every continuation must start with: while EOS is not allowed
 and exactly one byte is, that byte is forced.

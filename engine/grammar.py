@@ -1,6 +1,6 @@
 """The grammar every front end compiles to: lexemes (regular expressions) below, a CFG above.
 
-This is the lexer/parser split of seeds/what_makes_it_fast.md. Lexemes are regular
+This is the lexer/parser split of docs/design/engine.md. Lexemes are regular
 expressions over bytes, matched greedily by the derivative lexer; rules are plain
 BNF over lexemes and nonterminals, parsed by the Earley parser. Front ends (Lark
 text, a single regex, JSON Schema) desugar their own operators (`*`, `+`, `?`,

@@ -2,7 +2,7 @@
 
 A lexer state is the set `{(lexeme i, regex R_i)}` of lexemes still possible after the
 bytes read since the lexeme began, where `R_i` is the derivative of lexeme i's regex
-by those bytes (seeds/what_makes_it_fast.md, "Lexer construction"). States are
+by those bytes (docs/design/engine.md, "Lexemes and rows"). States are
 hash-consed to ints and transitions live in `table[state, byte]`, so walking the
 token trie is almost always one array lookup; the derivative engine runs only on a
 miss (-1 in the table). A state's first miss computes one byte class; a second fills

@@ -2,7 +2,7 @@
 
 Large masks come from unconstrained contexts — inside a JSON string, a comment — where
 the trie walk visits almost every node. A slice is a regex such as
-`[^"\\\\\\x00-\\x1F\\x7F]{1,10}` (seeds/what_makes_it_fast.md, "Slicer optimization").
+`[^"\\\\\\x00-\\x1F\\x7F]{1,10}` (docs/design/engine.md, "Slices").
 Each token belongs to exactly one slice: the first, in order, whose regex it fully
 matches, or the implicit remainder. Every slice has its own trie and its own
 precomputed mask.

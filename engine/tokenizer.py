@@ -11,7 +11,7 @@ byte for byte (no BOS, no prefix space, special-token text encoded as plain text
 invalid UTF-8 kept), and `decode` is plain concatenation.
 
 `tokenize_partial` turns forced bytes into forced tokens without committing to a
-non-canonical tokenization (seeds/fast_forward.md): it keeps only the tokens that
+non-canonical tokenization (docs/design/fast-forward.md): it keeps only the tokens that
 every continuation of the bytes would tokenize the same way and returns the rest as
 leftover bytes.
 """

@@ -6,7 +6,7 @@ bytes past its longest common prefix with the previous token yields exactly the
 pre-order of the trie. So node `i` is followed by its first child, and its next
 sibling sits at `i + subtree_size[i]`: a walk never chases pointers, it scans the
 arrays forward and skips a whole subtree with one addition when a byte is rejected
-(seeds/what_makes_it_fast.md). Node 0 is the root (the empty string).
+(docs/design/engine.md). Node 0 is the root (the empty string).
 
 Walks come in pairs: an `@njit` function over flat arrays and a plain-Python twin
 with the same signature, which tests compare on random inputs.

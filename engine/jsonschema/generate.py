@@ -661,7 +661,7 @@ class _Generator:
                 if mask == 0 and names_re is None:
                     # The same language with the quotes outside the intersection: after the
                     # opening quote the lexeme is `(C* & ~E) "`, a shape the slicer can
-                    # prove contains its string slices (seeds/what_makes_it_fast.md).
+                    # prove contains its string slices (docs/design/engine.md).
                     inner = ["(?:" + CANON_CHAR + "*)"]
                     inner += ["~(?:" + group_bodies[i] + ")" for i in range(len(groups)) if group_bodies[i]]
                     if listed and len(inner) == 1:

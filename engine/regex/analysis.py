@@ -260,8 +260,8 @@ class _Analysis:
         return r
 
     def prefix_contains(self, s: int, lang: int) -> bool:
-        """S ⊆ P(L) where P(L) = { w | ∃q. wq ∈ L } (seeds/what_makes_it_fast.md,
-        "Checking regex containment"). An under-approximation: False when unsure."""
+        """S ⊆ P(L) where P(L) = { w | ∃q. wq ∈ L } (docs/design/engine.md,
+        "Slices"). An under-approximation: False when unsure."""
         key = (s, lang)
         r = self._prefix_cache.get(key)
         if r is None:

@@ -2,8 +2,8 @@
 
 The derivative of a language L by a byte c is `{ s | cs ∈ L }`; a regular
 expression's derivative is again a regular expression, so an expression is a DFA
-state and its derivatives are the transitions (seeds/what_makes_it_fast.md,
-"Lexer construction"). The state is accepting when the expression is nullable
+state and its derivatives are the transitions (docs/design/engine.md,
+"Lexemes and rows"). The state is accepting when the expression is nullable
 (matches the empty string). Nothing is compiled up front: `LazyDFA` computes a
 transition the first time it is needed and keeps it in a flat table.
 

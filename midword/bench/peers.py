@@ -20,7 +20,7 @@ How each peer is driven, and why:
   checks, and the fastest of the documented ways (`compute_bitmask` and
   `compute_logit_bias` allocate a fresh `bytes` each step). Forced tokens come from
   `compute_ff_tokens`, which already trims tokens a longer token could span (token
-  healing, seeds/fast_forward.md).
+  healing, docs/design/fast-forward.md).
 - xgrammar: `compile_json_schema(any_whitespace=True, strict_mode=False)`, the
   "compliant" configuration MaskBench uses, because instances are `json.dumps` output
   (spaces after `,` and `:`) and may carry properties a schema does not list. One

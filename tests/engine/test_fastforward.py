@@ -1,4 +1,4 @@
-"""Fast-forward tokens on the real Llama 3 tokenizer: the examples of seeds/fast_forward.md."""
+"""Fast-forward tokens on the real Llama 3 tokenizer: the examples of docs/design/fast-forward.md."""
 
 from midword.engine import Grammar, Matcher
 

@@ -174,7 +174,7 @@ def test_rollback_reset_and_errors():
 
 
 def test_order_id_is_not_forced_as_order():
-    # seeds/fast_forward.md: after `{"` the grammar forces `order`, but `orderId` spans
+    # docs/design/fast-forward.md: after `{"` the grammar forces `order`, but `orderId` spans
     # the end of the forced bytes, so no token may be forced.
     b = GrammarBuilder()
     start = b.nonterminal("start")

@@ -168,7 +168,7 @@ def test_llama3_table(llama3):
 
 
 def test_llama3_seed_facts(llama3):
-    # seeds/fast_forward.md: orderId is one token, orderName is not.
+    # docs/design/fast-forward.md: orderId is one token, orderName is not.
     [order_id] = llama3.encode("orderId")
     assert llama3.token_bytes(order_id) == b"orderId"
     assert [llama3.token_bytes(t) for t in llama3.encode("orderName")] == [b"order", b"Name"]
