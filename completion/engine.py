@@ -132,6 +132,7 @@ class CompletionEngine:
             spec.source,
             language if spec.kind == "auto" else None,
             _open_context(request, language) if spec.kind == "auto" and language not in JSON_LANGUAGES else None,
+            spec.kind == "json_schema" and _names_its_schema(request.prefix),
         )
         if key in self._grammars:
             self._grammars.move_to_end(key)
@@ -163,7 +164,9 @@ class CompletionEngine:
             if spec.kind == "regex":
                 return _document_grammar(Grammar.from_regex(spec.source or "")), True, ""
             if spec.kind == "json_schema":
-                schema = _with_schema_key(json.loads(spec.source or "{}"))
+                schema = json.loads(spec.source or "{}")
+                if _names_its_schema(request.prefix):
+                    schema = _with_schema_key(schema)
                 grammar = Grammar.from_json_schema(schema, lenient=True)
                 return _document_grammar(grammar), True, _relaxed_note(grammar)
             if language in JSON_LANGUAGES:
@@ -427,10 +430,17 @@ def _open_context(request: CompletionRequest, language: str) -> str:
     return open_context_at(prompt_window(request.prefix), language or None)
 
 
+def _names_its_schema(prefix: str) -> bool:
+    """Whether the document names its schema with a `"$schema"` key (a substring test:
+    a nested one only allows a key that is there anyway)."""
+    return '"$schema"' in prefix
+
+
 def _with_schema_key(schema):
     """`schema`, with the document's own top-level `"$schema"` key allowed where the
     schema closes its object (`additionalProperties`/`unevaluatedProperties` false): the
-    key that names the schema is never the schema's business, as editors treat it."""
+    key that names the schema is never the schema's business, as editors treat it. Only
+    for documents that have the key, so a completion never adds one."""
     if not isinstance(schema, dict):
         return schema
     props = schema.get("properties")
