@@ -70,7 +70,10 @@ class WorkspaceContext:
             )
         for (uri, _), (line, when) in self._edits.items():
             text = texts.get(uri)
-            if text is None:
+            # The current document is in the prompt already; its own edit regions would
+            # repeat the lines at the cursor, half-typed word and line end included, and
+            # the model copies that stop instead of completing the word.
+            if text is None or uri == current:
                 continue
             lines = text.split("\n")
             lo, hi = max(0, line - EDIT_LINES), min(len(lines), line + EDIT_LINES + 1)

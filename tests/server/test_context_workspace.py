@@ -33,6 +33,17 @@ def test_open_documents_and_edited_regions_become_chunks():
     assert [(c.path, c.time) for c in edits] == [("pkg/util.py", 101.0), ("pkg/main.py", 102.0)]
 
 
+def test_the_current_documents_own_edits_are_not_context():
+    # Found in VS Code: the region around the cursor, half-typed word and line end
+    # included, repeated before the document made the model stop instead of completing.
+    ctx = WorkspaceContext()
+    text = "def total(n, unit_price):\n    return n * unit_pr"
+    ctx.note_change("file:///w/early.py", [_change(1)])
+    assert ctx.chunks([("file:///w/early.py", text)], "file:///w/early.py", "/w") == ()
+    (edit,) = ctx.chunks([("file:///w/early.py", text)], "file:///w/other.py", "/w")[1:]
+    assert edit.kind == "edit" and edit.path == "early.py"
+
+
 def test_edit_marks_are_bounded_and_forgotten_with_their_document():
     ctx = WorkspaceContext()
     for k in range(3 * MAX_EDITS):
