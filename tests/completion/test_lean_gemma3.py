@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from byte_tokenizer import byte_tokenizer, byte_tokenizer_json
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -27,9 +28,7 @@ PROMPT = "def fibonacci(n):\n    if n <= 1:\n        return n\n    return fibona
 
 @pytest.fixture(scope="module")
 def byte_tok() -> Tokenizer:
-    from tokenizers import Tokenizer as HFTokenizer
-
-    return Tokenizer.from_hf(HFTokenizer.from_str(_byte_tokenizer_json()), name="bytes")
+    return byte_tokenizer()
 
 
 def tiny_gemma(seed=0, window=4, softcap=None, attn_softcap=None, heads=4, kv_heads=2):
@@ -206,7 +205,7 @@ def test_check_failure_falls_back_to_transformers(byte_tok, monkeypatch):
 
 def _save_hf_dir(folder, hf):
     hf.save_pretrained(str(folder))
-    (folder / "tokenizer.json").write_text(_byte_tokenizer_json(), encoding="utf-8")
+    (folder / "tokenizer.json").write_text(byte_tokenizer_json(), encoding="utf-8")
 
 
 def test_other_architectures_stay_on_transformers(tmp_path):
@@ -243,18 +242,6 @@ def test_gemma_directory_loads_lean(tmp_path):
         else:  # int8 weights: close to float32, same top token
             assert np.abs(got - ref[-1]).max() < 0.05 * np.abs(ref[-1]).max() and got.argmax() == ref[-1].argmax()
     assert load_model(tmp_path, threads=1, backend="transformers").backend == "transformers"
-
-
-def _byte_tokenizer_json() -> str:
-    from tokenizers import AddedToken, decoders, models, pre_tokenizers
-    from tokenizers import Tokenizer as HFTokenizer
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tok = HFTokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken("<s>", special=True)])
-    return tok.to_str()
 
 
 # ---------------------------------------------------------------------------

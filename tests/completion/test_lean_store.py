@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 import pytest
+from byte_tokenizer import byte_tokenizer
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -17,23 +18,9 @@ from midword.completion.model_transformers import TransformersModel  # noqa: E40
 from midword.engine import Tokenizer  # noqa: E402
 
 
-def _byte_tokenizer_json() -> str:
-    from tokenizers import AddedToken, decoders, models, pre_tokenizers
-    from tokenizers import Tokenizer as HFTokenizer
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tok = HFTokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken("<s>", special=True)])
-    return tok.to_str()
-
-
 @pytest.fixture(scope="module")
 def byte_tok() -> Tokenizer:
-    from tokenizers import Tokenizer as HFTokenizer
-
-    return Tokenizer.from_hf(HFTokenizer.from_str(_byte_tokenizer_json()), name="bytes")
+    return byte_tokenizer()
 
 
 @pytest.fixture

@@ -14,6 +14,7 @@ import os
 
 import numpy as np
 import pytest
+from byte_tokenizer import byte_tokenizer, byte_tokenizer_json
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -37,24 +38,9 @@ TOL = 1e-4
 # Tiny models
 
 
-def _byte_tokenizer_json() -> str:
-    """A byte-level BPE with no merges and a <s> BOS token: 257 ids."""
-    from tokenizers import AddedToken, decoders, models, pre_tokenizers
-    from tokenizers import Tokenizer as HFTokenizer
-
-    alphabet = sorted(pre_tokenizers.ByteLevel.alphabet())
-    tok = HFTokenizer(models.BPE(vocab={c: i for i, c in enumerate(alphabet)}, merges=[]))
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    tok.add_special_tokens([AddedToken("<s>", special=True)])
-    return tok.to_str()
-
-
 @pytest.fixture(scope="module")
 def byte_tok() -> Tokenizer:
-    from tokenizers import Tokenizer as HFTokenizer
-
-    return Tokenizer.from_hf(HFTokenizer.from_str(_byte_tokenizer_json()), name="bytes")
+    return byte_tokenizer()
 
 
 def _randomize(hf, seed):
@@ -491,7 +477,7 @@ def test_not_a_model(tmp_path):
 
 def _save_hf_dir(folder, hf):
     hf.save_pretrained(str(folder))
-    (folder / "tokenizer.json").write_text(_byte_tokenizer_json(), encoding="utf-8")
+    (folder / "tokenizer.json").write_text(byte_tokenizer_json(), encoding="utf-8")
 
 
 def test_load_hf_directory(tmp_path):
