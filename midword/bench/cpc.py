@@ -741,6 +741,21 @@ def _cases_from_args(args) -> tuple[Iterator[Case], str]:
     return sample_corpus(root, args.seed, args.glob, args.context_chars), f"{root} (seed {args.seed})"
 
 
+def load_engine(args):
+    """The completion engine for `--model` and `--weights`, loaded; None, with the reason
+    printed, when the model cannot be had."""
+    from midword.completion.engine import CompletionEngine
+    from midword.completion.model import ModelUnavailable
+
+    engine = CompletionEngine(args.model, weights=args.weights)
+    try:
+        engine.load()
+    except ModelUnavailable as err:
+        print(f"midword bench cpc: {err}", file=sys.stderr)
+        return None
+    return engine
+
+
 def run_cpc(args, *, engine=None) -> int:
     """`midword bench cpc`; `engine` replaces the model named by `--model` (tests)."""
     try:
@@ -761,14 +776,8 @@ def run_cpc(args, *, engine=None) -> int:
         print(f"midword bench cpc: {err}", file=sys.stderr)
         return 2
     if engine is None:
-        from midword.completion.engine import CompletionEngine
-        from midword.completion.model import ModelUnavailable
-
-        engine = CompletionEngine(args.model, weights=args.weights)
-        try:
-            engine.load()
-        except ModelUnavailable as err:
-            print(f"midword bench cpc: {err}", file=sys.stderr)
+        engine = load_engine(args)
+        if engine is None:
             return 2
     opts = Options(
         max_tokens=args.max_tokens,

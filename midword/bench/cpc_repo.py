@@ -39,6 +39,7 @@ from midword.bench.cpc import (
     Case,
     _read_source,
     line_match,
+    load_engine,
     percentile,
     word_match,
     word_spans,
@@ -254,14 +255,8 @@ def run_repo(args, *, engine=None) -> int:
         print(f"midword bench cpc: {err}", file=sys.stderr)
         return 2
     if engine is None:
-        from midword.completion.engine import CompletionEngine
-        from midword.completion.model import ModelUnavailable
-
-        engine = CompletionEngine(args.model, weights=args.weights)
-        try:
-            engine.load()
-        except ModelUnavailable as err:
-            print(f"midword bench cpc: {err}", file=sys.stderr)
+        engine = load_engine(args)
+        if engine is None:
             return 2
     settings = SETTINGS if args.suffix else SETTINGS[:2]
     records = []
