@@ -31,6 +31,7 @@ from .cpc import backoff, search_covers
 from .decode import StopRules, generate
 from .fim import template_for
 from .json_recovery import anchors
+from .kv_slots import DEFAULT_SLOT_BYTES, DEFAULT_SLOTS, KVSlots
 from .multiline import plan as plan_lines
 from .types import MODES, Completion, CompletionRequest, GrammarSpec, Timings
 
@@ -61,9 +62,13 @@ class CompletionEngine:
         mode: str = "cpc",
         weights: str = DEFAULT_WEIGHTS,
         model_object=None,
+        kv_slots: int = DEFAULT_SLOTS,
+        kv_slot_bytes: int = DEFAULT_SLOT_BYTES,
     ):
         """`weights`: "int8" (default: int8 weights, float32 activations, see quantized.py),
-        "float32" (the converted weights as they are) or "bfloat16"."""
+        "float32" (the converted weights as they are) or "bfloat16". `kv_slots`: KV caches
+        kept for documents completed in turn (kv_slots.py), the parked ones in at most
+        `kv_slot_bytes`; 1 keeps a single cache."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
         from .model_store import WEIGHT_FORMATS
@@ -74,6 +79,8 @@ class CompletionEngine:
         self.model_name = model
         self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "mode": mode}
         self._model = model_object
+        self._slot_bounds = (int(kv_slots), int(kv_slot_bytes))
+        self._slots: KVSlots | None = None
         self._lock = threading.Lock()  # one completion at a time: the model's KV cache is shared
         self._grammars: OrderedDict[tuple, Grammar | None] = OrderedDict()
         self._constraints: OrderedDict[str, Constraint] = OrderedDict()
@@ -117,6 +124,14 @@ class CompletionEngine:
         if self._model is None:
             raise RuntimeError("the model is not loaded yet: call load() first")
         return self._model
+
+    @property
+    def slots(self) -> KVSlots:
+        """The model's KV cache slots (one per document completed in turn)."""
+        if self._slots is None or self._slots.model is not self.model:
+            count, nbytes = self._slot_bounds
+            self._slots = KVSlots(self.model, max_slots=count, max_bytes=nbytes)
+        return self._slots
 
     @property
     def tokenizer(self):
@@ -292,6 +307,9 @@ class CompletionEngine:
                 note = f"grammar constrains {pointer} only: {err}"
         prompt, tail, context_tokens = self._assemble(request, back)
         timings.prompt_tokens, timings.context_tokens = len(prompt), context_tokens
+        # Another document's turn may have left its cache in the model: bring back this
+        # prompt's slot first (or a fresh one), so that neither prefills again.
+        timings.cached_tokens = self.slots.use(prompt)
         rng = np.random.default_rng(request.seed)
         initial: list[int] = []
         t0 = time.perf_counter()

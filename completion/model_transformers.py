@@ -88,6 +88,55 @@ def _as_token_array(tokens, what: str, vocab_size: int, allow_empty: bool = Fals
     return arr
 
 
+class ModelState:
+    """A parked KV cache (see `TransformersModel.swap_state`): opaque but for the token
+    sequence it holds and the memory it takes."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict):
+        self.fields = fields
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self.fields["_tokens"]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tensors and arrays it holds (shared storage counted once)."""
+        return _nbytes(self.fields, set(), 4)
+
+
+def _nbytes(obj, seen: set, depth: int) -> int:
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        key = ("t", storage.data_ptr())
+        if key in seen:
+            return 0
+        seen.add(key)
+        return int(storage.nbytes())
+    if isinstance(obj, np.ndarray):
+        base = obj
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        key = ("a", id(base))
+        if key in seen:
+            return 0
+        seen.add(key)
+        return int(base.nbytes)
+    if depth <= 0 or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+        return 0
+    if isinstance(obj, dict):
+        items = obj.values()
+    elif isinstance(obj, (list, tuple)):
+        items = obj
+    elif hasattr(obj, "__dict__"):  # a cache object: its tensors, its layers
+        items = vars(obj).values()
+    else:
+        return 0
+    return sum(_nbytes(x, seen, depth - 1) for x in items)
+
+
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
     m = min(a.size, b.size)
     diff = np.flatnonzero(a[:m] != b[:m])
@@ -231,6 +280,25 @@ class TransformersModel:
         """Drop the KV cache (the next request prefills from scratch)."""
         with self._lock:
             self._reset_state()
+
+    # What `_reset_state` sets up: the KV cache and everything keyed by the cached sequence.
+    # `swap_state` moves these as one; a test checks `_reset_state` (here and in
+    # subclasses) sets nothing else.
+    STATE_FIELDS = ("_cache", "_row_cache", "_branch_cache", "_tokens", "_hidden_buffer", "_hidden")
+
+    def swap_state(self, state: "ModelState | None" = None) -> "ModelState":
+        """Parks the current KV cache (and the rows cached for its sequence), returning it,
+        and installs `state` (an earlier return value) or, with None, an empty one. A
+        server keeps one state per document this way, so switching between documents
+        does not prefill each again."""
+        with self._lock:
+            current = ModelState({name: getattr(self, name) for name in self.STATE_FIELDS})
+            if state is None:
+                self._reset_state()
+            else:
+                for name, value in state.fields.items():
+                    setattr(self, name, value)
+            return current
 
     def prefill(self, tokens: Sequence[int], cancelled=None) -> bool:
         """Bring `tokens` into the KV cache ahead of the calls that need them, polling

@@ -107,6 +107,7 @@ class Timings:
     tokens_forced: int = 0
     prompt_tokens: int = 0  # tokens the model read before the completion
     context_tokens: int = 0  # of those, tokens of workspace context (other files, the suffix)
+    cached_tokens: int = 0  # of those, tokens whose keys and values were already cached
 
 
 @dataclass
