@@ -89,6 +89,9 @@ class Job:
     # changed since the job started: only then is it worth finishing for nobody.
     orphaned_at: float | None = None
     edited: bool = False
+    # Called on the model thread with the job after each step (when `partial` changed):
+    # a front end's early stops and token streaming, without polling.
+    listeners: list[Callable[["Job"], None]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, reason: str) -> None:
@@ -418,6 +421,11 @@ class ModelWorker:
 
         def record(text: str, replace_start: int) -> None:
             job.partial = (replace_start, text)
+            for listener in tuple(job.listeners):
+                try:
+                    listener(job)
+                except Exception:  # a broken listener must not stop the completion
+                    log.exception("job listener failed")
 
         try:
             completion = engine.complete(job.request, cancelled=stop_now, partial=record)
