@@ -112,6 +112,10 @@ class HttpConfig:
     max_tokens: int = 48  # when a request names none
     time_budget_s: float = 2.0
     context_tokens: int = 1024  # of input_extra / snippets / repository context the prompt may show
+    # While others wait for the model thread, a running completion ends (with the text it
+    # has) once it had its share, time_budget_s / (1 + waiting): one editor's long answer
+    # must not keep every other editor waiting for its whole budget.
+    fair_share: bool = True
 
 
 class Unavailable(Exception):
@@ -159,6 +163,7 @@ class Result:
     queue_ms: float = 0.0
     engine_ms: float = 0.0
     ran: bool = False  # the model computed it for this request (not the cache, not joined)
+    handoff_ms: float = 0.0  # to the model thread and back, beyond the engine's time
 
     @property
     def finish_reason(self) -> str:
@@ -441,10 +446,9 @@ class HttpService:
         queue_ms: float,
         on_partial: Callable[[tuple[int, str]], None] | None = None,
     ) -> Result:
-        limiter = (
-            _Limiter(ask, creq.prefix) if ask.t_max_predict_ms is not None or ask.n_indent > 0 or ask.stops else None
-        )
-        listeners: list[Callable[[Job], None]] = [limiter] if limiter is not None else []
+        share = (lambda: len(self._queue), self.config.time_budget_s) if self.config.fair_share else None
+        limiter = _Limiter(ask, creq.prefix, share)
+        listeners: list[Callable[[Job], None]] = [limiter]
         if on_partial is not None:
             loop = asyncio.get_running_loop()
 
@@ -453,12 +457,15 @@ class HttpService:
                     loop.call_soon_threadsafe(on_partial, job.partial)
 
             listeners.append(forward)
+        submitted = time.perf_counter()
         job = self.worker.submit(URI, None, creq)
-        # (added before the model thread takes the job: the hand-off goes through the
-        # worker's lock, and its first step comes after a prompt prefill)
+        # (the model thread calls them after its first step, which follows the prompt's
+        # prefill: they are in place long before)
         job.listeners.extend(listeners)
         outcome = await _wait_job(self.worker, job, watch)
-        limited = [limiter.reason] if limiter is not None and limiter.reason else []
+        # the hand-off to the model thread and back: its wake-up, the GIL, the loop's wake-up
+        handoff_ms = max(0.0, (time.perf_counter() - submitted) * 1000.0 - outcome.engine_ms)
+        limited = [limiter.reason] if limiter.reason else []
         if outcome.status == "error":
             raise Unavailable(500, f"the engine failed: {outcome.error}")
         if outcome.status == "not_ready":
@@ -472,6 +479,7 @@ class HttpService:
         result = self._result(ask, creq, completion, "model", queue_ms=queue_ms, engine_ms=outcome.engine_ms)
         if limited and result.stop_type == "eos":
             result.stop_type = "limit"
+        result.handoff_ms = handoff_ms
         return result
 
     def _result(
@@ -542,12 +550,16 @@ async def _wait_job(worker: ModelWorker, job: Job, watch: asyncio.Future):
 class _Limiter:
     """Stops a job early when its text so far already ends the answer: llama.cpp's
     `t_max_predict_ms` (past that time since the first token, at a newline), `n_indent`
-    (a line indented less) or a stop string. A job listener: it runs on the model thread
-    after each step, where the text changes, so nothing polls."""
+    (a line indented less) or a stop string; or, with `share` = (how many wait, time
+    budget), when others wait and the job has had its share of the model thread. A job
+    listener: it runs on the model thread after each step, where the text changes, so
+    nothing polls."""
 
-    def __init__(self, ask: Ask, prefix: str):
+    def __init__(self, ask: Ask, prefix: str, share: tuple[Callable[[], int], float] | None = None):
         self.ask = ask
         self.prefix = prefix
+        self.share = share
+        self.started = time.perf_counter()
         self.first: float | None = None
         self.reason: str | None = None
 
@@ -572,6 +584,11 @@ class _Limiter:
             reason = "n_indent"
         elif ask.stops and cut_at_stop(inserted, ask.stops)[1] is not None:
             reason = "stop"
+        elif inserted.strip() and self.share is not None:
+            waiting, budget_s = self.share
+            others = waiting()
+            if others and time.perf_counter() - self.started >= budget_s / (1 + others):
+                reason = "fair_share"
         if reason is not None:
             self.reason = reason
             job.stop(reason)
@@ -1037,7 +1054,7 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
             return {"Server-Timing": f"total;dur={server_ms:.3f}"}
         return {
             "Server-Timing": f"queue;dur={result.queue_ms:.3f}, engine;dur={result.engine_ms:.3f}, "
-            f"total;dur={server_ms:.3f}",
+            f"handoff;dur={result.handoff_ms:.3f}, total;dur={server_ms:.3f}",
             "X-Midword-Source": result.source,
         }
 

@@ -690,3 +690,24 @@ async def test_slow_schema_choice_falls_back_within_its_deadline(make_api, monke
     # code needs no file: chosen on the loop, the slow path is never taken
     await api.http.post("/infill", json=vscode_body(CLASS, LINE))
     assert len(api.calls()) == 2
+
+
+async def test_a_long_answer_yields_the_model_to_waiting_requests(make_api):
+    # One editor's long answer must not hold every other editor for its whole budget:
+    # while another request waits, the running one ends with what it has once it had
+    # its share (time_budget_s / (1 + waiting)).
+    long_class = "class Account:\n    user_name = 'a guest with a rather long name for a default value'\n\n"
+    long_answer = "me = 'a guest with a rather long name for a default value'"  # 21 fake steps
+    for fair in (True, False):
+        api = await make_api("step_ms=30", time_budget_s=0.2, fair_share=fair)
+        first = asyncio.ensure_future(api.http.post("/infill", json=vscode_body(long_class, LINE)))
+        while not api.calls():
+            await asyncio.sleep(0.005)
+        second = asyncio.ensure_future(api.http.post("/infill", json=vscode_body(CLASS, LINE)))
+        a, b = (r.json() for r in await asyncio.gather(first, second))
+        assert b["content"] == ANSWER
+        if fair:
+            assert a["content"] and long_answer.startswith(a["content"]) and a["content"] != long_answer
+            assert a["stop_type"] == "limit"
+        else:
+            assert a["content"] == long_answer
