@@ -134,6 +134,12 @@ class CompletionEngine:
         return self._slots
 
     @property
+    def slot_stats(self):
+        """(KV cache slots held, their SlotStats); None before the first completion."""
+        slots = self._slots
+        return None if slots is None else (len(slots), slots.stats)
+
+    @property
     def tokenizer(self):
         return self.model.tokenizer
 

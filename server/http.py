@@ -1310,6 +1310,10 @@ def _prometheus(service: HttpService) -> str:
         "# TYPE midword_engine_runs_total counter",
         f"midword_engine_runs_total {w.runs}",
         f"midword_engine_stopped_runs_total {w.stopped_runs}",
+        *_slot_metrics(w.engine),
+        "# HELP midword_http_superseded_total Queued requests a newer one for their document replaced.",
+        "# TYPE midword_http_superseded_total counter",
+        f"midword_http_superseded_total {service.superseded}",
         "# HELP midword_http_queue_waiting Requests waiting for the model thread.",
         "# TYPE midword_http_queue_waiting gauge",
         f"midword_http_queue_waiting {service.waiting}",
@@ -1322,6 +1326,27 @@ def _prometheus(service: HttpService) -> str:
     for state in ("loading", "ready", "error"):
         lines.append(f'midword_model_state{{state="{state}"}} {1 if service.state == state else 0}')
     return "\n".join(lines) + "\n"
+
+
+def _slot_metrics(engine) -> list[str]:
+    """The KV cache slots' statistics (completion/kv_slots.py), for an engine that has them."""
+    held = getattr(engine, "slot_stats", None)
+    if held is None:
+        return []
+    count, stats = held
+    return [
+        "# HELP midword_kv_slots KV cache slots held (one per document completed in turn).",
+        "# TYPE midword_kv_slots gauge",
+        f"midword_kv_slots {count}",
+        "# HELP midword_kv_slot_switches_total Requests that brought back a parked slot.",
+        "# TYPE midword_kv_slot_switches_total counter",
+        f"midword_kv_slot_switches_total {stats.switches}",
+        f"midword_kv_slot_created_total {stats.created}",
+        f"midword_kv_slot_evicted_total {stats.evicted}",
+        "# HELP midword_kv_slot_parked_bytes Memory of the parked slots.",
+        "# TYPE midword_kv_slot_parked_bytes gauge",
+        f"midword_kv_slot_parked_bytes {stats.parked_bytes}",
+    ]
 
 
 def _rss_bytes() -> int:

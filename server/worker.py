@@ -156,6 +156,11 @@ class ModelWorker:
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def engine(self) -> Engine | None:
+        """The loaded engine (None while loading); for reading its statistics."""
+        return self._engine
+
     # -- called from the server (any thread) ------------------------------------------
 
     @property

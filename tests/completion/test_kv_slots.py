@@ -166,3 +166,23 @@ def test_bad_bounds_are_refused(models):
     for kwargs, word in (({"max_slots": 0}, "max_slots"), ({"max_bytes": -1}, "max_bytes"), ({"min_shared": 2}, "min")):
         with pytest.raises(ValueError, match=word):
             KVSlots(ms["transformers"], **kwargs)
+
+
+def test_engine_brings_back_each_documents_slot(models):
+    from midword.completion.engine import CompletionEngine
+    from midword.completion.types import CompletionRequest
+
+    _, ms = models
+    m = ms["lean"]
+    m.reset()
+    engine = CompletionEngine("tiny", model_object=m, mode="naive")
+    timings = []
+    for step in range(2):
+        for doc in (DOC_A, DOC_B):
+            request = CompletionRequest(prefix=doc + " " * step, language="python", max_tokens=2, mode="naive")
+            timings.append(engine.complete(request).timings)
+    assert [t.cached_tokens for t in timings[:2]] == [0, 0]
+    for t in timings[2:]:  # the other document's turn left its slot parked, not overwritten
+        assert t.cached_tokens >= t.prompt_tokens - 2 > 30, (t.cached_tokens, t.prompt_tokens)
+    count, stats = engine.slot_stats
+    assert count == 2 and stats.switches == 2
