@@ -14,7 +14,10 @@ gets character prefix conditioning (the text before the cursor may end mid-word)
 and a JSON document naming a `$schema` is constrained as in LSP.
 
 Requests queue in front of the one model thread, first come first served, at most
-`max_queue` waiting (past that: 503 with Retry-After). A client that disconnects
+`max_queue` waiting (past that: 503 with Retry-After); a newer request for the same
+document replaces its waiting older one, and while others wait a running completion
+ends once it had its share of the time budget. The engine keeps a KV cache slot per
+document, so documents taking turns do not prefill each other out. A client that disconnects
 leaves the queue at once, and its job stops at the engine's next decoding step after
 a short grace (the worker's, as for LSP cancellations). A request whose answer the
 running job will give (the user typed on, and typed what the model predicts) joins
@@ -93,11 +96,6 @@ MAX_TOKENS = 1024
 N_CTX = 1536  # the engine's prompt window (completion.engine.MAX_PROMPT_TOKENS)
 # Choosing a JSON document's grammar may read its `$schema` file: on a thread, within this.
 GRAMMAR_CHOICE_TIMEOUT_S = 2.0
-# The model thread runs Python between its torch calls; while it does, the event loop
-# thread gets the GIL only at the interpreter's switch interval (5 ms by default), and a
-# request's parsing, hand-off and answer need it several times: a shorter interval keeps
-# that from adding up, at no cost when only one thread wants the GIL.
-SWITCH_INTERVAL_S = 0.0005
 LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -1541,7 +1539,6 @@ def serve_http(engine_factory: EngineFactory, host: str, port: int, config: Http
 
     # Keep-alive outlives the clients' own (Node's agents keep idle sockets 5 s): a server that
     # closes first races a client reusing the socket, which then sees a reset.
-    sys.setswitchinterval(SWITCH_INTERVAL_S)
     server = _Server(
         uvicorn.Config(
             app,
