@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -62,7 +62,8 @@ class KVSlots:
         self.min_shared = float(min_shared)
         self.stats = SlotStats()
         # parked states, least recently used first: id -> (state, its bytes)
-        self._parked: OrderedDict[int, tuple[object, int]] = OrderedDict()
+        # (a backend's state object: `tokens` and `nbytes`, e.g. model_transformers.ModelState)
+        self._parked: OrderedDict[int, tuple[Any, int]] = OrderedDict()
         self._next_id = 0
 
     @property

@@ -775,7 +775,7 @@ def _grammar_spec(value: Any) -> GrammarSpec:
 def llama_answer(service: HttpService, result: Result | None, n_predict: int, ask: Ask | None) -> dict[str, Any]:
     """llama.cpp's `/infill` and `/completion` answer (non-streamed, or the last event)."""
     completion = result.completion if result is not None else None
-    t = completion.timings if completion is not None and result.ran else None
+    t = completion.timings if result is not None and completion is not None and result.ran else None
     text = result.text if result is not None else ""
     predicted_n = result.tokens_predicted if result is not None else 0
     return {
