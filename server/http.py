@@ -1089,13 +1089,8 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
     async def completion_stream(request: Request, ask: Ask, n_predict: int, started: float) -> Response:
         # llama.cpp's stream: every event has content and stop; the last has stop: true,
         # stop_type and timings; no [DONE] (Continue's LlamaCpp.ts reads until stop).
-        counted = [0]
-
         def piece(text: str) -> bytes:
-            counted[0] += 1
-            return sse_event(
-                {"index": 0, "content": text, "tokens": [], "stop": False, "id_slot": 0, "tokens_predicted": counted[0]}
-            )
+            return sse_event({"index": 0, "content": text, "tokens": [], "stop": False, "id_slot": 0})
 
         def closing(result: Result | None) -> list[bytes]:
             return [sse_event({**llama_answer(service, result, n_predict, ask), "content": ""})]
