@@ -57,6 +57,9 @@ def _surely_unforced(rec: Recognizer, state) -> bool:
     no derivative needs computing. After a mask at `state` the lexer rows involved are
     filled, so this settles almost every state."""
     lexstate, row = state
+    # A count state of a long string (`C{0,6000}"`) is walked as its clamped twin, whose
+    # row the walk filled: both allow the same bytes and end the same lexemes.
+    lexstate = rec.caches.walk_twins.get(lexstate, lexstate)
     branching = rec.caches.branching_lexstates
     live = _live_unless_branching(rec, branching, lexstate)
     if live is None:
