@@ -85,6 +85,7 @@ class GrammarCompiler:
                 task.future = self._pool.submit(self._run, task, build)
             self._claim(owner, task)
             future = task.future
+            assert future is not None  # set under this lock when the task was made
         deadline = time.monotonic() + max(0.0, wait_s)
         while True:
             left = deadline - time.monotonic()
@@ -98,9 +99,9 @@ class GrammarCompiler:
             if key in self._finished:
                 self._claim(owner, None)
                 return self._finished.pop(key)
-        if future.done() and not future.cancelled() and future.exception() is not None:
+        if future.done() and not future.cancelled():
             exc = future.exception()
-            if not isinstance(exc, CompileCancelled):
+            if exc is not None and not isinstance(exc, CompileCancelled):
                 raise exc
         return None
 
