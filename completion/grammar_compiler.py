@@ -24,6 +24,7 @@ import threading
 import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Any, Callable, Hashable
 
@@ -93,7 +94,9 @@ class GrammarCompiler:
                 break
             try:
                 future.result(timeout=min(POLL_S, left))
-            except Exception:  # noqa: BLE001 - surfaced below, under the lock
+            except FutureTimeout:
+                continue
+            except BaseException:  # noqa: BLE001 - the compile failed or was cancelled: surfaced below
                 break
         with self._lock:
             if key in self._finished:

@@ -59,6 +59,19 @@ def test_result_is_none_while_compiling_then_handed_over_once():
         compiler.close()
 
 
+def test_an_unbounded_wait_outlasts_the_poll_interval():
+    compiler = GrammarCompiler()
+
+    def slow():
+        time.sleep(0.3)  # several polls
+        return "compiled"
+
+    try:
+        assert compiler.result("k", slow, owner="a", wait_s=float("inf")) == "compiled"
+    finally:
+        compiler.close()
+
+
 def test_closing_the_only_owner_cancels_a_running_compile():
     compiler = GrammarCompiler()
     started = threading.Event()
