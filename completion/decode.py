@@ -7,12 +7,13 @@ Text the grammar forces is appended in one go as canonical fast-forward tokens; 
 model reads them on its next call, as a short prefill that reuses the KV cache.
 EOS is allowed only where the grammar accepts.
 
-Stop rules: end of line in single-line mode, text that already follows the cursor (never
+Stop rules: end of line in single-line mode (LF, CR or CRLF: the file's own), text that already follows the cursor (never
 re-type the suffix), max tokens, a time budget, or a cancel callback polled every step.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 
@@ -21,9 +22,12 @@ import numpy as np
 from midword.engine.matcher import mask_to_ids
 
 from .constraint import Constraint, DecodeState
-from .multiline import block_end, trim_block
+from .multiline import LINE_BREAK, block_end, trim_block
 
 SPARSE_HEAD_LIMIT = 4096  # allowed tokens up to which only their logits are computed
+# Two line breaks in a row, whichever the file uses (CRLF counts as one break; a CR at
+# the end may still become CRLF, and is one break either way).
+_BLANK_LINE = re.compile(rb"(\r\n|\r(?!\n)|\n)(\r\n|\r|\n)")
 
 
 @dataclass
@@ -134,14 +138,14 @@ def _past_typed(tokenizer, tokens: list[int], typed_len: int) -> bytes:
 
 def _stop_reason(gen: Generation, rules: StopRules, started: float) -> str:
     text = gen.inserted
-    if rules.single_line and b"\n" in text:
+    if rules.single_line and (b"\n" in text or b"\r" in text):
         return "newline"
     if rules.suffix_line and _suffix_at(text, rules.suffix_line.encode("utf-8")) >= 0:
         return "suffix"
     if rules.block is not None:
         if block_end(text, rules.block) >= 0:
             return "block_end"
-    elif not rules.single_line and b"\n\n" in text:
+    elif not rules.single_line and _BLANK_LINE.search(text):
         return "blank_line"
     if len(gen.tokens) >= rules.max_tokens:
         return "max_tokens"
@@ -178,11 +182,13 @@ def _trim(text: bytes, rules: StopRules, gen: Generation) -> bytes:
     if rules.block is not None:
         text = trim_block(text, rules.block, cut_off=gen.stop_reason in ("max_tokens", "time"))
     elif rules.single_line:
-        nl = text.find(b"\n")
-        if nl >= 0:
-            text = text[:nl]
-    elif b"\n\n" in text:
-        text = text[: text.find(b"\n\n") + 1]
+        m = LINE_BREAK.search(text)
+        if m is not None:
+            text = text[: m.start()]
+    else:
+        m = _BLANK_LINE.search(text)
+        if m is not None:  # keep the line break that ends the last line
+            text = text[: m.start(2)]
     if rules.suffix_line:
         p = _suffix_at(text, rules.suffix_line.encode("utf-8"))
         if p >= 0:

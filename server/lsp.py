@@ -80,6 +80,10 @@ ALL_TRIGGERS = [".", '"', ":"]
 MAX_LABEL = 80
 # Choosing a grammar may read a file (a `$schema`): past this the default grammar is used.
 GRAMMAR_CHOICE_TIMEOUT_S = 2.0
+# How long a completion waits for its document's grammar to compile (off the model
+# thread) before it runs unconstrained and says so: a keystroke is worth more than the
+# grammar, and the next one finds it compiled.
+GRAMMAR_WAIT_S = 0.3
 # A request's deadline beyond its time budget: prefilling a long new prompt on a CPU.
 REQUEST_DEADLINE_SLACK_S = 60.0
 # How long a completion request that arrives while the model loads waits for it. Editors
@@ -441,6 +445,8 @@ class MidwordServer(LanguageServer):
             mode=s.mode,
             single_line=single_line,
             time_budget_s=s.time_budget_ms / 1000.0,
+            document=doc.uri,
+            grammar_wait_s=GRAMMAR_WAIT_S,
             **self._context_fields(doc, single_line),
         )
 
@@ -675,6 +681,7 @@ class MidwordServer(LanguageServer):
         self.context.forget(unquote(uri))
         if self.worker is not None:
             self.worker.cancel_stale(uri, None)
+            self.worker.release_document(uri)
 
 
 # -- encoding ------------------------------------------------------------------------------

@@ -245,6 +245,16 @@ class ModelWorker:
                 _resolve(self._pending.future, Outcome("cancelled"))
                 self._pending = None
 
+    def release_document(self, uri: str) -> None:
+        """`uri` closed: the engine cancels a grammar still compiling for it alone (on its
+        compile thread; the model thread may be busy with another document)."""
+        release = getattr(self._engine, "release_document", None)
+        if callable(release):
+            try:
+                release(uri)
+            except Exception:  # noqa: BLE001 - a failing release must not fail the close
+                log.exception("releasing the document's grammar failed")
+
     def cancel_all(self, reason: str = "cancelled") -> None:
         with self._cond:
             if self._running is not None:

@@ -8,7 +8,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from ..limits import GrammarError, GrammarLimitExceeded, LimitExceeded, Limits
+from ..limits import BUDGET_ERRORS, GrammarError, GrammarLimitExceeded, LimitExceeded, Limits, check_compile_budget
 from ..regex import MAX_REPEAT_COUNT, ExprSet, LazyDFA
 from .ir import (
     _ANY_PARTS,
@@ -119,6 +119,8 @@ class _Compiler:
         bound = self.limits.max_emptiness_states
         try:
             empty = exprs.is_empty(exprs.parse(regex, "", extended=True), bound)
+        except BUDGET_ERRORS:
+            raise
         except LimitExceeded:
             if refuse:
                 raise GrammarLimitExceeded(
@@ -143,6 +145,8 @@ class _Compiler:
                 exprs.and_(exprs.parse(a, "", extended=True), exprs.parse(b, "", extended=True)),
                 self.limits.max_emptiness_states,
             )
+        except BUDGET_ERRORS:
+            raise
         except LimitExceeded:
             empty = False
         self._empty_cache[key] = empty
@@ -349,6 +353,7 @@ class _Compiler:
             self.depth -= 1
 
     def _norm(self, s: Any, base: str, path: tuple) -> _Node:
+        check_compile_budget()
         if s is True:
             return ANY
         if s is False:
@@ -476,6 +481,8 @@ class _Compiler:
                         acc = self.intersect(acc, negs[j])
                 out.append(acc)
             return self.union(out)
+        except BUDGET_ERRORS:
+            raise
         except (GrammarError, LimitExceeded) as e:
             raise GrammarError(
                 f"oneOf at {where}: cannot prove its branches exclusive (different types, constants, or a "

@@ -31,11 +31,12 @@ its first positions); a derivative is computed once per class.
 
 from __future__ import annotations
 
+import threading
 from typing import Iterable
 
 import numpy as np
 
-from ..limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
+from ..limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits, check_compile_budget
 from . import charset
 from .analysis import _Analysis
 from .derivatives import _Derivatives
@@ -68,8 +69,8 @@ class ExprSet(_Analysis, _Derivatives):
     NOTHING = 0  # ∅, the empty language
     EPSILON = 1  # ε, the empty string
 
-    # One set per Limits shared by every lexer in the process (see `shared`).
-    _shared: "dict[Limits, ExprSet]" = {}
+    # One set per Limits and thread shared by every lexer in the process (see `shared`).
+    _shared: "dict[tuple[Limits, int], ExprSet]" = {}
     # A shared set is replaced once it holds this share of max_regex_nodes, so a new
     # grammar always has most of its node budget and memory stays bounded.
     SHARED_ROLLOVER_FRACTION = 0.05
@@ -79,11 +80,14 @@ class ExprSet(_Analysis, _Derivatives):
         """A process-wide set for `limits`. Grammars repeat lexemes (JSON strings,
         numbers, formats), so parses, derivatives, byte classes and emptiness checks
         computed for one grammar are cache hits for the next. Like recognizers, it is
-        meant for the one thread that computes masks."""
-        es = cls._shared.get(limits)
+        meant for one thread: a grammar compiled on another thread (the completion
+        engine's compile executor) works in that thread's own set, never in the one the
+        mask thread is extending."""
+        key = (limits, threading.get_ident())
+        es = cls._shared.get(key)
         if es is None or len(es) > limits.max_regex_nodes * cls.SHARED_ROLLOVER_FRACTION:
             es = cls(limits)
-            cls._shared[limits] = es
+            cls._shared[key] = es
         return es
 
     def __init__(self, limits: Limits = DEFAULT_LIMITS):
@@ -148,6 +152,7 @@ class ExprSet(_Analysis, _Derivatives):
         i = len(self._kind)
         if i >= self.limits.max_regex_nodes:
             raise LimitExceeded("max_regex_nodes", self.limits.max_regex_nodes, "too many distinct regular expressions")
+        check_compile_budget()
         # Everything that can fail (a RecursionError deep in a caller included) comes
         # before the first append: the parallel arrays of a shared set stay aligned.
         counts, lens = self._max_count, self._min_len
