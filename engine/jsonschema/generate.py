@@ -56,8 +56,8 @@ class _Generator:
         self.memo: dict[_Node, int] = {}
         self.pending: list[tuple[int, _Ref]] = []
         self.names = 0
-        self._any = None
-        self._nothing = None
+        self._any: int | None = None
+        self._nothing: int | None = None
         self._name_counts: dict[str, int] = {}
 
     # The punctuation lexemes (LBRACE, COMMA, ...) are made on first use: a grammar
@@ -228,7 +228,9 @@ class _Generator:
                 # One trie-shaped lexeme instead of hundreds of literals: the lexer then
                 # follows one expression per byte, not one per value.
                 spelled = [_json_str(w) for w in words]
-                b.rule(nt, [self.regex_lexeme("enum", _literal_regex(spelled), False)])
+                enum_regex = _literal_regex(spelled)
+                assert enum_regex is not None  # words is not empty
+                b.rule(nt, [self.regex_lexeme("enum", enum_regex, False)])
                 parts = [p for p in parts if not (isinstance(p, _Const) and isinstance(p.value, str))]
             for p in parts:
                 b.rule(nt, [self.sym(p)])
@@ -316,8 +318,9 @@ class _Generator:
             if hi is not None and i >= hi:
                 continue
             t = self.nt("items")
-            if rest[i + 1] is not None or i + 1 >= lo:
-                b.rule(t, [self.COMMA, prefix[i]] + ([rest[i + 1]] if rest[i + 1] is not None else []))
+            after = rest[i + 1]
+            if after is not None or i + 1 >= lo:
+                b.rule(t, [self.COMMA, prefix[i]] + ([after] if after is not None else []))
             if i >= lo:
                 b.rule(t, [])
             rest[i] = t
@@ -330,7 +333,7 @@ class _Generator:
                 if p >= 1
                 else (
                     self.repeat(comma_item, max(0, lo - 1), None if hi is None else hi - 1)
-                    if (hi is None or hi > 1)
+                    if comma_item is not None and (hi is None or hi > 1)
                     else None
                 )
             )
@@ -513,7 +516,7 @@ class _Generator:
                 f"Limits.max_key_set_states={budget}; its keys must come in schema order"
             )
             return None
-        if count_members and n_sets * (hi + 1) > self.limits.max_object_states:
+        if count_members and hi is not None and n_sets * (hi + 1) > self.limits.max_object_states:
             self.c.note(
                 f"{where}: maxProperties {hi} past Limits.max_object_states={self.limits.max_object_states}; "
                 "its keys must come in schema order"
@@ -626,11 +629,10 @@ class _Generator:
             encoded = [_json_str(k)[1:-1] for k in listed]
             bodies = [regex_escape_bytes(k.encode()) for k in encoded]
             exclude = '(?:\\"' + '\\"|\\"'.join(bodies) + '\\")'
-        group_langs = []
-        group_bodies = []
+        group_langs: list[str | None] = []
+        group_bodies: list[str | None] = []
         for pats, _ in groups:
-            langs = [pattern_to_regex(p).json for p in pats]
-            langs = [x for x in langs if x is not None]
+            langs = [x for x in (pattern_to_regex(p).json for p in pats) if x is not None]
             group_langs.append('"(?:' + "|".join(langs) + ')"' if langs else None)
             group_bodies.append("|".join(langs) if langs else None)
         members = []
@@ -647,8 +649,8 @@ class _Generator:
             if value is NOTHING:
                 continue
             conj = ['"' + CANON_CHAR + '*"'] if mask == 0 else []
-            conj += ["(?:" + group_langs[i] + ")" for i in inside]
-            conj += ["~(?:" + group_langs[i] + ")" for i in range(len(groups)) if i not in inside and group_langs[i]]
+            conj += ["(?:" + glang + ")" for i in inside if (glang := group_langs[i]) is not None]
+            conj += ["~(?:" + glang + ")" for i in range(len(groups)) if i not in inside and (glang := group_langs[i])]
             if exclude is not None:
                 conj.append("~" + exclude)
             if names_re is not None:
@@ -656,14 +658,16 @@ class _Generator:
             if len(conj) == 1 and mask == 0:
                 key = self.string_lexeme(GENERAL_CHAR + "*", False, "string")
             elif len(conj) == 1:
-                key = self.regex_lexeme("key", group_langs[inside[0]], _pattern_ext(groups[inside[0]][0]))
+                glang = group_langs[inside[0]]
+                assert glang is not None  # masks with a group that matches nothing were skipped
+                key = self.regex_lexeme("key", glang, _pattern_ext(groups[inside[0]][0]))
             else:
                 if mask == 0 and names_re is None:
                     # The same language with the quotes outside the intersection: after the
                     # opening quote the lexeme is `(C* & ~E) "`, a shape the slicer can
                     # prove contains its string slices (docs/design/engine.md).
                     inner = ["(?:" + CANON_CHAR + "*)"]
-                    inner += ["~(?:" + group_bodies[i] + ")" for i in range(len(groups)) if group_bodies[i]]
+                    inner += ["~(?:" + gbody + ")" for i in range(len(groups)) if (gbody := group_bodies[i])]
                     if listed and len(inner) == 1:
                         # The common case, only the listed keys excluded: built from its
                         # parts, with its parse remembered for the lexer.
