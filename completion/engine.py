@@ -75,7 +75,7 @@ class CompletionEngine:
         self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "mode": mode}
         self._model = model_object
         self._lock = threading.Lock()  # one completion at a time: the model's KV cache is shared
-        self._grammars: OrderedDict[tuple, Grammar | None] = OrderedDict()
+        self._grammars: OrderedDict[tuple, tuple[Grammar | None, bool, str]] = OrderedDict()
         self._constraints: OrderedDict[str, Constraint] = OrderedDict()
         self._doc_state: tuple | None = None  # (grammar fingerprint, prefix bytes, recognizer state)
         # (schema text, JSON pointer) -> the anchored sub-schema's grammar, or the error it gave
@@ -197,6 +197,7 @@ class CompletionEngine:
         """Recognizer state after the document prefix, extended from the last keystroke's."""
         fp = grammar.fingerprint()
         rec = constraint.automaton
+        assert rec is not None  # the constraint was made for `grammar`
         start, done = rec.initial(), b""
         if self._doc_state is not None:
             gfp, old_prefix, old_state = self._doc_state
@@ -320,7 +321,9 @@ class CompletionEngine:
                 initial = cover.left + [cover.token]
                 for t in initial:
                     state = constraint.advance(state, t)
-        word = _IDENT_TAIL.search(window).group(0)  # (a search of the whole prefix tries every offset)
+        word_match = _IDENT_TAIL.search(window)  # (a search of the whole prefix tries every offset)
+        assert word_match is not None  # the pattern matches the empty string at the end
+        word = word_match.group(0)
         replace_start = len(request.prefix) - len(word)
 
         def on_text(inserted: bytes) -> None:
