@@ -35,7 +35,7 @@ import sys
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -43,7 +43,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from midword import __version__
-from midword.completion.types import MODES, Completion, CompletionRequest, ContextChunk, GrammarSpec
+from midword.completion.types import MODES, Completion, CompletionRequest, ContextChunk, GrammarSpec, Mode
 
 from .cache import CompletionCache, answer_may_serve, request_key
 from .editing import wants_multiline
@@ -124,7 +124,7 @@ class Ask:
     context: list[ContextChunk] = field(default_factory=list)
     max_tokens: int = 48
     temperature: float = 0.0
-    mode: str = "cpc"
+    mode: Mode = "cpc"
     single_line: bool | None = None  # None: one line, or several after a block opener (as in LSP)
     grammar: GrammarSpec | None = None  # None: chosen as in LSP
     stops: list[str] = field(default_factory=list)
@@ -488,7 +488,7 @@ def _midword_extras(body: dict, ask: Ask) -> Ask:
     if mode is not None:
         if mode not in MODES:
             raise BadRequest(f'"mode" must be one of {", ".join(MODES)}, got {mode!r}')
-        ask.mode = mode
+        ask.mode = cast(Mode, mode)  # one of MODES
     return ask
 
 
@@ -633,7 +633,7 @@ def _grammar_spec(value: Any) -> GrammarSpec:
 def llama_answer(service: HttpService, result: Result | None, n_predict: int, ask: Ask | None) -> dict[str, Any]:
     """llama.cpp's `/infill` and `/completion` answer (non-streamed, or the last event)."""
     completion = result.completion if result is not None else None
-    t = completion.timings if completion is not None and result.source == "model" else None
+    t = completion.timings if completion is not None and result is not None and result.source == "model" else None
     text = result.text if result is not None else ""
     predicted_n = result.tokens_predicted if result is not None else 0
     return {
