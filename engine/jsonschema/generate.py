@@ -629,10 +629,11 @@ class _Generator:
             encoded = [_json_str(k)[1:-1] for k in listed]
             bodies = [regex_escape_bytes(k.encode()) for k in encoded]
             exclude = '(?:\\"' + '\\"|\\"'.join(bodies) + '\\")'
-        group_langs: list[str | None] = []
-        group_bodies: list[str | None] = []
+        group_langs = []
+        group_bodies = []
         for pats, _ in groups:
-            langs = [x for x in (pattern_to_regex(p).json for p in pats) if x is not None]
+            langs = [pattern_to_regex(p).json for p in pats]
+            langs = [x for x in langs if x is not None]
             group_langs.append('"(?:' + "|".join(langs) + ')"' if langs else None)
             group_bodies.append("|".join(langs) if langs else None)
         members = []
@@ -649,8 +650,8 @@ class _Generator:
             if value is NOTHING:
                 continue
             conj = ['"' + CANON_CHAR + '*"'] if mask == 0 else []
-            conj += ["(?:" + glang + ")" for i in inside if (glang := group_langs[i]) is not None]
-            conj += ["~(?:" + glang + ")" for i in range(len(groups)) if i not in inside and (glang := group_langs[i])]
+            conj += ["(?:" + group_langs[i] + ")" for i in inside]
+            conj += ["~(?:" + group_langs[i] + ")" for i in range(len(groups)) if i not in inside and group_langs[i]]
             if exclude is not None:
                 conj.append("~" + exclude)
             if names_re is not None:
@@ -658,16 +659,14 @@ class _Generator:
             if len(conj) == 1 and mask == 0:
                 key = self.string_lexeme(GENERAL_CHAR + "*", False, "string")
             elif len(conj) == 1:
-                glang = group_langs[inside[0]]
-                assert glang is not None  # masks with a group that matches nothing were skipped
-                key = self.regex_lexeme("key", glang, _pattern_ext(groups[inside[0]][0]))
+                key = self.regex_lexeme("key", group_langs[inside[0]], _pattern_ext(groups[inside[0]][0]))
             else:
                 if mask == 0 and names_re is None:
                     # The same language with the quotes outside the intersection: after the
                     # opening quote the lexeme is `(C* & ~E) "`, a shape the slicer can
                     # prove contains its string slices (docs/design/engine.md).
                     inner = ["(?:" + CANON_CHAR + "*)"]
-                    inner += ["~(?:" + gbody + ")" for i in range(len(groups)) if (gbody := group_bodies[i])]
+                    inner += ["~(?:" + group_bodies[i] + ")" for i in range(len(groups)) if group_bodies[i]]
                     if listed and len(inner) == 1:
                         # The common case, only the listed keys excluded: built from its
                         # parts, with its parse remembered for the lexer.
