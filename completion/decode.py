@@ -16,13 +16,14 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 
 from midword.engine.matcher import mask_to_ids
 
 from .constraint import Constraint, DecodeState
-from .multiline import LINE_BREAK, block_end, trim_block
+from .multiline import LINE_BREAK, Block, block_end, trim_block
 
 SPARSE_HEAD_LIMIT = 4096  # allowed tokens up to which only their logits are computed
 # Two line breaks in a row, whichever the file uses (CRLF counts as one break; a CR at
@@ -36,9 +37,9 @@ class StopRules:
     single_line: bool = True
     suffix_line: str = ""  # the rest of the cursor's line after the cursor, stripped
     time_budget_s: float = 2.0
-    cancelled: object = None  # callable -> bool
-    on_text: object = None  # callable(inserted bytes so far), after every step
-    block: object = None  # a multiline.Block: complete a block, ending by indentation
+    cancelled: Callable[[], bool] | None = None
+    on_text: Callable[[bytes], object] | None = None  # called with the bytes inserted so far, after every step
+    block: Block | None = None  # complete a block, ending by indentation
 
 
 @dataclass
@@ -71,7 +72,7 @@ def generate(
     *,
     temperature: float = 0.0,
     rng: np.random.Generator | None = None,
-    initial_tokens: list[int] = (),
+    initial_tokens: Sequence[int] = (),
     typed_len: int | None = None,
     started: float | None = None,
 ) -> Generation:

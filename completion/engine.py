@@ -90,7 +90,7 @@ class CompletionEngine:
         self._slot_bounds = (int(kv_slots), int(kv_slot_bytes))
         self._slots: KVSlots | None = None
         self._lock = threading.Lock()  # one completion at a time: the model's KV cache is shared
-        self._grammars: OrderedDict[tuple, Grammar | None] = OrderedDict()
+        self._grammars: OrderedDict[tuple, tuple[Grammar | None, bool, str]] = OrderedDict()
         self._compiler: GrammarCompiler | None = None
         self._compiler_lock = threading.Lock()
         self._constraints: OrderedDict[str, Constraint] = OrderedDict()
@@ -305,6 +305,7 @@ class CompletionEngine:
         """Recognizer state after the document prefix, extended from the last keystroke's."""
         fp = grammar.fingerprint()
         rec = constraint.automaton
+        assert rec is not None  # the constraint was made for `grammar`
         start, done = rec.initial(), b""
         if self._doc_state is not None:
             gfp, old_prefix, old_state = self._doc_state
@@ -431,7 +432,9 @@ class CompletionEngine:
                 initial = cover.left + [cover.token]
                 for t in initial:
                     state = constraint.advance(state, t)
-        word = _IDENT_TAIL.search(window).group(0)  # (a search of the whole prefix tries every offset)
+        word_match = _IDENT_TAIL.search(window)  # (a search of the whole prefix tries every offset)
+        assert word_match is not None  # the pattern matches the empty string at the end
+        word = word_match.group(0)
         replace_start = len(request.prefix) - len(word)
 
         def on_text(inserted: bytes) -> None:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
@@ -41,6 +41,9 @@ import torch
 from midword.engine.limits import LimitExceeded
 
 from .model import BranchScore, ModelStats, ModelUnavailable
+
+if TYPE_CHECKING:
+    from .quantized import Int8Weights
 
 _PROBE_TEXT = "def add(a, b):\n    return a +"
 # Prefill chunk: large enough for efficient matmuls, small enough that the attention
@@ -212,7 +215,7 @@ class TransformersModel:
         self._w = head.weight.detach()
         bias = getattr(head, "bias", None)
         self._b = bias.detach() if isinstance(bias, torch.Tensor) else None
-        self._head_int8 = None
+        self._head_int8: Int8Weights | None = None
         self.weights = str(self._w.dtype).removeprefix("torch.")
         self._softcap = getattr(self.config, "final_logit_softcapping", None) or None
         self.dtype = self._w.dtype
@@ -234,12 +237,12 @@ class TransformersModel:
         self._reset_state()
         with torch.inference_mode():
             self.probe_tokens = list(probe_tokens) if probe_tokens is not None else self.encode_prompt(_PROBE_TEXT)
-            self.probe_logits = self._check_head()
+            self.probe_logits: np.ndarray | None = self._check_head()
 
     # Which body computes the forward; LeanGemma3 says "lean".
     backend = "transformers"
     # Why the lean forward was not used for this model (set by the loader), or None.
-    lean_problem = None
+    lean_problem: str | None = None
 
     def __repr__(self):
         return f"TransformersModel({self.name!r}, vocab_size={self.vocab_size}, weights={self.weights})"
@@ -369,7 +372,7 @@ class TransformersModel:
             raise TypeError("branches must be a list of token lists, not one flat token list")
         brs = [_as_token_array(b, f"branches[{j}]", self.vocab_size, allow_empty=True) for j, b in enumerate(branches)]
         if allowed is None:
-            allowed_ids = [None] * len(brs)
+            allowed_ids: list[torch.Tensor | None] = [None] * len(brs)
         else:
             if len(allowed) != len(brs):
                 raise ValueError(f"allowed has {len(allowed)} entries for {len(brs)} branches")
@@ -665,11 +668,13 @@ class TransformersModel:
                 node = tree.parent[node]
             path.reverse()
             ids = allowed_ids[j]
+            next_row = next_lp[j]
+            assert next_row is not None  # every branch ends at some row of the tree
             out.append(
                 BranchScore(
                     tokens=tuple(branch.tolist()),
                     token_logprobs=node_lp[path].copy(),
-                    next_logprobs=next_lp[j],
+                    next_logprobs=next_row,
                     allowed=None if ids is None else ids.numpy(),
                 )
             )

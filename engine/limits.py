@@ -32,6 +32,9 @@ class GrammarError(ValueError):
 class LimitExceeded(RuntimeError):
     """Work on a grammar or input went past one of the `Limits`."""
 
+    # The JSON pointer of the subschema being compiled, set by the schema compiler.
+    schema_path: str | None = None
+
     def __init__(self, limit: str, value: int, detail: str = ""):
         self.limit = limit
         self.value = value

@@ -800,7 +800,9 @@ class MaskWalker:
                 got = space.trie_packs.get(id(trie))
                 if got is None or got[0] is not trie:
                     return self._packed_again(trie, lexer, parser_arrays, scan_arrays, lex_arrays)
-                space.book[: _views.FIELDS] = got[2]
+                book = space.book
+                assert book is not None  # packed together with book_sources
+                book[: _views.FIELDS] = got[2]
                 space.book_groups = (got[1],) + space.book_groups[1:]
                 space.book_sources = (trie,) + sources[1:]
             return space.book
@@ -903,7 +905,7 @@ class MaskWalker:
             lex_arrays = lexer.step_arrays()
             book = self._packed(trie, lexer, parser_arrays, scan_arrays, lex_arrays) if self._packing else None
             if book is not None:
-                args = (book, ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier)
+                args: tuple = (book, ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier)
                 walk = self._walk_packed
                 if walk is None:
                     walk = self._walk_packed = compiled_once(walk_packed_jit, args)
@@ -1082,6 +1084,7 @@ class MaskWalker:
 
     def _walk_plan(self, applicable: tuple[bool, ...]) -> tuple[TokenTrie, np.ndarray, np.ndarray]:
         """(trie, node ranges to walk, mask of the slices allowed whole)."""
+        ranges: np.ndarray | None
         if not any(applicable):
             # Slice tries repeat the prefixes they share (every trie has its own '"',
             # ' ', ...), so with no slice to skip the whole trie is the shorter walk.

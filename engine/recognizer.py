@@ -479,7 +479,8 @@ def grammar_accepts(grammar: Grammar, data: bytes) -> bool:
     rec = Recognizer.for_grammar(grammar)
     state = rec.initial()
     for b in data:
-        state = rec.step(state, b)
-        if state is None:
+        after = rec.step(state, b)
+        if after is None:
             return False
+        state = after
     return rec.is_accepting(state)

@@ -40,7 +40,7 @@ import time
 import uuid
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -48,7 +48,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from midword import __version__
-from midword.completion.types import MODES, Completion, CompletionRequest, ContextChunk, GrammarSpec
+from midword.completion.types import MODES, Completion, CompletionRequest, ContextChunk, GrammarSpec, Mode
 
 from .cache import CompletionCache, answer_may_serve, request_key
 from .editing import wants_multiline
@@ -141,7 +141,7 @@ class Ask:
     context: list[ContextChunk] = field(default_factory=list)
     max_tokens: int = 48
     temperature: float = 0.0
-    mode: str = "cpc"
+    mode: Mode = "cpc"
     single_line: bool | None = None  # None: one line, or several after a block opener (as in LSP)
     grammar: GrammarSpec | None = None  # None: chosen as in LSP
     stops: list[str] = field(default_factory=list)
@@ -625,7 +625,7 @@ def _midword_extras(body: dict, ask: Ask) -> Ask:
     if mode is not None:
         if mode not in MODES:
             raise BadRequest(f'"mode" must be one of {", ".join(MODES)}, got {mode!r}')
-        ask.mode = mode
+        ask.mode = cast(Mode, mode)  # one of MODES
     return ask
 
 
