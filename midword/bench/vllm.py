@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -318,7 +319,8 @@ def run_vllm_bench(args) -> int:
             url = server.url
             report["server_start_s"] = time.perf_counter() - t0
             print(f"vLLM ready in {report['server_start_s']:.0f} s at {url}", file=sys.stderr)
-        remote = VllmCompletionEngine("gemma3", url=url)
+        # A slow server (a shared CPU) may pause longer than the default minute between chunks.
+        remote = VllmCompletionEngine("gemma3", url=url, request_timeout_s=900.0)
         remote.load()
         _run(remote, cases[0], args.max_tokens)  # the first request pays for vLLM's warm-up
         first = None
@@ -343,6 +345,7 @@ def run_vllm_bench(args) -> int:
     finally:
         if server is not None:
             server.stop()
+    shutil.rmtree(workdir, ignore_errors=True)  # kept when vLLM failed: its log is there
     if not args.no_local:
         from midword.completion.engine import CompletionEngine
 
