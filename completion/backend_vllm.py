@@ -390,7 +390,10 @@ class VllmCompletionEngine(CompletionEngine):
             return _stop_reason(gen, rules, budget[0]) != ""
 
         if len(head) < request.max_tokens:
-            for token_ids, finish in self.stream(body, cancelled=stop_now):
+            # A caller that grants a long time budget also waits that long for the first
+            # chunk (a busy server compiling a new grammar), not the default minute.
+            wait_s = max(self.request_timeout_s, float(request.time_budget_s))
+            for token_ids, finish in self.stream(body, cancelled=stop_now, timeout_s=wait_s):
                 if first_chunk is None:
                     first_chunk = budget[0] = time.perf_counter()
                     timings.prefill_ms = (first_chunk - started) * 1e3
@@ -440,13 +443,14 @@ class VllmCompletionEngine(CompletionEngine):
         return json.loads(data)
 
     # Streaming ------------------------------------------------------------------------------
-    def stream(self, body: dict, *, cancelled=None):
+    def stream(self, body: dict, *, cancelled=None, timeout_s: float | None = None):
         """Yields (new token ids, finish_reason or None) per streamed chunk of /v1/completions.
 
         A reader thread parses the server-sent events; this generator polls `cancelled()`
         while it waits and, when it says so or the caller stops iterating, closes the
-        connection, which aborts the request in vLLM."""
-        conn = self._connection(self.request_timeout_s)
+        connection, which aborts the request in vLLM. `timeout_s` bounds each wait for the
+        server (default: the engine's request timeout)."""
+        conn = self._connection(self.request_timeout_s if timeout_s is None else timeout_s)
         payload = json.dumps(body).encode("utf-8")
         try:
             conn.request(
