@@ -1,22 +1,28 @@
 """A completion engine whose model runs in a vLLM server (OpenAI API over HTTP).
 
 Many midword front ends can share one vLLM deployment: this engine keeps only the
-tokenizer and the grammar engine locally. Per request it does what needs no model:
-picks the grammar, backs the prompt off the word being typed (CPC's back-off: stable
-token ids plus the typed bytes to re-spell), appends the tokens the grammar forces at the
-cursor, and builds a `%midword` spec (vllm_plugin.py). vLLM then decodes under that spec
-with midword's constraint as its structured-output grammar: the typed bytes re-spelled
-first, then the grammar, EOS only where both allow it.
+tokenizer and the grammar engine locally. Per request it builds the same prompt as the
+local engine (window, context, back-off of the word being typed), runs CPC's cover search
+with the server's log-probabilities, appends the tokens the grammar forces at the cursor,
+and builds a `%midword` spec (vllm_plugin.py). vLLM then decodes under that spec with
+midword's constraint as its structured-output grammar: the grammar past the cover, EOS
+only where it accepts.
+
+The cover search (cpc.py) weighs every split of the typed text by the model's P(left
+tokens) · P(first free token | left). Through vLLM that is one scoring request per prefix
+of the left parts, sent together (vLLM batches them and shares the prompt's cached KV):
+`max_tokens: 1`, `allowed_token_ids` = the split's candidates (applied in vLLM's sampler
+after its raw log-probabilities are taken, so the sampled token is the best candidate and
+its log-probability is the model's own) and `logprob_token_ids` = the next left tokens.
+Structured outputs cannot do this: vLLM applies a grammar's bitmask to the logits before
+the sampler, so the log-probabilities it returns are renormalized over the mask.
+Sampling (temperature > 0) needs every candidate's weight, which vLLM does not return for
+thousands of tokens: there the typed bytes are re-spelled token by token under the mask.
 
 The prompt goes as token ids (vLLM adds no BOS to token ids, so it is included here);
 the answer streams back token by token and the stop rules of the local loop (end of
 line, the text after the cursor, max tokens, time budget) are checked on each chunk.
 Stopping early, or a cancel, closes the stream, which makes vLLM abort the request.
-
-What differs from the local engine: the typed bytes are re-spelled greedily (or sampled)
-token by token under the mask, as vLLM decodes; the local engine's CPC cover search, which
-weighs whole covers of the typed text by the model's probability, needs log-probabilities
-of thousands of candidates per request, which vLLM's API does not return.
 """
 
 from __future__ import annotations
@@ -27,13 +33,17 @@ import queue
 import threading
 import time
 import urllib.parse
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
-from .constraint import ConstraintError, DecodeState
-from .cpc import backoff
+import numpy as np
+
+from .constraint import Constraint, ConstraintError, DecodeState
+from .cpc import CONTEXT_TOKENS, MAX_CANONICAL_CHECKS, Cover, _left_tokens, backoff, is_canonical
 from .decode import Generation, StopRules, _stop_reason, _trim
-from .engine import _IDENT_TAIL, JSON_LANGUAGES, CompletionEngine, _complete_utf8, _open_context
+from .engine import _IDENT_TAIL, JSON_LANGUAGES, CompletionEngine, _complete_utf8, _open_context, prompt_window
 from .model import ModelUnavailable
+from .multiline import plan as plan_lines
 from .types import MODES, Completion, CompletionRequest, Timings
 from .vllm_plugin import build_spec
 
@@ -41,10 +51,39 @@ from .vllm_plugin import build_spec
 # grammar text), which can hold other requests for seconds: wait that long, not forever.
 CONNECT_TIMEOUT_S = 60.0
 POLL_S = 0.05  # how often a waiting request looks at its cancel callback
+# vLLM 0.32 scores at most this many chosen tokens per step (sampling_params.MAX_LOGPROB_TOKEN_IDS).
+MAX_SCORED_IDS = 128
+MAX_SCORING_REQUESTS = 8  # a cover search's requests in flight at once
 
 
 class VllmError(RuntimeError):
     """The vLLM server cannot be reached or refused a request; the message says which and why."""
+
+
+@dataclass
+class _Plan:
+    """A request made ready for the server (VllmCompletionEngine.prepare)."""
+
+    prompt: list[int]  # BOS, context and the stable tokens before the typed bytes
+    tail: list[int]  # the stable tokens before the cursor (CPC's canonicity context)
+    typed: bytes  # typed bytes the completion re-spells first
+    constraint: Constraint
+    state: DecodeState  # the constraint at the cursor
+    spec_grammar: tuple | None  # the spec's (kind, value), or None for no grammar
+    grammar_prefix: bytes  # text the grammar reads before the completion
+    note: str
+
+
+def _token_id(key: str) -> int:
+    """A token of vLLM's `return_tokens_as_token_ids` answers ("token_id:123")."""
+    return int(key.rsplit(":", 1)[1])
+
+
+def _error_message(detail: bytes) -> str:
+    try:
+        return json.loads(detail).get("error", {}).get("message") or detail.decode("utf-8", "replace")
+    except (ValueError, AttributeError):
+        return detail.decode("utf-8", "replace")
 
 
 @dataclass
@@ -168,15 +207,16 @@ class VllmCompletionEngine(CompletionEngine):
             return ("lark", read_grammar("json.lark"))
         return ("code_brackets", {"open": _open_context(request, language), "language": language or None})
 
-    def prepare(self, request: CompletionRequest):
-        """(prompt token ids, %midword spec, typed bytes, forced tokens, note) for a request."""
+    def prepare(self, request: CompletionRequest) -> _Plan:
+        """The prompt, the typed bytes and the constraint at the cursor, as the local engine
+        builds them (same window, context and back-off)."""
         if request.mode not in MODES:
             raise ValueError(f"unknown mode {request.mode!r}: expected one of {', '.join(MODES)}")
         tok = self.tokenizer
         prefix = request.prefix.encode("utf-8")
         grammar, whole_document, note = self.grammar_for(request)
         constraint = self._constraint(grammar)
-        back = backoff(tok, prefix, request.mode)
+        back = backoff(tok, prompt_window(request.prefix).encode("utf-8"), request.mode)
         spec_grammar = self.spec_grammar(request, whole_document) if grammar is not None else None
         grammar_prefix = prefix if whole_document else b""
         try:
@@ -188,43 +228,152 @@ class VllmCompletionEngine(CompletionEngine):
             note = f"grammar not used: {err}"
             constraint, spec_grammar, grammar_prefix = self._constraint(None), None, b""
             state = constraint.initial(back.typed)
-        # Text the grammar forces at the cursor goes into the prompt: vLLM then reads it
-        # as prompt (cached across keystrokes) instead of sampling it token by token.
-        forced = constraint.forced(state)
-        if forced and spec_grammar is not None:
-            grammar_prefix = grammar_prefix + tok.decode(forced)
-        prompt = self._prompt(back.stable) + forced
-        if self.max_model_len is not None:
-            # The server refuses a prompt that leaves no room for the completion: keep
-            # the BOS and the end of the prompt, nearest the cursor.
-            room = self.max_model_len - request.max_tokens
-            if len(prompt) > room > 1 and prompt[:1] == [tok.bos_token_id]:
-                prompt = prompt[:1] + prompt[len(prompt) - room + 1 :]
-        spec = build_spec(tok.vocab_fingerprint(), back.typed, spec_grammar, grammar_prefix)
-        return prompt, spec, back.typed, forced, note
+        with self._doc_lock:  # _assemble keeps which context pieces each document showed
+            prompt, tail, _ = self._assemble(request, back)
+        return _Plan(list(prompt), list(tail), back.typed, constraint, state, spec_grammar, grammar_prefix, note)
+
+    def _fit(self, prompt: list[int], room_for: int) -> list[int]:
+        """The server refuses a prompt that leaves no room for the completion: keep the BOS
+        and the end of the prompt, nearest the cursor."""
+        if self.max_model_len is None:
+            return prompt
+        room = self.max_model_len - room_for
+        bos = self.tokenizer.bos_token_id
+        if len(prompt) > room > 1 and prompt[:1] == [bos]:
+            return prompt[:1] + prompt[len(prompt) - room + 1 :]
+        return prompt
+
+    # CPC's cover search through the server -----------------------------------------------
+    def score(self, prompt: list[int], allowed=None, scored=(), cancelled=None) -> tuple[int, float, dict]:
+        """One step of the model after `prompt`: (the best token among `allowed` (all when
+        None), its log-probability, {token: log-probability} for `scored`), all from the
+        full distribution."""
+        body = {
+            "model": self.served_model,
+            "prompt": self._fit(list(prompt), 1),
+            "max_tokens": 1,
+            "temperature": 0.0,
+            "logprobs": 0,
+            "return_token_ids": True,
+            "return_tokens_as_token_ids": True,
+            "skip_special_tokens": False,
+        }
+        if allowed is not None:
+            body["allowed_token_ids"] = [int(t) for t in allowed]
+        if scored:
+            body["logprob_token_ids"] = sorted(int(t) for t in scored)
+        reply = self._post_json("/v1/completions", body)
+        choice = reply["choices"][0]
+        token = int(choice["token_ids"][0])
+        logprobs = choice["logprobs"]
+        table = {_token_id(k): float(v) for k, v in (logprobs["top_logprobs"][0] or {}).items()}
+        return token, float(logprobs["token_logprobs"][0]), table
+
+    def cover(self, plan: _Plan, cancelled=None) -> Cover | None:
+        """CPC's greedy cover of the typed bytes (cpc.search_covers, exhaustive over splits),
+        scored by the server; None when no split has a candidate or the search was cancelled."""
+        tok, typed, constraint, state = self.tokenizer, plan.typed, plan.constraint, plan.state
+        context = plan.tail[-CONTEXT_TOKENS:]
+        splits = []
+        for i in range(len(typed) + 1):
+            left = _left_tokens(tok, context, typed[:i])
+            if left is None:
+                continue
+            cands = np.asarray(constraint.candidates_after(state.grammar, typed[i:]), dtype=np.int64)
+            if cands.size:
+                splits.append((i, left, cands))
+        if not splits:
+            return None
+        # Every prefix of a left part is a node: one request there gives the log-probability
+        # of each next left token and, where a left part ends, its best candidate.
+        children: dict[tuple, set] = {}
+        for _, left, _ in splits:
+            for n in range(len(left) + 1):
+                step = children.setdefault(tuple(left[:n]), set())
+                if n < len(left):
+                    step.add(left[n])
+        if any(len(v) > MAX_SCORED_IDS for v in children.values()):
+            return None  # more next tokens than vLLM scores at once: no typed text is that long
+        ending = {tuple(left): (i, left, cands) for i, left, cands in splits}
+        vocab = tok.vocab_size
+
+        def run(node):
+            split = ending.get(node)
+            allowed = None
+            if split is not None and split[2].size < vocab:
+                allowed = split[2]
+            return node, self.score(plan.prompt + list(node), allowed, children[node])
+
+        nodes = list(children)
+        with ThreadPoolExecutor(max_workers=min(len(nodes), MAX_SCORING_REQUESTS)) as pool:
+            scored = dict(pool.map(run, nodes))
+        best = None
+        for node, (i, left, cands) in ending.items():
+            if cancelled is not None and cancelled():
+                return None
+            left_lp = sum(scored[tuple(left[:n])][2][left[n]] for n in range(len(left)))
+            token, lp, _ = scored[node]
+            refused: set[int] = set()
+            # The best candidate whose tokens are how the tokenizer itself splits the text
+            # (cpc.best_covers): the next best is asked for with the refused ones left out.
+            while not is_canonical(tok, context, left, token, typed[:i]):
+                refused.add(token)
+                rest = cands[~np.isin(cands, list(refused))]
+                if len(refused) >= MAX_CANONICAL_CHECKS or rest.size == 0:
+                    token = None
+                    break
+                token, lp, _ = self.score(plan.prompt + left, rest)
+            if token is None:
+                continue
+            if best is None or left_lp + lp > best.logprob:
+                best = Cover(i, left, token, left_lp + lp)
+        return best
 
     def _complete(self, request: CompletionRequest, cancelled, partial=None) -> Completion:
         started = time.perf_counter()
         timings = Timings()
         tok = self.tokenizer
-        prompt, spec, typed, forced, note = self.prepare(request)
-        word_match = _IDENT_TAIL.search(request.prefix)
+        plan = self.prepare(request)
+        typed, constraint, state = plan.typed, plan.constraint, plan.state
+        spec_grammar, grammar_prefix, note = plan.spec_grammar, plan.grammar_prefix, plan.note
+        initial: list[int] = []
+        if request.mode == "cpc" and typed and request.temperature <= 0:
+            t0 = time.perf_counter()
+            found = self.cover(plan, cancelled)
+            timings.cpc_ms = (time.perf_counter() - t0) * 1e3
+            if found is not None:
+                initial = found.left + [found.token]
+                for t in initial:
+                    state = constraint.advance(state, t)
+                # The grammar reads what the cover adds past the typed bytes.
+                grammar_prefix = grammar_prefix + tok.decode(initial)[len(typed) :]
+        # Text the grammar forces at the cursor goes into the prompt: vLLM then reads it
+        # as prompt (cached across keystrokes) instead of sampling it token by token.
+        forced = constraint.forced(state)
+        if forced and spec_grammar is not None:
+            grammar_prefix = grammar_prefix + tok.decode(forced)
+        head = initial + forced  # tokens of the completion that go in the prompt
+        spec = build_spec(tok.vocab_fingerprint(), state.typed, spec_grammar, grammar_prefix)
+        word_match = _IDENT_TAIL.search(prompt_window(request.prefix))
         assert word_match is not None  # the pattern matches the empty string at the end
         word = word_match.group(0)
         replace_start = len(request.prefix) - len(word)
+        single_line, block = plan_lines(request.prefix, request.suffix, request.multiline, request.single_line)
         rules = StopRules(
             max_tokens=request.max_tokens,
-            single_line=request.single_line,
+            single_line=single_line,
+            block=block,
             suffix_line=request.suffix.split("\n", 1)[0].strip(),
             time_budget_s=request.time_budget_s,
             cancelled=cancelled,
         )
-        gen = Generation(tokens=list(forced), forced_tokens=len(forced))
-        gen.inserted = tok.decode(forced)
+        gen = Generation(tokens=list(head), forced_tokens=len(forced))
+        gen.inserted = tok.decode(head)[len(typed) :]
+        room = max(1, request.max_tokens - len(head))
         body = {
             "model": self.served_model,
-            "prompt": prompt,
-            "max_tokens": max(1, request.max_tokens - len(forced)),
+            "prompt": self._fit(plan.prompt, len(head) + room) + head,
+            "max_tokens": room,
             "temperature": float(request.temperature),
             "stream": True,
             "return_token_ids": True,
@@ -244,28 +393,30 @@ class VllmCompletionEngine(CompletionEngine):
                 return bool(cancelled is not None and cancelled())
             return _stop_reason(gen, rules, budget[0]) != ""
 
-        for token_ids, finish in self.stream(body, cancelled=stop_now):
-            if first_chunk is None:
-                first_chunk = budget[0] = time.perf_counter()
-                timings.prefill_ms = (first_chunk - started) * 1e3
-            generated.extend(token_ids)
-            out = [t for t in generated if t not in tok.eos_token_ids]
-            gen.tokens = list(forced) + out
-            spelled = tok.decode(out)
-            gen.inserted = (
-                tok.decode(forced) + spelled[len(typed) :] if len(spelled) >= len(typed) else tok.decode(forced)
-            )
-            if partial is not None:
-                partial(word + _complete_utf8(gen.inserted), replace_start)
-            if finish is not None:
-                gen.stop_reason = "eos" if finish == "stop" else ("max_tokens" if finish == "length" else finish)
+        if len(head) < request.max_tokens:
+            # A caller that grants a long time budget also waits that long for the first
+            # chunk (a busy server compiling a new grammar), not the default minute.
+            wait_s = max(self.request_timeout_s, float(request.time_budget_s))
+            for token_ids, finish in self.stream(body, cancelled=stop_now, timeout_s=wait_s):
+                if first_chunk is None:
+                    first_chunk = budget[0] = time.perf_counter()
+                    timings.prefill_ms = (first_chunk - started) * 1e3
+                generated.extend(token_ids)
+                out = [t for t in generated if t not in tok.eos_token_ids]
+                gen.tokens = head + out
+                gen.inserted = tok.decode(gen.tokens)[len(typed) :]
+                if partial is not None:
+                    partial(word + _complete_utf8(gen.inserted), replace_start)
+                if finish is not None:
+                    gen.stop_reason = "eos" if finish == "stop" else ("max_tokens" if finish == "length" else finish)
         reason = _stop_reason(gen, rules, budget[0] if budget[0] is not None else time.perf_counter())
-        if reason:
+        if reason and gen.stop_reason != "eos":
             gen.stop_reason = reason
         inserted = _complete_utf8(_trim(gen.inserted, rules, gen))
+        timings.prompt_tokens = len(plan.prompt)
         timings.tokens_generated = len(gen.tokens)
         timings.tokens_forced = gen.forced_tokens
-        timings.forward_passes = len(generated)
+        timings.forward_passes = len(generated) + (1 if initial else 0)
         timings.total_ms = (time.perf_counter() - started) * 1e3
         timings.decode_ms = timings.total_ms - timings.prefill_ms
         return Completion(
@@ -276,14 +427,34 @@ class VllmCompletionEngine(CompletionEngine):
             note=note,
         )
 
+    def _post_json(self, tail: str, body: dict) -> dict:
+        conn = self._connection(self.request_timeout_s)
+        try:
+            conn.request(
+                "POST",
+                self._path(tail),
+                body=json.dumps(body).encode("utf-8"),
+                headers={"Content-Type": "application/json"},
+            )
+            resp = conn.getresponse()
+            data = resp.read()
+        except OSError as exc:
+            raise VllmError(f"cannot reach the vLLM server at {self.url}: {exc}") from None
+        finally:
+            conn.close()
+        if resp.status != 200:
+            raise VllmError(f"vLLM refused the request ({resp.status}): {_error_message(data)}")
+        return json.loads(data)
+
     # Streaming ------------------------------------------------------------------------------
-    def stream(self, body: dict, *, cancelled=None):
+    def stream(self, body: dict, *, cancelled=None, timeout_s: float | None = None):
         """Yields (new token ids, finish_reason or None) per streamed chunk of /v1/completions.
 
         A reader thread parses the server-sent events; this generator polls `cancelled()`
         while it waits and, when it says so or the caller stops iterating, closes the
-        connection, which aborts the request in vLLM."""
-        conn = self._connection(self.request_timeout_s)
+        connection, which aborts the request in vLLM. `timeout_s` bounds each wait for the
+        server (default: the engine's request timeout)."""
+        conn = self._connection(self.request_timeout_s if timeout_s is None else timeout_s)
         payload = json.dumps(body).encode("utf-8")
         try:
             conn.request(
@@ -299,11 +470,7 @@ class VllmCompletionEngine(CompletionEngine):
         if resp.status != 200:
             detail = resp.read()[:2000]
             conn.close()
-            try:
-                message = json.loads(detail).get("error", {}).get("message") or detail.decode("utf-8", "replace")
-            except (ValueError, AttributeError):
-                message = detail.decode("utf-8", "replace")
-            raise VllmError(f"vLLM refused the request ({resp.status}): {message}")
+            raise VllmError(f"vLLM refused the request ({resp.status}): {_error_message(detail)}")
         events: queue.Queue = queue.Queue()
 
         def read():
@@ -318,6 +485,8 @@ class VllmCompletionEngine(CompletionEngine):
                     events.put(("data", data))
             except (OSError, ValueError, http.client.HTTPException) as exc:
                 events.put(("error", exc))
+            except AttributeError:
+                pass  # http.client, when the stream is closed under it (a stop or a cancel)
             finally:
                 events.put(("end", None))
 

@@ -34,7 +34,9 @@ import base64
 import binascii
 import json
 import logging
+import os
 import threading
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -50,6 +52,8 @@ SUPPORTED_VLLM = ("0.32.", "0.33.")
 GRAMMAR_KINDS = ("lark", "json_schema", "regex", "code_brackets")
 MAX_SPEC_CHARS = 4 << 20  # a spec carries a grammar and some document text, never megabytes of it
 _CACHE_SIZE = 64
+# Where `midword bench vllm` asks each vLLM process to log the time of every mask it fills.
+MASK_LOG_ENV = "MIDWORD_VLLM_MASK_LOG"
 
 logger = logging.getLogger("midword.vllm")
 
@@ -440,6 +444,8 @@ def register() -> None:
     _INSTALLED = True
     _patch_backend()
     _patch_validation()
+    if os.environ.get(MASK_LOG_ENV):
+        _time_masks(os.environ[MASK_LOG_ENV])
     logger.info("midword: %%midword grammars enabled on vLLM %s (structured outputs backend guidance)", version)
 
 
@@ -520,3 +526,28 @@ def _patch_validation() -> None:
 
     validate_guidance_grammar.__wrapped__ = original  # type: ignore[attr-defined]  # a function attribute
     backend_guidance.validate_guidance_grammar = validate_guidance_grammar
+
+
+def _time_masks(path: str) -> None:
+    """Logs `<backend> <ns>` per mask row filled, midword's and llguidance's alike, to
+    `path.<pid>` (one file per vLLM process): `midword bench vllm` compares them."""
+    from vllm.v1.structured_output import backend_guidance
+
+    out = open(f"{path}.{os.getpid()}", "a", buffering=1, encoding="ascii")  # open for the life of the process
+    lock = threading.Lock()
+
+    def timed(cls, name: str) -> None:
+        fill = cls.fill_bitmask
+
+        def fill_bitmask(self, bitmask, idx: int) -> None:
+            t0 = time.perf_counter_ns()
+            fill(self, bitmask, idx)
+            elapsed = time.perf_counter_ns() - t0
+            with lock:
+                out.write(f"{name} {elapsed}\n")
+
+        fill_bitmask.__wrapped__ = fill
+        cls.fill_bitmask = fill_bitmask
+
+    timed(MidwordGrammar, "midword")
+    timed(backend_guidance.GuidanceGrammar, "llguidance")

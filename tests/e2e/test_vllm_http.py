@@ -16,6 +16,7 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 from vllm_harness import VllmServer, export_default_model, vllm_python
 
@@ -202,3 +203,21 @@ def test_lsp_front_end_on_the_vllm_backend(served):
         assert edit["range"]["start"] == {"line": 6, "character": 23}
     finally:
         lsp.close()
+
+
+def test_scoring_requests_answer_the_models_own_log_probabilities(served, gemma3):
+    """What CPC's cover search through vLLM rests on (completion/backend_vllm.py): with
+    `allowed_token_ids` the sampled token is the best allowed one, and the log-probabilities
+    that come back are the model's over the whole vocabulary, not renormalized."""
+    from midword.completion.backend_vllm import VllmCompletionEngine
+
+    engine = VllmCompletionEngine("gemma3", url=served.url)
+    engine.load()
+    prompt = [gemma3.bos_token_id] + gemma3.encode(b"def f():\n    ")
+    best, best_lp, _ = engine.score(prompt)
+    others = [t for t in gemma3.encode(b" return print pass") if t != best][:3]
+    token, lp, table = engine.score(prompt, allowed=others, scored=[best, *others])
+    assert token in others and lp == pytest.approx(max(table[t] for t in others), abs=1e-5)
+    assert table[best] == pytest.approx(best_lp, abs=1e-4)
+    assert best_lp > lp  # the model's best token, left out, still outweighs the allowed ones
+    assert sum(np.exp(v) for v in table.values()) < 1.0 + 1e-4
