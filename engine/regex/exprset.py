@@ -51,8 +51,10 @@ from .nodes import REPEAT as _REPEAT
 from .nodes import bits as _bits
 from .nodes import range_mask as _range_mask
 from .parser import _Parser
-from .printer import regex_escape_bytes, to_str
+from .printer import to_str
 from .store import NO_LEN as _NO_LEN
+from .term import Term
+from .term import build as _build_term
 
 
 class ExprSet(_Analysis):
@@ -530,37 +532,10 @@ class ExprSet(_Analysis):
             self._parsed[key] = r
         return r
 
-    def parse_excluding(self, quote: str, body: str, words: Iterable[bytes]) -> str:
-        """The extended pattern `Q(?:(?:body)&~(?:w1|w2|...))Q`, Q being the character
-        `quote` and each word escaped: strings of `body` other than `words`, between
-        quotes (a JSON object's keys other than its listed ones). Its expression is
-        built from the parts and remembered as that pattern's parse, so `parse` of the
-        text is a lookup: parsing it back cost a new schema about a tenth of its time
-        to first mask. The parts are combined as the parser combines them, into the
-        very same (hash-consed) expression. A ValueError for what has no such pattern:
-        a quote that does not stand for itself, a word that is not UTF-8, or no words
-        (`(?:)` would be the empty string)."""
-        words = list(words)
-        if not words:
-            raise ValueError("parse_excluding needs at least one word")
-        for w in words:
-            try:
-                w.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ValueError(f"word {w!r} is not UTF-8: no pattern spells it") from None
-        quoted = self.literal(quote.encode("utf-8"))
-        if len(quote) != 1 or self.parse(quote, extended=True) != quoted:
-            raise ValueError(f"quote {quote!r} is not one character that stands for itself in a pattern")
-        pattern = quote + "(?:(?:" + body + ")&~(?:" + "|".join(map(regex_escape_bytes, words)) + "))" + quote
-        key = (pattern, "", True)
-        if key not in self._parsed:
-            # What the parser makes of it: the group `(?:body)` (a group cache hit after
-            # the first schema) less the words, which `and_` would find in `~(?:w1|...)`,
-            # here known without building their alternation; then the sequence quote,
-            # group, quote.
-            inside = self._exclude(self.parse("(?:" + body + ")", extended=True), words)
-            self._parsed[key] = self.concat(quoted, self.alt(inside), quoted)
-        return pattern
+    def build(self, term: Term) -> int:
+        """The expression of a regex term (`regex.term`): built from its parts, with
+        no text to parse but the front end's own `src` leaves."""
+        return _build_term(self, term)
 
     # Printing --------------------------------------------------------------------------
     def to_str(self, expr: int, max_chars: int = 2000) -> str:
