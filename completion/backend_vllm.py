@@ -85,7 +85,9 @@ class VllmCompletionEngine(CompletionEngine):
     # Connection ----------------------------------------------------------------------------
     def _connection(self, timeout: float) -> http.client.HTTPConnection:
         cls = http.client.HTTPSConnection if self._parsed.scheme == "https" else http.client.HTTPConnection
-        return cls(self._parsed.hostname, self._parsed.port, timeout=timeout)
+        host = self._parsed.hostname
+        assert host is not None  # checked in __init__
+        return cls(host, self._parsed.port, timeout=timeout)
 
     def _path(self, tail: str) -> str:
         return (self._parsed.path.rstrip("/") or "") + tail
@@ -119,7 +121,7 @@ class VllmCompletionEngine(CompletionEngine):
         if progress is not None:
             progress("asking the vLLM server", 0.5)
         models = [m for m in self._get_json("/v1/models").get("data") or [] if isinstance(m, dict)]
-        names = [m.get("id") for m in models]
+        names = [m["id"] for m in models if isinstance(m.get("id"), str)]
         if self.served_model is None:
             if not names:
                 raise VllmError(f"the vLLM server at {self.url} serves no model")
@@ -206,7 +208,9 @@ class VllmCompletionEngine(CompletionEngine):
         timings = Timings()
         tok = self.tokenizer
         prompt, spec, typed, forced, note = self.prepare(request)
-        word = _IDENT_TAIL.search(request.prefix).group(0)
+        word_match = _IDENT_TAIL.search(request.prefix)
+        assert word_match is not None  # the pattern matches the empty string at the end
+        word = word_match.group(0)
         replace_start = len(request.prefix) - len(word)
         rules = StopRules(
             max_tokens=request.max_tokens,
@@ -233,7 +237,7 @@ class VllmCompletionEngine(CompletionEngine):
         first_chunk = None
         # As in the local engine, the time budget counts from the first token: the prompt's
         # prefill and a new grammar's compilation are not the completion's to pay for.
-        budget = [None]
+        budget: list[float | None] = [None]
 
         def stop_now() -> bool:
             if budget[0] is None:

@@ -63,6 +63,7 @@ class Constraint:
             return False
         if state.grammar is None:
             return True
+        assert self.automaton is not None  # a grammar state comes from the automaton
         return self.automaton.is_accepting(state.grammar)
 
     # The three calls ---------------------------------------------------------------------
@@ -79,6 +80,7 @@ class Constraint:
             # Where the grammar forces text, its first canonical token alone, as in
             # llguidance: a serving engine's sampler (LogitsProcessor, the vLLM plugin)
             # never fast-forwards, and must not split forced text (`S` `ELECT`).
+            assert self.automaton is not None  # a grammar state comes from the automaton
             mask = self.automaton.mask(state.grammar, state.recent)
         if self.eos and self.is_accepting(state):
             if not mask.flags.writeable:
@@ -115,12 +117,14 @@ class Constraint:
         """Tokens the grammar forces here, canonically tokenized (empty while re-spelling)."""
         if state.done or state.typed or state.grammar is None:
             return []
+        assert self.automaton is not None  # a grammar state comes from the automaton
         return self.automaton.forced_tokens(state.grammar, list(state.recent))
 
     # Helpers --------------------------------------------------------------------------------
     def _step(self, grammar, data: bytes, token_bytes: bytes):
         if grammar is None:
             return None
+        assert self.automaton is not None  # a grammar state comes from the automaton
         nxt = self.automaton.step_bytes(grammar, data)
         if nxt is None:
             raise ConstraintError(f"token {token_bytes!r} is not allowed by the grammar")
@@ -148,6 +152,7 @@ class Constraint:
                 for t in below:
                     mask[t >> 5] |= np.uint32(1 << (t & 31))
             else:
+                assert self.automaton is not None  # a grammar state comes from the automaton
                 mask |= self.automaton.subtree_mask(state.grammar, node)
         return mask
 
@@ -164,6 +169,7 @@ class Constraint:
             return mask_to_ids(mask, self.tokenizer.vocab_size)
         if grammar_state is None:
             return np.asarray(sorted(self.trie.tokens_with_prefix(rest)), dtype=np.int64)
+        assert self.automaton is not None  # a grammar state comes from the automaton
         mask = self.automaton.subtree_mask(grammar_state, node)
         for t in self.trie.tokens_at(node):
             mask[t >> 5] |= np.uint32(1 << (t & 31))

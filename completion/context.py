@@ -249,7 +249,9 @@ def count_tokens(tokenizer, text: str) -> int:
 
 def _window(prefix: str, suffix: str) -> tuple[frozenset[str], set[str]]:
     """(names around the cursor, significant lines of the document already shown)."""
-    head = prefix[: len(prefix) - len(_IDENT_TAIL.search(prefix[-256:]).group(0))]
+    tail = _IDENT_TAIL.search(prefix[-256:])
+    assert tail is not None  # the pattern matches the empty string at the end
+    head = prefix[: len(prefix) - len(tail.group(0))]
     before = head.rsplit("\n", DEDUP_BEFORE)  # only the lines used: a long file is not split whole
     after = suffix.split("\n", WINDOW_AFTER + 1)[:WINDOW_AFTER]
     names = identifiers("\n".join(before[-WINDOW_BEFORE:]) + "\n" + "\n".join(after))
@@ -274,8 +276,8 @@ def rank(
     else:
         chunks_at = list(range(len(chunks)))
     names, shown = _window(prefix, suffix)
-    times = sorted({chunks[i].time for i in chunks_at if chunks[i].time is not None})
-    recency = {t: (k + 1) / len(times) for k, t in enumerate(times)}
+    times = sorted({tm for i in chunks_at if (tm := chunks[i].time) is not None})
+    recency: dict[float | None, float] = {t: (k + 1) / len(times) for k, t in enumerate(times)}
     scored: list[Piece] = []
     for i in chunks_at:
         c = chunks[i]
@@ -473,9 +475,9 @@ def assemble(
     if template is None:
         extra = ctx
         if suffix_as_context and suffix.strip():
-            after = suffix_head(tokenizer, suffix)
+            below = suffix_head(tokenizer, suffix)
             extra = extra + enc(
-                f"{comment} {here}, below the cursor\n{after}" + ("" if after.endswith("\n") else "\n") + "\n"
+                f"{comment} {here}, below the cursor\n{below}" + ("" if below.endswith("\n") else "\n") + "\n"
             )
         if extra:
             extra = extra + enc(f"{comment} {here}\n")
@@ -483,6 +485,7 @@ def assemble(
     after = enc(suffix_head(tokenizer, suffix))
     t = template
     if t.family in ("qwen", "starcoder") and t.file_sep is not None:
+        assert t.middle is not None  # both families have a middle sentinel
         head = list(ctx)
         if head:
             head += [t.file_sep]
@@ -500,5 +503,6 @@ def assemble(
     if t.order == "spm":
         tokens = bos + [t.suffix] + after + before + prefix_tokens
         return Prompt(tokens, prefix_tokens, len(after) + len(ctx) + len(header), pieces)
+    assert t.middle is not None  # every prefix-suffix-middle family has a middle sentinel
     tokens = bos + before + prefix_tokens + [t.suffix] + after + [t.middle]
     return Prompt(tokens, [], len(after) + len(ctx) + len(header), pieces)

@@ -7,23 +7,28 @@ Text the grammar forces is appended in one go as canonical fast-forward tokens; 
 model reads them on its next call, as a short prefill that reuses the KV cache.
 EOS is allowed only where the grammar accepts.
 
-Stop rules: end of line in single-line mode, text that already follows the cursor (never
+Stop rules: end of line in single-line mode (LF, CR or CRLF: the file's own), text that already follows the cursor (never
 re-type the suffix), max tokens, a time budget, or a cancel callback polled every step.
 """
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
+from typing import Callable, Sequence
 
 import numpy as np
 
 from midword.engine.matcher import mask_to_ids
 
 from .constraint import Constraint, DecodeState
-from .multiline import block_end, trim_block
+from .multiline import LINE_BREAK, Block, block_end, trim_block
 
 SPARSE_HEAD_LIMIT = 4096  # allowed tokens up to which only their logits are computed
+# Two line breaks in a row, whichever the file uses (CRLF counts as one break; a CR at
+# the end may still become CRLF, and is one break either way).
+_BLANK_LINE = re.compile(rb"(\r\n|\r(?!\n)|\n)(\r\n|\r|\n)")
 
 
 @dataclass
@@ -32,9 +37,9 @@ class StopRules:
     single_line: bool = True
     suffix_line: str = ""  # the rest of the cursor's line after the cursor, stripped
     time_budget_s: float = 2.0
-    cancelled: object = None  # callable -> bool
-    on_text: object = None  # callable(inserted bytes so far), after every step
-    block: object = None  # a multiline.Block: complete a block, ending by indentation
+    cancelled: Callable[[], bool] | None = None
+    on_text: Callable[[bytes], object] | None = None  # called with the bytes inserted so far, after every step
+    block: Block | None = None  # complete a block, ending by indentation
 
 
 @dataclass
@@ -67,7 +72,7 @@ def generate(
     *,
     temperature: float = 0.0,
     rng: np.random.Generator | None = None,
-    initial_tokens: list[int] = (),
+    initial_tokens: Sequence[int] = (),
     typed_len: int | None = None,
     started: float | None = None,
 ) -> Generation:
@@ -134,14 +139,14 @@ def _past_typed(tokenizer, tokens: list[int], typed_len: int) -> bytes:
 
 def _stop_reason(gen: Generation, rules: StopRules, started: float) -> str:
     text = gen.inserted
-    if rules.single_line and b"\n" in text:
+    if rules.single_line and (b"\n" in text or b"\r" in text):
         return "newline"
     if rules.suffix_line and _suffix_at(text, rules.suffix_line.encode("utf-8")) >= 0:
         return "suffix"
     if rules.block is not None:
         if block_end(text, rules.block) >= 0:
             return "block_end"
-    elif not rules.single_line and b"\n\n" in text:
+    elif not rules.single_line and _BLANK_LINE.search(text):
         return "blank_line"
     if len(gen.tokens) >= rules.max_tokens:
         return "max_tokens"
@@ -178,11 +183,13 @@ def _trim(text: bytes, rules: StopRules, gen: Generation) -> bytes:
     if rules.block is not None:
         text = trim_block(text, rules.block, cut_off=gen.stop_reason in ("max_tokens", "time"))
     elif rules.single_line:
-        nl = text.find(b"\n")
-        if nl >= 0:
-            text = text[:nl]
-    elif b"\n\n" in text:
-        text = text[: text.find(b"\n\n") + 1]
+        m = LINE_BREAK.search(text)
+        if m is not None:
+            text = text[: m.start()]
+    else:
+        m = _BLANK_LINE.search(text)
+        if m is not None:  # keep the line break that ends the last line
+            text = text[: m.start(2)]
     if rules.suffix_line:
         p = _suffix_at(text, rules.suffix_line.encode("utf-8"))
         if p >= 0:

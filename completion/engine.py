@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import logging
 import re
 import threading
 import time
@@ -30,9 +31,14 @@ from .context import assemble, piece_key
 from .cpc import backoff, search_covers
 from .decode import StopRules, generate
 from .fim import template_for
+from .grammar_compiler import GrammarCompiler
 from .json_recovery import anchors
+from .kv_slots import DEFAULT_SLOT_BYTES, DEFAULT_SLOTS, KVSlots
+from .multiline import first_line
 from .multiline import plan as plan_lines
 from .types import MODES, Completion, CompletionRequest, GrammarSpec, Timings
+
+log = logging.getLogger(__name__)
 
 # Decode steps stream the weights from memory; int8 reads a quarter of float32's bytes
 # (see quantized.py for what it costs in accuracy: nothing measurable on completions).
@@ -45,6 +51,9 @@ PROMPT_WINDOW_CHARS = MAX_PROMPT_TOKENS * 6
 PROMPT_WINDOW_STEP = 2048
 _IDENT_TAIL = re.compile(r"[\w]*\Z")
 JSON_LANGUAGES = {"json", "jsonc", "json5"}
+# Grammar kinds compiled from text on the compile thread; "auto" (the code grammar of the
+# open brackets, a small cached build per keystroke) and "none" stay on the model thread.
+OFF_THREAD_KINDS = frozenset({"json_schema", "lark", "regex"})
 # Re-anchoring a schema's constraint inside a document that breaks it (json_recovery.py):
 # containers tracked by the tolerant parse, and sub-schemas compiled and tried per request.
 RECOVERY_MAX_DEPTH = 256
@@ -61,9 +70,13 @@ class CompletionEngine:
         mode: str = "cpc",
         weights: str = DEFAULT_WEIGHTS,
         model_object=None,
+        kv_slots: int = DEFAULT_SLOTS,
+        kv_slot_bytes: int = DEFAULT_SLOT_BYTES,
     ):
         """`weights`: "int8" (default: int8 weights, float32 activations, see quantized.py),
-        "float32" (the converted weights as they are) or "bfloat16"."""
+        "float32" (the converted weights as they are) or "bfloat16". `kv_slots`: KV caches
+        kept for documents completed in turn (kv_slots.py), the parked ones in at most
+        `kv_slot_bytes`; 1 keeps a single cache."""
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}: expected one of {', '.join(MODES)}")
         from .model_store import WEIGHT_FORMATS
@@ -74,8 +87,12 @@ class CompletionEngine:
         self.model_name = model
         self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "mode": mode}
         self._model = model_object
+        self._slot_bounds = (int(kv_slots), int(kv_slot_bytes))
+        self._slots: KVSlots | None = None
         self._lock = threading.Lock()  # one completion at a time: the model's KV cache is shared
-        self._grammars: OrderedDict[tuple, Grammar | None] = OrderedDict()
+        self._grammars: OrderedDict[tuple, tuple[Grammar | None, bool, str]] = OrderedDict()
+        self._compiler: GrammarCompiler | None = None
+        self._compiler_lock = threading.Lock()
         self._constraints: OrderedDict[str, Constraint] = OrderedDict()
         self._doc_state: tuple | None = None  # (grammar fingerprint, prefix bytes, recognizer state)
         # (schema text, JSON pointer) -> the anchored sub-schema's grammar, or the error it gave
@@ -92,8 +109,41 @@ class CompletionEngine:
         if self._model is None:
             from .model import load_model
 
-            self._model = load_model(self.model_name, progress=progress, dtype=self.weights)
+            early = self._start_mask_warm_up()
+            try:
+                self._model = load_model(self.model_name, progress=progress, dtype=self.weights)
+            finally:
+                if early is not None:
+                    early.join()
         self.warm_up()
+
+    def _start_mask_warm_up(self) -> threading.Thread | None:
+        """Starts, on a thread beside the model load, what the first mask needs and the
+        model does not: numba compiling the mask kernels (or loading them from its disk
+        cache; compiling them is most of a first start after installing), the token trie
+        and the code grammar. Only for a model named by its tokenizer's short name,
+        whose token table loads without the model (and without its BPE)."""
+        from midword.engine.tokenizer import SHORT_NAMES
+
+        if self.model_name not in SHORT_NAMES:
+            return None
+        name = self.model_name
+
+        def run() -> None:
+            try:
+                from midword.engine import Tokenizer
+                from midword.engine.brackets import code_brackets_grammar
+
+                c = Constraint(Tokenizer.from_pretrained(name), code_brackets_grammar("(", language="python"))
+                state = c.initial(typed=b"va")
+                c.allowed(state)
+                c.candidates_after(state.grammar, b"a")
+            except Exception:  # noqa: BLE001 - only a head start: warm_up does it all again
+                log.debug("warming the mask kernels up early failed", exc_info=True)
+
+        thread = threading.Thread(target=run, name="midword-warm-masks", daemon=True)
+        thread.start()
+        return thread
 
     def warm_up(self) -> None:
         """Pays the one-time costs before the first keystroke does: the tokenizer's merge
@@ -119,12 +169,31 @@ class CompletionEngine:
         return self._model
 
     @property
+    def slots(self) -> KVSlots:
+        """The model's KV cache slots (one per document completed in turn)."""
+        if self._slots is None or self._slots.model is not self.model:
+            count, nbytes = self._slot_bounds
+            self._slots = KVSlots(self.model, max_slots=count, max_bytes=nbytes)
+        return self._slots
+
+    @property
+    def slot_stats(self):
+        """(KV cache slots held, their SlotStats); None before the first completion."""
+        slots = self._slots
+        return None if slots is None else (len(slots), slots.stats)
+
+    @property
     def tokenizer(self):
         return self.model.tokenizer
 
     # Grammars ----------------------------------------------------------------------------
-    def grammar_for(self, request: CompletionRequest) -> tuple[Grammar | None, bool, str]:
-        """(grammar, whether it reads the document from its start, note)."""
+    def grammar_for(self, request: CompletionRequest, cancelled=None) -> tuple[Grammar | None, bool, str]:
+        """(grammar, whether it reads the document from its start, note).
+
+        Grammars from text (JSON Schema, Lark, regex) are compiled on the compile thread
+        (grammar_compiler.py), never on the model thread: when the compile is not done
+        within `request.grammar_wait_s`, this completion goes unconstrained, says so in
+        its note, and a later keystroke finds the grammar compiled."""
         spec = request.grammar
         language = (request.language or "").lower().lstrip(".")
         key = (
@@ -134,16 +203,53 @@ class CompletionEngine:
             _open_context(request, language) if spec.kind == "auto" and language not in JSON_LANGUAGES else None,
             spec.kind == "json_schema" and _names_its_schema(request.prefix),
         )
+        off_thread = spec.kind in OFF_THREAD_KINDS
         if key in self._grammars:
             self._grammars.move_to_end(key)
             g, whole, note = self._grammars[key]
+            if off_thread and request.document is not None:
+                self.compiler.release(request.document)  # its grammar is this one now
             return g, whole, note
-        g, whole, note = self._compile(spec, language, request)
+        if off_thread:
+            result = self.compiler.result(
+                key,
+                lambda: self._compile(spec, language, request),
+                owner=request.document,
+                wait_s=float("inf") if request.grammar_wait_s is None else request.grammar_wait_s,
+                cancelled=cancelled,
+            )
+            if result is None:
+                what = {"json_schema": "JSON Schema", "lark": "Lark grammar", "regex": "regex"}[spec.kind]
+                return None, False, f"the {what} is still compiling: this completion is not constrained by it"
+            g, whole, note = result
+        else:
+            if request.document is not None:
+                self.compiler.release(request.document)
+            g, whole, note = self._compile(spec, language, request)
         self._grammars[key] = (g, whole, note)
         while len(self._grammars) > 64:
             _, (dropped, _, _) = self._grammars.popitem(last=False)
             self._release(dropped)
         return g, whole, note
+
+    @property
+    def compiler(self) -> GrammarCompiler:
+        """The compile executor (started on first use)."""
+        if self._compiler is None:
+            with self._compiler_lock:
+                if self._compiler is None:
+                    self._compiler = GrammarCompiler()
+        return self._compiler
+
+    def release_document(self, document: str) -> None:
+        """`document` closed: a grammar still compiling for it alone is cancelled. Safe
+        from any thread (the model thread may be busy with another document)."""
+        if self._compiler is not None:
+            self._compiler.release(document)
+
+    def close(self) -> None:
+        if self._compiler is not None:
+            self._compiler.close()
 
     def _release(self, grammar: Grammar | None) -> None:
         """Frees a dropped grammar's shared recognizer (its tables can reach hundreds of
@@ -178,6 +284,8 @@ class CompletionEngine:
             return code_brackets_grammar(_open_context(request, language), language=language or None), False, ""
         except (GrammarError, LimitExceeded, ValueError) as err:
             return None, False, f"grammar not used: {err}"
+        except RecursionError:
+            return None, False, "grammar not used: it is nested too deeply to read"
 
     def _constraint(self, grammar: Grammar | None) -> Constraint:
         key = grammar.fingerprint() if grammar is not None else ""
@@ -197,6 +305,7 @@ class CompletionEngine:
         """Recognizer state after the document prefix, extended from the last keystroke's."""
         fp = grammar.fingerprint()
         rec = constraint.automaton
+        assert rec is not None  # the constraint was made for `grammar`
         start, done = rec.initial(), b""
         if self._doc_state is not None:
             gfp, old_prefix, old_state = self._doc_state
@@ -264,7 +373,7 @@ class CompletionEngine:
             raise ValueError(f"unknown mode {request.mode!r}: expected one of {', '.join(MODES)}")
         model, tok = self.model, self.tokenizer
         timings = Timings()
-        grammar, whole_document, note = self.grammar_for(request)
+        grammar, whole_document, note = self.grammar_for(request, cancelled)
         constraint = self._constraint(grammar)
         window = prompt_window(request.prefix)
         back = backoff(tok, window.encode("utf-8"), request.mode)
@@ -292,6 +401,9 @@ class CompletionEngine:
                 note = f"grammar constrains {pointer} only: {err}"
         prompt, tail, context_tokens = self._assemble(request, back)
         timings.prompt_tokens, timings.context_tokens = len(prompt), context_tokens
+        # Another document's turn may have left its cache in the model: bring back this
+        # prompt's slot first (or a fresh one), so that neither prefills again.
+        timings.cached_tokens = self.slots.use(prompt)
         rng = np.random.default_rng(request.seed)
         initial: list[int] = []
         t0 = time.perf_counter()
@@ -320,7 +432,9 @@ class CompletionEngine:
                 initial = cover.left + [cover.token]
                 for t in initial:
                     state = constraint.advance(state, t)
-        word = _IDENT_TAIL.search(window).group(0)  # (a search of the whole prefix tries every offset)
+        word_match = _IDENT_TAIL.search(window)  # (a search of the whole prefix tries every offset)
+        assert word_match is not None  # the pattern matches the empty string at the end
+        word = word_match.group(0)
         replace_start = len(request.prefix) - len(word)
 
         def on_text(inserted: bytes) -> None:
@@ -331,7 +445,7 @@ class CompletionEngine:
             max_tokens=request.max_tokens,
             single_line=single_line,
             block=block,
-            suffix_line=request.suffix.split("\n", 1)[0].strip(),
+            suffix_line=first_line(request.suffix).strip(),
             time_budget_s=request.time_budget_s,
             cancelled=cancelled,
             on_text=on_text if partial is not None else None,

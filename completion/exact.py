@@ -251,7 +251,7 @@ def expand_covers(
         lps = []
         for lo in range(0, len(order), node_limit):
             lps.extend(score(order[lo : lo + node_limit]))
-        weight = {(): 0.0}
+        weight: dict[tuple[int, ...], float] = {(): 0.0}
 
         def push_known(child, pos, logw):
             weight[child] = logw
@@ -282,7 +282,8 @@ def expand_covers(
                 elif frontier <= (consistent_mass[0] if target is not None else acc.log_total()) + log_tol:
                     tree.stop = "tolerance"
                     break
-            batch, size = [], 0
+            batch: list[tuple[tuple[int, ...], int, float]] = []
+            size = 0
             while heap and tree.nodes + len(batch) < max_nodes:
                 cost = max(1, len(heap[0][2]))
                 if batch and (size + cost > node_limit or len(batch) >= BEST_FIRST_ROUND):

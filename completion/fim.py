@@ -37,9 +37,9 @@ Order = Literal["psm", "spm"]
 class FimTemplate:
     family: str
     order: Order
-    prefix: int | None  # sentinel ids; None where the family has no such sentinel
+    prefix: int  # sentinel ids
     suffix: int
-    middle: int | None
+    middle: int | None  # None where the family has no middle sentinel (suffix-prefix order)
     repo_name: int | None = None
     file_sep: int | None = None
     stop: frozenset[int] = frozenset()
@@ -144,15 +144,15 @@ def detect(tokenizer) -> FimTemplate | None:
         return None
 
     for family, order, roles, stops, space in _FAMILIES:
-        found = {role: first(names) for role, names in roles.items()}
-        if any(found.get(r) is None for r in (*_REQUIRED, *_ALSO_REQUIRED.get(family, ())) if r in roles):
+        found = {role: i for role, names in roles.items() if (i := first(names)) is not None}
+        if any(r not in found for r in (*_REQUIRED, *_ALSO_REQUIRED.get(family, ())) if r in roles):
             continue
         stop = {i for i in (first((s,)) for s in stops) if i is not None}
         stop |= set(tokenizer.eos_token_ids)
         return FimTemplate(
             family=family,
             order=order,
-            prefix=found.get("prefix"),
+            prefix=found["prefix"],
             suffix=found["suffix"],
             middle=found.get("middle"),
             repo_name=found.get("repo_name"),

@@ -287,14 +287,12 @@ class LeanGemma3(TransformersModel):
         self.probe_tokens = self.encode_prompt(PROBE_TEXTS[0])
         self.probe_logits = None
         # The reference logits the probe set was checked against (set by the checks).
-        self.probe_reference = None
+        self.probe_reference: np.ndarray | None = None
 
     def __repr__(self):
         return f"LeanGemma3({self.name!r}, vocab_size={self.vocab_size}, weights={self.weights})"
 
-    @property
-    def backend(self) -> str:
-        return "lean"
+    backend = "lean"
 
     def set_threads(self, threads: int) -> None:
         """Threads the int8 matmuls of a decode step are split over."""
@@ -370,6 +368,7 @@ class LeanGemma3(TransformersModel):
         emb_w = base.embed_tokens.weight.detach()
         if int8:
             head = model._head_int8
+            assert head is not None  # int8 says so
             if head.q.shape != tuple(emb_w.shape) or model._w.data_ptr() != emb_w.data_ptr():
                 raise ModelUnavailable("the lean forward needs the output head tied to the token embeddings")
             embed = Int8Weights.from_quantized(head.q, head.scales)

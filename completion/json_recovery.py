@@ -83,7 +83,10 @@ def open_values(text: bytes, max_depth: int) -> list[OpenValue]:
         top = stack[-1]
         if top.phase != _VALUE:
             return None
-        return top.path + ((top.key,) if top.kind == _OBJECT else (top.index,))  # type: ignore[arg-type]
+        if top.kind == _OBJECT:
+            assert top.key is not None  # an object's value phase comes after its key
+            return top.path + (top.key,)
+        return top.path + (top.index,)
 
     def value_started() -> None:
         nonlocal root_seen
@@ -122,18 +125,18 @@ def open_values(text: bytes, max_depth: int) -> list[OpenValue]:
             continue
         top = stack[-1] if stack and not overflow else None
         if c == 0x22:  # a string: a key, or a value
-            end = _string_end(text, i)
+            str_end = _string_end(text, i)
             if top is not None and top.kind == _OBJECT and top.phase in (_KEY, _AFTER):
-                if end is None:  # the cursor is inside a key
+                if str_end is None:  # the cursor is inside a key
                     break
-                top.key, top.phase = _decode_key(text[i + 1 : end - 1]), _COLON
-                i = end
+                top.key, top.phase = _decode_key(text[i + 1 : str_end - 1]), _COLON
+                i = str_end
                 continue
             path = value_path()
-            if end is None:  # the text ends inside this string value
+            if str_end is None:  # the text ends inside this string value
                 return _result(stack, overflow, OpenValue(i, path) if path is not None else None)
             value_started()
-            i = end
+            i = str_end
             continue
         if c == 0x3A:  # ':'
             if top is not None and top.kind == _OBJECT and top.phase == _COLON:

@@ -591,6 +591,7 @@ def _open_converted(folder: Path, name, tokenizer, report: _Progress, dtype, max
     except (ModelUnavailable, KeyError, ValueError, TypeError) as exc:
         raise _Damaged(str(exc)) from exc
     got = model.probe_logits
+    assert got is not None  # a TransformersModel checks its head when it loads
     if reference.shape != got.shape:
         raise _Damaged(f"reference logits have shape {reference.shape}, the model gives {got.shape}")
     err = float(np.max(np.abs(got - reference)))

@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
 import numpy as np
 import torch
@@ -41,6 +41,9 @@ import torch
 from midword.engine.limits import LimitExceeded
 
 from .model import BranchScore, ModelStats, ModelUnavailable
+
+if TYPE_CHECKING:
+    from .quantized import Int8Weights
 
 _PROBE_TEXT = "def add(a, b):\n    return a +"
 # Prefill chunk: large enough for efficient matmuls, small enough that the attention
@@ -86,6 +89,55 @@ def _as_token_array(tokens, what: str, vocab_size: int, allow_empty: bool = Fals
         i = int(bad[0])
         raise ValueError(f"{what}[{i}] = {int(arr[i])} is not a token id (vocab_size {vocab_size})")
     return arr
+
+
+class ModelState:
+    """A parked KV cache (see `TransformersModel.swap_state`): opaque but for the token
+    sequence it holds and the memory it takes."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: dict):
+        self.fields = fields
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self.fields["_tokens"]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the tensors and arrays it holds (shared storage counted once)."""
+        return _nbytes(self.fields, set(), 4)
+
+
+def _nbytes(obj, seen: set, depth: int) -> int:
+    if isinstance(obj, torch.Tensor):
+        storage = obj.untyped_storage()
+        key = ("t", storage.data_ptr())
+        if key in seen:
+            return 0
+        seen.add(key)
+        return int(storage.nbytes())
+    if isinstance(obj, np.ndarray):
+        base = obj
+        while isinstance(base.base, np.ndarray):
+            base = base.base
+        key = ("a", id(base))
+        if key in seen:
+            return 0
+        seen.add(key)
+        return int(base.nbytes)
+    if depth <= 0 or isinstance(obj, (str, bytes, int, float, bool, type(None))):
+        return 0
+    if isinstance(obj, dict):
+        items = obj.values()
+    elif isinstance(obj, (list, tuple)):
+        items = obj
+    elif hasattr(obj, "__dict__"):  # a cache object: its tensors, its layers
+        items = vars(obj).values()
+    else:
+        return 0
+    return sum(_nbytes(x, seen, depth - 1) for x in items)
 
 
 def _common_prefix(a: np.ndarray, b: np.ndarray) -> int:
@@ -163,7 +215,7 @@ class TransformersModel:
         self._w = head.weight.detach()
         bias = getattr(head, "bias", None)
         self._b = bias.detach() if isinstance(bias, torch.Tensor) else None
-        self._head_int8 = None
+        self._head_int8: Int8Weights | None = None
         self.weights = str(self._w.dtype).removeprefix("torch.")
         self._softcap = getattr(self.config, "final_logit_softcapping", None) or None
         self.dtype = self._w.dtype
@@ -185,12 +237,12 @@ class TransformersModel:
         self._reset_state()
         with torch.inference_mode():
             self.probe_tokens = list(probe_tokens) if probe_tokens is not None else self.encode_prompt(_PROBE_TEXT)
-            self.probe_logits = self._check_head()
+            self.probe_logits: np.ndarray | None = self._check_head()
 
     # Which body computes the forward; LeanGemma3 says "lean".
     backend = "transformers"
     # Why the lean forward was not used for this model (set by the loader), or None.
-    lean_problem = None
+    lean_problem: str | None = None
 
     def __repr__(self):
         return f"TransformersModel({self.name!r}, vocab_size={self.vocab_size}, weights={self.weights})"
@@ -231,6 +283,25 @@ class TransformersModel:
         """Drop the KV cache (the next request prefills from scratch)."""
         with self._lock:
             self._reset_state()
+
+    # What `_reset_state` sets up: the KV cache and everything keyed by the cached sequence.
+    # `swap_state` moves these as one; a test checks `_reset_state` (here and in
+    # subclasses) sets nothing else.
+    STATE_FIELDS = ("_cache", "_row_cache", "_branch_cache", "_tokens", "_hidden_buffer", "_hidden")
+
+    def swap_state(self, state: "ModelState | None" = None) -> "ModelState":
+        """Parks the current KV cache (and the rows cached for its sequence), returning it,
+        and installs `state` (an earlier return value) or, with None, an empty one. A
+        server keeps one state per document this way, so switching between documents
+        does not prefill each again."""
+        with self._lock:
+            current = ModelState({name: getattr(self, name) for name in self.STATE_FIELDS})
+            if state is None:
+                self._reset_state()
+            else:
+                for name, value in state.fields.items():
+                    setattr(self, name, value)
+            return current
 
     def prefill(self, tokens: Sequence[int], cancelled=None) -> bool:
         """Bring `tokens` into the KV cache ahead of the calls that need them, polling
@@ -301,7 +372,7 @@ class TransformersModel:
             raise TypeError("branches must be a list of token lists, not one flat token list")
         brs = [_as_token_array(b, f"branches[{j}]", self.vocab_size, allow_empty=True) for j, b in enumerate(branches)]
         if allowed is None:
-            allowed_ids = [None] * len(brs)
+            allowed_ids: list[torch.Tensor | None] = [None] * len(brs)
         else:
             if len(allowed) != len(brs):
                 raise ValueError(f"allowed has {len(allowed)} entries for {len(brs)} branches")
@@ -597,11 +668,13 @@ class TransformersModel:
                 node = tree.parent[node]
             path.reverse()
             ids = allowed_ids[j]
+            next_row = next_lp[j]
+            assert next_row is not None  # every branch ends at some row of the tree
             out.append(
                 BranchScore(
                     tokens=tuple(branch.tolist()),
                     token_logprobs=node_lp[path].copy(),
-                    next_logprobs=next_lp[j],
+                    next_logprobs=next_row,
                     allowed=None if ids is None else ids.numpy(),
                 )
             )

@@ -327,7 +327,9 @@ class Int8Linear(torch.nn.Module):
     @property
     def weight(self) -> torch.Tensor:
         # Code that inspects `.weight` (shapes, dtypes) sees the weights actually used.
-        return self.weights.dequantized
+        w = self.weights.dequantized
+        assert w is not None  # made from a float matrix, so the float twin is kept
+        return w
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         out = self.weights.matmul(x)

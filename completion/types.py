@@ -93,6 +93,13 @@ class CompletionRequest:
     # block opener or on an empty line and one line elsewhere; "always" completes a block.
     # A block stops at the first line indented less than it (completion/multiline.py).
     multiline: Multiline = "never"
+    # Who asks (an editor's document URI): a grammar still compiling for it is cancelled
+    # when it asks for another one or closes (CompletionEngine.release_document).
+    document: str | None = None
+    # Seconds to wait for the grammar when it is still compiling (a new schema or grammar
+    # file): past that the completion runs unconstrained and says so in its note. None
+    # waits for the compile (a one-shot completion wants the grammar).
+    grammar_wait_s: float | None = None
 
 
 @dataclass
@@ -107,6 +114,7 @@ class Timings:
     tokens_forced: int = 0
     prompt_tokens: int = 0  # tokens the model read before the completion
     context_tokens: int = 0  # of those, tokens of workspace context (other files, the suffix)
+    cached_tokens: int = 0  # of those, tokens whose keys and values were already cached
 
 
 @dataclass

@@ -37,8 +37,12 @@ import logging
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from .constraint import Constraint
 
 SPEC_PREFIX = "%midword "
 SPEC_VERSION = 1
@@ -174,6 +178,8 @@ def compile_spec_grammar(kind: str | None, source: str | None):
 
     if kind is None:
         return None
+    if source is None:
+        raise SpecError(f"%midword spec: the {kind} grammar has no source")
     try:
         if kind == "lark":
             return Grammar.from_lark(source)
@@ -202,7 +208,7 @@ class ConstraintCache:
     def __init__(self, size: int = _CACHE_SIZE):
         self.size = size
         self._lock = threading.Lock()
-        self._items: OrderedDict[tuple, object] = OrderedDict()
+        self._items: OrderedDict[tuple, Constraint] = OrderedDict()
         self.compiled = 0
 
     def get(self, tokenizer, kind: str | None, source: str | None):
@@ -459,7 +465,7 @@ def _patch_backend() -> None:
             return grammar_class(constraint, state, set(stop_token_ids or ()), self.vocab_size)
         return original(self, request_type, grammar_spec, stop_token_ids, *args, **kwargs)
 
-    compile_grammar.__wrapped__ = original
+    compile_grammar.__wrapped__ = original  # type: ignore[attr-defined]  # a function attribute
     cls.compile_grammar = compile_grammar
 
 
@@ -493,7 +499,7 @@ def _patch_validation() -> None:
         so._backend_was_auto = backend == "auto"
         so.__post_init__()
 
-    _validate_structured_outputs.__wrapped__ = original_check
+    _validate_structured_outputs.__wrapped__ = original_check  # type: ignore[attr-defined]  # a function attribute
     SamplingParams._validate_structured_outputs = _validate_structured_outputs
 
     # A second line for callers that validate with the function alone: parse the spec
@@ -512,5 +518,5 @@ def _patch_validation() -> None:
             return None
         return original(sampling_params, tokenizer, *args, **kwargs)
 
-    validate_guidance_grammar.__wrapped__ = original
+    validate_guidance_grammar.__wrapped__ = original  # type: ignore[attr-defined]  # a function attribute
     backend_guidance.validate_guidance_grammar = validate_guidance_grammar

@@ -25,7 +25,9 @@ HEAL_TOKENS = 4  # how many trailing forced tokens token healing may take back
 CONTEXT_TOKENS = 4  # recent tokens re-tokenized with the forced bytes
 
 
-def forced_bytes(rec: Recognizer, state, limit: int = MAX_FORCED_BYTES) -> tuple[bytes, object]:
+def forced_bytes(
+    rec: Recognizer, state: tuple[int, int], limit: int = MAX_FORCED_BYTES
+) -> tuple[bytes, tuple[int, int]]:
     """(forced bytes, state after them) from `state`; cached per recognizer state."""
     cache = rec.caches.forced_bytes
     key = (state, limit)
@@ -38,7 +40,7 @@ def forced_bytes(rec: Recognizer, state, limit: int = MAX_FORCED_BYTES) -> tuple
     return hit
 
 
-def _forced_bytes(rec: Recognizer, state, limit: int) -> tuple[bytes, object]:
+def _forced_bytes(rec: Recognizer, state: tuple[int, int], limit: int) -> tuple[bytes, tuple[int, int]]:
     if _surely_unforced(rec, state):
         return b"", state
     out = bytearray()
@@ -48,7 +50,9 @@ def _forced_bytes(rec: Recognizer, state, limit: int) -> tuple[bytes, object]:
             break
         b = allowed.bit_length() - 1
         out.append(b)
-        state = rec.step(state, b)
+        after = rec.step(state, b)
+        assert after is not None  # b is the one byte the state allows
+        state = after
     return bytes(out), state
 
 
@@ -57,6 +61,9 @@ def _surely_unforced(rec: Recognizer, state) -> bool:
     no derivative needs computing. After a mask at `state` the lexer rows involved are
     filled, so this settles almost every state."""
     lexstate, row = state
+    # A count state of a long string (`C{0,6000}"`) is walked as its clamped twin, whose
+    # row the walk filled: both allow the same bytes and end the same lexemes.
+    lexstate = rec.caches.walk_twins.get(lexstate, lexstate)
     branching = rec.caches.branching_lexstates
     live = _live_unless_branching(rec, branching, lexstate)
     if live is None:

@@ -23,7 +23,7 @@ from functools import cached_property
 from typing import Iterable, NamedTuple, Sequence
 
 from .frontends import front_end
-from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
+from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits, check_compile_budget
 from .regex import regex_escape_bytes
 from .regex.term import Term, render
 
@@ -252,6 +252,7 @@ class GrammarBuilder:
             return
         self.rules.append(rule)
         self._size += 1 + len(rule.rhs)
+        check_compile_budget()
         if self._size > self.limits.max_grammar_size:
             raise LimitExceeded("max_grammar_size", self.limits.max_grammar_size, "grammar too large after desugaring")
 

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from typing import Callable, Union
 
 from .grammar import Grammar, GrammarBuilder, regex_escape_bytes
-from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
+from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits, check_compile_budget
 from .regex import ExprSet
 
 # Parenthesis nesting in one definition. The parser and the desugaring recurse on it,
@@ -422,6 +422,7 @@ class _Parser:
     # File -------------------------------------------------------------------------
     def parse(self) -> None:
         while True:
+            check_compile_budget()
             tok = self.peek()
             if tok.kind == "NL":
                 self.next()
@@ -1021,6 +1022,7 @@ class _Compiler:
             path = [root]
             state[root] = 1
             while stack:
+                check_compile_budget()
                 key, it = stack[-1]
                 step = next(it, None)
                 if step is None:

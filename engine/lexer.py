@@ -631,6 +631,11 @@ class Lexer:
             self.accept[sid] = IGNORE_ONLY
         return sid
 
+    def intern_state(self, pairs: tuple[tuple[int, int], ...]) -> int:
+        """The state of these (lexeme, expression) pairs, made if new (a walk's
+        representative state, MaskWalker._representative)."""
+        return self._intern(pairs)
+
     def _flush(self) -> None:
         """Mirrors the states Python added since the last flush in the compiled step's
         arrays, all at once: a walk's return to Python adds one or two."""

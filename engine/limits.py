@@ -8,7 +8,12 @@ caller gets a clear error instead of a hang.
 
 from __future__ import annotations
 
+import threading
+import time
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Iterator
 
 
 class GrammarError(ValueError):
@@ -26,6 +31,9 @@ class GrammarError(ValueError):
 
 class LimitExceeded(RuntimeError):
     """Work on a grammar or input went past one of the `Limits`."""
+
+    # The JSON pointer of the subschema being compiled, set by the schema compiler.
+    schema_path: str | None = None
 
     def __init__(self, limit: str, value: int, detail: str = ""):
         self.limit = limit
@@ -86,6 +94,87 @@ class Limits:
     max_regex_chars: int = 200_000
     # JSON Schema: steps checking enum/const values against subschemas.
     max_validation_steps: int = 200_000
+    # Wall-clock seconds one grammar compilation may take where the caller runs it under
+    # a CompileBudget (the completion engine's compile executor does).
+    max_compile_seconds: float = 10.0
 
 
 DEFAULT_LIMITS = Limits()
+
+
+class CompileCancelled(LimitExceeded):
+    """A compilation was cancelled by its caller (the document that wanted the grammar
+    changed it or closed): not a verdict on the grammar, so never cached as one."""
+
+    def __init__(self, detail: str = "compilation cancelled"):
+        LimitExceeded.__init__(self, "compile_cancelled", 0, detail)
+
+
+class CompileTimeExceeded(GrammarLimitExceeded):
+    """A compilation ran past its CompileBudget's deadline: the grammar is refused."""
+
+
+# What a budget raises: code that treats a LimitExceeded as "unsure" and carries on
+# (emptiness checks, oneOf proofs) re-raises these instead, so no verdict is cached.
+BUDGET_ERRORS = (CompileCancelled, CompileTimeExceeded)
+
+
+class CompileBudget:
+    """A cooperative time budget and cancel switch for one compilation.
+
+    Compilation is plain Python in loops the engine owns (schema walks, regex parsing
+    and emptiness checks, Unicode tables, desugaring); each of those calls
+    `check_compile_budget()`, which is free when no budget is active and otherwise looks
+    at the clock and the cancel event every `CHECK_EVERY` calls. A compile past its
+    deadline is refused (`CompileTimeExceeded`, a GrammarError naming
+    max_compile_seconds); a cancelled one raises `CompileCancelled`. Once tripped, every
+    later check raises again. The budget is per thread (a ContextVar), so a compile
+    running on an executor never slows or stops the mask computations of another thread."""
+
+    CHECK_EVERY = 64
+
+    def __init__(self, seconds: float | None = None, cancel: threading.Event | None = None):
+        self.seconds = seconds
+        self.deadline = None if seconds is None else time.monotonic() + seconds
+        self.cancel = cancel
+        self._countdown = 0
+        # The error the budget raised, if it did: code that swallowed it still finishes,
+        # and the caller must not keep what it made.
+        self.tripped: LimitExceeded | None = None
+
+    def check(self) -> None:
+        self._countdown -= 1
+        if self._countdown > 0:
+            return
+        self._countdown = self.CHECK_EVERY
+        if self.cancel is not None and self.cancel.is_set():
+            self._countdown = 0
+            self.tripped = CompileCancelled()
+            raise self.tripped
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            self._countdown = 0
+            self.tripped = CompileTimeExceeded(
+                "max_compile_seconds", int(self.seconds or 0), f"compilation took longer than {self.seconds:g} s"
+            )
+            raise self.tripped
+
+
+_budget: ContextVar[CompileBudget | None] = ContextVar("midword_compile_budget", default=None)
+
+
+def check_compile_budget() -> None:
+    """Raises when the compilation running on this thread is cancelled or past its
+    deadline (see CompileBudget); nothing when none is active."""
+    budget = _budget.get()
+    if budget is not None:
+        budget.check()
+
+
+@contextmanager
+def compile_budget(budget: CompileBudget | None) -> Iterator[CompileBudget | None]:
+    """Runs the block under `budget` (None: no budget, as outside any)."""
+    token = _budget.set(budget)
+    try:
+        yield budget
+    finally:
+        _budget.reset(token)

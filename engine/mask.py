@@ -800,7 +800,9 @@ class MaskWalker:
                 got = space.trie_packs.get(id(trie))
                 if got is None or got[0] is not trie:
                     return self._packed_again(trie, lexer, parser_arrays, scan_arrays, lex_arrays)
-                space.book[: _views.FIELDS] = got[2]
+                book = space.book
+                assert book is not None  # packed together with book_sources
+                book[: _views.FIELDS] = got[2]
                 space.book_groups = (got[1],) + space.book_groups[1:]
                 space.book_sources = (trie,) + sources[1:]
             return space.book
@@ -903,7 +905,7 @@ class MaskWalker:
             lex_arrays = lexer.step_arrays()
             book = self._packed(trie, lexer, parser_arrays, scan_arrays, lex_arrays) if self._packing else None
             if book is not None:
-                args = (book, ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier)
+                args: tuple = (book, ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier)
                 walk = self._walk_packed
                 if walk is None:
                     walk = self._walk_packed = compiled_once(walk_packed_jit, args)
@@ -993,16 +995,16 @@ class MaskWalker:
         if not self.split_at_lexeme:
             return self._whole_walk(state, applicable), any(applicable)
         inside = None
+        rep = self._representative(lexstate)
         if self.cache is not None:
-            rep = self._representative(lexstate)
             inside_key = self._prefix_key + (rep, applicable)
             hit = self.cache.get(inside_key)
             if hit is not None:
                 inside, frontier = hit
             elif self.whole_walk_first_visit and self._first_visit(rep, applicable):
-                return self._whole_walk(state, applicable), any(applicable)
+                return self._whole_walk((rep, state[1]), applicable), any(applicable)
         if inside is None:
-            inside, frontier = self._inside_lexeme(lexstate, applicable)
+            inside, frontier = self._inside_lexeme(rep, applicable)
             if self.cache is not None:
                 self.cache.put(inside_key, inside, frontier, extra_bytes=frontier.nbytes)
         if not frontier.shape[0]:
@@ -1032,10 +1034,10 @@ class MaskWalker:
         return True
 
     def _representative(self, lexstate: int) -> int:
-        """The first lexer state met whose expressions clamp (`ExprSet.clamped`, at the
-        trie's depth) to those of `lexstate`: both allow the same tokens inside the
-        lexeme, with the same frontier nodes, and the frontier's own lexer states accept
-        the same lexemes. Each position of a string with a long `maxLength` is a
+        """The lexer state of `lexstate`'s expressions clamped (`ExprSet.clamped`, at the
+        trie's depth): both allow the same tokens inside the lexeme, with the same
+        frontier nodes, and the frontier's own lexer states accept the same lexemes, so
+        a walk from either gives the same mask. Each position of a string with a long `maxLength` is a
         lexer state of its own (the count left), and all of them but the last
         `depth` share one inside walk; so do the counts of a word-count limit
         (`(?:\\S+\\s+){0,99}`) above `depth` // 2, the least bytes a repetition takes."""
@@ -1049,7 +1051,14 @@ class MaskWalker:
             if exprs.has_count_above(pairs, depth):
                 clamped = exprs.clamped
                 content = tuple([(i, clamped(e, depth)) for i, e in pairs])
-                rep = space.by_clamped.setdefault(content, lexstate)
+                rep = space.by_clamped.get(content)
+                if rep is None:
+                    # The clamped expressions' own state, not the first state met: a
+                    # walk from `C{0,6000}"` goes down a run of spaces through a new
+                    # state per byte (the count left, each a derivative made in Python
+                    # at a return from the compiled walk), one from `C*"` stays in one.
+                    rep = space.by_clamped[content] = lexer.intern_state(content)
+                self.rec.caches.walk_twins[lexstate] = rep
             else:
                 # Nothing to clamp (nearly every state): the state stands for itself.
                 rep = lexstate
@@ -1075,6 +1084,7 @@ class MaskWalker:
 
     def _walk_plan(self, applicable: tuple[bool, ...]) -> tuple[TokenTrie, np.ndarray, np.ndarray]:
         """(trie, node ranges to walk, mask of the slices allowed whole)."""
+        ranges: np.ndarray | None
         if not any(applicable):
             # Slice tries repeat the prefixes they share (every trie has its own '"',
             # ' ', ...), so with no slice to skip the whole trie is the shorter walk.

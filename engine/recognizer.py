@@ -92,6 +92,9 @@ class RecognizerCaches:
     forced_bytes: dict[tuple, tuple[bytes, tuple[int, int]]] = field(default_factory=dict)
     # fastforward: lexer states seen with two live bytes (they keep them).
     branching_lexstates: set[int] = field(default_factory=set)
+    # mask.MaskWalker._representative: lexer state -> the state a walk stands it for,
+    # which has the same live and dead bytes (fastforward reads that state's filled row).
+    walk_twins: dict[int, int] = field(default_factory=dict)
     # fastforward.forced_tokens: (tokenizer, trie fingerprint, state, forced, recent) -> tokens.
     forced_tokens: dict[tuple, tuple[int, ...]] = field(default_factory=dict)
     # mask._WalkSpace.of: id(trie) -> (that trie, the walk space of this recognizer and it).
@@ -476,7 +479,8 @@ def grammar_accepts(grammar: Grammar, data: bytes) -> bool:
     rec = Recognizer.for_grammar(grammar)
     state = rec.initial()
     for b in data:
-        state = rec.step(state, b)
-        if state is None:
+        after = rec.step(state, b)
+        if after is None:
             return False
+        state = after
     return rec.is_accepting(state)

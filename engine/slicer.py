@@ -194,17 +194,20 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
     by_regexes = _answers_by_expr.get(exprs)
     if by_regexes is None:
         by_regexes = _answers_by_expr[exprs] = {}
+    # (each slice's expression and first bytes, bitmask -> tuple, expression -> bitmask)
+    known: tuple[tuple[tuple[int, int], ...], dict[int, tuple[bool, ...]], dict[int, int]] | None
     known = by_regexes.get(sliced.regexes)
     if known is None:
         # Each slice with the bytes its words begin with (exactly): a regex whose first
         # bytes miss one of them cannot have the slice among its prefixes.
-        slices = []
+        parsed = []
         for rx in sliced.regexes:
             s = exprs.parse(rx)
-            slices.append((s, sum(1 << b for b in np.flatnonzero(exprs.next_bytes(s)).tolist())))
+            parsed.append((s, sum(1 << b for b in np.flatnonzero(exprs.next_bytes(s)).tolist())))
         # An answer is a bitmask (bit k: slice k), so a state's is an OR of ints; the
         # tuples callers get are made once per bitmask.
-        known = by_regexes[sliced.regexes] = (tuple(slices), {}, {})
+        known = (tuple(parsed), {}, {})
+        by_regexes[sliced.regexes] = known
     slices, as_tuples, answers = known
     marker = lexer.start_marker
     bits = 0

@@ -7,6 +7,10 @@ The headless API is `midword.complete(prefix, suffix="", ...)`; the engine under
 from __future__ import annotations
 
 import threading
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from midword.completion.types import Mode
 
 __version__ = "0.1.0"
 
@@ -21,7 +25,7 @@ def complete(
     language: str | None = None,
     grammar=None,
     max_tokens: int = 48,
-    mode: str = "cpc",
+    mode: Mode = "cpc",
     temperature: float = 0.0,
     single_line: bool = True,
     model: str = "gemma3",

@@ -32,9 +32,11 @@ def word_start(prefix: str) -> int:
     # whole prefix would try every offset of a large document.
     start = max(0, len(prefix) - WORD_SEARCH_CHARS)
     found = _WORD_TAIL.search(prefix, start)
+    assert found is not None  # the pattern matches the empty string at the end
     while found.start() == start and start > 0:  # a word longer than the stretch searched
         start = max(0, start - WORD_SEARCH_CHARS)
         found = _WORD_TAIL.search(prefix, start)
+        assert found is not None
     return found.start()
 
 

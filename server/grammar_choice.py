@@ -37,7 +37,7 @@ import re
 import stat
 from dataclasses import dataclass
 from importlib import resources
-from typing import Sequence
+from typing import Literal, Sequence
 from urllib.parse import unquote, urlparse
 
 from midword.completion.types import GrammarSpec
@@ -46,7 +46,12 @@ from midword.grammars import read_grammar
 from .settings import Settings
 
 JSON_LANGUAGES = frozenset({"json", "jsonc"})
-_GRAMMAR_KINDS = {".lark": "lark", ".json": "json_schema", ".regex": "regex", ".re": "regex"}
+_GRAMMAR_KINDS: dict[str, Literal["lark", "json_schema", "regex"]] = {
+    ".lark": "lark",
+    ".json": "json_schema",
+    ".regex": "regex",
+    ".re": "regex",
+}
 
 # File name -> bundled schema (grammars/schemas/<file>).
 _BUNDLED_BY_NAME = (
@@ -100,7 +105,7 @@ def document_language(language_id: str | None, path: str | None) -> str | None:
 def is_json_document(language_id: str | None, path: str | None) -> bool:
     if language_id:
         return language_id.lower() in JSON_LANGUAGES
-    return bool(path) and path.lower().endswith((".json", ".jsonc"))
+    return path is not None and path.lower().endswith((".json", ".jsonc"))
 
 
 # --------------------------------------------------------------------------------------
@@ -310,9 +315,10 @@ class GrammarResolver:
         if os.path.lexists(path):
             source = self.read(path, allowed)
         else:
-            source = self._shipped(value)
-            if source is None:
+            shipped = self._shipped(value)
+            if shipped is None:
                 raise ValueError(f"{path} does not exist and is not a grammar midword ships")
+            source = shipped
         if kind == "regex":
             source = source.strip()
         if kind == "json_schema":

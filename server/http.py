@@ -14,7 +14,10 @@ gets character prefix conditioning (the text before the cursor may end mid-word)
 and a JSON document naming a `$schema` is constrained as in LSP.
 
 Requests queue in front of the one model thread, first come first served, at most
-`max_queue` waiting (past that: 503 with Retry-After). A client that disconnects
+`max_queue` waiting (past that: 503 with Retry-After); a newer request for the same
+document replaces its waiting older one, and while others wait a running completion
+ends once it had its share of the time budget. The engine keeps a KV cache slot per
+document, so documents taking turns do not prefill each other out. A client that disconnects
 leaves the queue at once, and its job stops at the engine's next decoding step after
 a short grace (the worker's, as for LSP cancellations). A request whose answer the
 running job will give (the user typed on, and typed what the model predicts) joins
@@ -25,6 +28,7 @@ cache can answer never reaches the model.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hmac
 import itertools
 import logging
@@ -34,20 +38,28 @@ import socket
 import sys
 import time
 import uuid
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any, AsyncIterator, Awaitable, Callable, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from midword import __version__
-from midword.completion.types import MODES, Completion, CompletionRequest, ContextChunk, GrammarSpec
+from midword.completion.types import MODES, Completion, CompletionRequest, ContextChunk, GrammarSpec, Mode
 
 from .cache import CompletionCache, answer_may_serve, request_key
 from .editing import wants_multiline
-from .grammar_choice import GrammarResolver, document_language, schema_reference
+from .grammar_choice import (
+    Choice,
+    GrammarResolver,
+    document_language,
+    fallback_grammar,
+    is_json_document,
+    schema_reference,
+)
 from .http_formats import (
     SSE_DONE,
     BadRequest,
@@ -82,7 +94,8 @@ DEFAULT_PORT = 8012  # what llama.vscode and llama.vim expect for FIM
 URI = "http:"  # the cache and the worker key documents by URI; HTTP clients name none
 MAX_TOKENS = 1024
 N_CTX = 1536  # the engine's prompt window (completion.engine.MAX_PROMPT_TOKENS)
-POLL_S = 0.005  # how often a running job's text is checked against t_max_predict_ms, n_indent, stop
+# Choosing a JSON document's grammar may read its `$schema` file: on a thread, within this.
+GRAMMAR_CHOICE_TIMEOUT_S = 2.0
 LATENCY_BUCKETS_S = (0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 
 
@@ -97,6 +110,10 @@ class HttpConfig:
     max_tokens: int = 48  # when a request names none
     time_budget_s: float = 2.0
     context_tokens: int = 1024  # of input_extra / snippets / repository context the prompt may show
+    # While others wait for the model thread, a running completion ends (with the text it
+    # has) once it had its share, time_budget_s / (1 + waiting): one editor's long answer
+    # must not keep every other editor waiting for its whole budget.
+    fair_share: bool = True
 
 
 class Unavailable(Exception):
@@ -124,7 +141,7 @@ class Ask:
     context: list[ContextChunk] = field(default_factory=list)
     max_tokens: int = 48
     temperature: float = 0.0
-    mode: str = "cpc"
+    mode: Mode = "cpc"
     single_line: bool | None = None  # None: one line, or several after a block opener (as in LSP)
     grammar: GrammarSpec | None = None  # None: chosen as in LSP
     stops: list[str] = field(default_factory=list)
@@ -143,6 +160,8 @@ class Result:
     prefix: str = ""  # the engine's prefix (context included)
     queue_ms: float = 0.0
     engine_ms: float = 0.0
+    ran: bool = False  # the model computed it for this request (not the cache, not joined)
+    handoff_ms: float = 0.0  # to the model thread and back, beyond the engine's time
 
     @property
     def finish_reason(self) -> str:
@@ -154,7 +173,20 @@ class Result:
 
     @property
     def tokens_predicted(self) -> int:
-        return self.completion.timings.tokens_generated if self.completion is not None and self.source == "model" else 0
+        return self.completion.timings.tokens_generated if self.completion is not None and self.ran else 0
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Tokens of the prompt the model read (0 for an answer that needed no model)."""
+        return self.completion.timings.prompt_tokens if self.completion is not None and self.ran else 0
+
+    @property
+    def prompt_evaluated(self) -> int:
+        """Of those, the ones not already in the model's KV cache (llama.cpp's prompt_n)."""
+        if self.completion is None or not self.ran:
+            return 0
+        t = self.completion.timings
+        return max(0, t.prompt_tokens - t.cached_tokens)
 
 
 class Metrics:
@@ -209,8 +241,11 @@ class HttpService:
         self.metrics = Metrics()
         self.started = time.time()
         self.load_s: float | None = None
-        self._slot = asyncio.Lock()
-        self.waiting = 0
+        # The model thread's turn: one request at a time holds it (`_busy`); the others
+        # wait in `_queue`, first come first served, as (future, request).
+        self._busy = False
+        self._queue: deque[tuple[asyncio.Future, CompletionRequest]] = deque()
+        self.superseded = 0
         self._ids = itertools.count(1)
         self.worker = ModelWorker(engine_factory, self._from_worker)
         self.worker.load(config.model)
@@ -222,6 +257,10 @@ class HttpService:
             self.load_s = event.data.get("load_s")
         elif event.kind == "error":
             log.error("%s", event.message)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
 
     @property
     def state(self) -> str:
@@ -247,9 +286,10 @@ class HttpService:
 
     # -- one completion ----------------------------------------------------------------
 
-    def build(self, ask: Ask) -> CompletionRequest:
+    async def build(self, ask: Ask) -> CompletionRequest:
         language = document_language(ask.language, ask.filename)
-        if language is None and schema_reference(ask.prefix) is not None:
+        names_schema = schema_reference(ask.prefix) is not None
+        if language is None and names_schema:
             language = "json"  # a document with a top-level "$schema" is JSON
         if ask.grammar is not None:
             spec = ask.grammar
@@ -257,13 +297,18 @@ class HttpService:
             # A request's file is taken relative to the workspace (a `$schema` path relative
             # to the document then resolves there too); outside it, it has no path.
             doc_path = self.grammars.inside(ask.filename or "untitled")
-            spec = self.grammars.choose(
+            choose = functools.partial(
+                self.grammars.choose,
                 path=doc_path,
                 language_id=language,
                 text=ask.prefix + ask.suffix,
                 settings=Settings(),
                 root=self.grammars.root,
-            ).spec
+            )
+            if names_schema or is_json_document(language, doc_path):
+                spec = (await self._choose_off_loop(choose, language, doc_path)).spec
+            else:
+                spec = choose().spec  # no file to read: cheaper here than a thread hop
         single = ask.single_line if ask.single_line is not None else not wants_multiline(ask.prefix, ask.suffix)
         return CompletionRequest(
             prefix=ask.prefix,
@@ -281,11 +326,29 @@ class HttpService:
             path=ask.filename,
         )
 
-    async def complete(self, ask: Ask, request: Request) -> Result:
+    async def _choose_off_loop(self, choose: Callable[[], Choice], language: str | None, path: str | None) -> Choice:
+        """The grammar choice on a thread (it may read a schema file) within
+        GRAMMAR_CHOICE_TIMEOUT_S; past that, or on any failure, the fallback grammar (as
+        the language server does)."""
+        try:
+            return await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(None, choose), GRAMMAR_CHOICE_TIMEOUT_S
+            )
+        except asyncio.TimeoutError:
+            note = f"choosing the grammar took over {GRAMMAR_CHOICE_TIMEOUT_S:g} s (a slow schema file?)"
+        except Exception as e:  # noqa: BLE001 - a bad schema file never takes completions down
+            note = f"choosing the grammar failed: {type(e).__name__}: {e}"
+        log.warning("%s; using the default grammar", note)
+        return Choice(fallback_grammar(language, path), "fallback", note)
+
+    async def complete(
+        self, ask: Ask, request: Request, on_partial: Callable[[tuple[int, str]], None] | None = None
+    ) -> Result:
         """The answer to `ask`; Unavailable when it cannot run now, Disconnected when the
-        client left before the answer."""
+        client left before the answer. `on_partial((replace_start, text so far))` is
+        called on the event loop after each decoding step of the model's run (streaming)."""
         self.check_ready()
-        creq = self.build(ask)
+        creq = await self.build(ask)
         hit = self.cache.get(URI, creq)
         if hit is not None:
             return self._result(ask, creq, hit[0], "cache")
@@ -295,30 +358,61 @@ class HttpService:
             if joined is not None:
                 return joined
             queued = time.perf_counter()
-            if self._slot.locked():
-                if self.waiting >= self.config.max_queue:
-                    raise Unavailable(
-                        503, f"{self.waiting} requests are already waiting for the model; try again", retry_after=1
-                    )
-                self.waiting += 1
-                try:
-                    acquired = await _first(self._slot.acquire(), watch)
-                finally:
-                    self.waiting -= 1
-                if not acquired:
-                    raise Disconnected()
-            else:
-                await self._slot.acquire()  # free: taken at once
+            turn = await self._turn(creq, watch)
+            if turn == "superseded":
+                return Result("", None, "superseded", "none", prefix=creq.prefix)
             try:
                 queue_ms = (time.perf_counter() - queued) * 1000.0
                 hit = self.cache.get(URI, creq)  # a request ahead in the queue may have answered this one
                 if hit is not None:
                     return self._result(ask, creq, hit[0], "cache", queue_ms=queue_ms)
-                return await self._run(ask, creq, watch, queue_ms)
+                return await self._run(ask, creq, watch, queue_ms, on_partial)
             finally:
-                self._slot.release()
+                self._next_turn()
         finally:
             watch.cancel()
+
+    async def _turn(self, creq: CompletionRequest, watch: asyncio.Future) -> str:
+        """Waits for the model thread's turn: "go" (the caller holds it and must call
+        `_next_turn`), or "superseded" when a newer request for the same document came
+        while this one waited (an editor that does not abort its requests wants only
+        the newest). Disconnected when the client left first."""
+        if not self._busy:
+            self._busy = True
+            return "go"
+        for fut, older in self._queue:
+            if not fut.done() and _same_document(older, creq):
+                fut.set_result("superseded")
+        live = sum(1 for fut, _ in self._queue if not fut.done())
+        if live >= self.config.max_queue:
+            raise Unavailable(503, f"{live} requests are already waiting for the model; try again", retry_after=1)
+        entry = (asyncio.get_running_loop().create_future(), creq)
+        self._queue.append(entry)
+        try:
+            await asyncio.wait({entry[0], watch}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            if entry[0].done() and entry[0].result() == "go":
+                self._next_turn()  # handed the turn just as the caller went away: pass it on
+            raise
+        finally:
+            if entry in self._queue:
+                self._queue.remove(entry)
+        if entry[0].done():  # handed the turn (or superseded), even if the client left meanwhile
+            turn = entry[0].result()
+            if turn == "superseded":
+                self.superseded += 1
+            return turn
+        entry[0].cancel()
+        raise Disconnected()
+
+    def _next_turn(self) -> None:
+        """Hands the model thread's turn to the longest waiting request, or frees it."""
+        while self._queue:
+            fut, _ = self._queue.popleft()
+            if not fut.done():
+                fut.set_result("go")
+                return
+        self._busy = False
 
     async def _join(self, ask: Ask, creq: CompletionRequest, watch: asyncio.Future) -> Result | None:
         key = request_key(creq)
@@ -342,17 +436,34 @@ class HttpService:
                 return self._result(ask, creq, hit[0], "joined")
         return None
 
-    async def _run(self, ask: Ask, creq: CompletionRequest, watch: asyncio.Future, queue_ms: float) -> Result:
+    async def _run(
+        self,
+        ask: Ask,
+        creq: CompletionRequest,
+        watch: asyncio.Future,
+        queue_ms: float,
+        on_partial: Callable[[tuple[int, str]], None] | None = None,
+    ) -> Result:
+        share = (lambda: len(self._queue), self.config.time_budget_s) if self.config.fair_share else None
+        limiter = _Limiter(ask, creq.prefix, share)
+        listeners: list[Callable[[Job], None]] = [limiter]
+        if on_partial is not None:
+            loop = asyncio.get_running_loop()
+
+            def forward(job: Job) -> None:  # the model thread
+                if job.partial is not None:
+                    loop.call_soon_threadsafe(on_partial, job.partial)
+
+            listeners.append(forward)
+        submitted = time.perf_counter()
         job = self.worker.submit(URI, None, creq)
-        limited: list[str] = []
-        limiter = None
-        if ask.t_max_predict_ms is not None or ask.n_indent > 0 or ask.stops:
-            limiter = asyncio.ensure_future(_limit(job, ask, creq.prefix, limited))
-        try:
-            outcome = await _wait_job(self.worker, job, watch)
-        finally:
-            if limiter is not None:
-                limiter.cancel()
+        # (the model thread calls them after its first step, which follows the prompt's
+        # prefill: they are in place long before)
+        job.listeners.extend(listeners)
+        outcome = await _wait_job(self.worker, job, watch)
+        # the hand-off to the model thread and back: its wake-up, the GIL, the loop's wake-up
+        handoff_ms = max(0.0, (time.perf_counter() - submitted) * 1000.0 - outcome.engine_ms)
+        limited = [limiter.reason] if limiter.reason else []
         if outcome.status == "error":
             raise Unavailable(500, f"the engine failed: {outcome.error}")
         if outcome.status == "not_ready":
@@ -366,6 +477,7 @@ class HttpService:
         result = self._result(ask, creq, completion, "model", queue_ms=queue_ms, engine_ms=outcome.engine_ms)
         if limited and result.stop_type == "eos":
             result.stop_type = "limit"
+        result.handoff_ms = handoff_ms
         return result
 
     def _result(
@@ -392,7 +504,17 @@ class HttpService:
             cut = cut_at_indent(text, ask.n_indent)
             if cut != text:
                 text, stop_type = cut, "eos"
-        return Result(text, completion, source if text else "empty", stop_type, word or "", prefix, queue_ms, engine_ms)
+        return Result(
+            text,
+            completion,
+            source if text else "empty",
+            stop_type,
+            word or "",
+            prefix,
+            queue_ms,
+            engine_ms,
+            ran=source == "model",
+        )
 
     def next_id(self, kind: str) -> str:
         return f"{kind}-{uuid.uuid4().hex[:12]}-{next(self._ids)}"
@@ -406,23 +528,13 @@ async def _disconnected(request: Request) -> None:
             return
 
 
-async def _first(aw: Awaitable, watch: asyncio.Future) -> bool:
-    """Awaits `aw` unless `watch` finishes first; False (and `aw` undone) then."""
-    task = asyncio.ensure_future(aw)
-    done, _ = await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
-    if task in done:
-        return True
-    task.cancel()
-    try:
-        await task
-    except asyncio.CancelledError:
-        return False
-    return True  # it finished while being cancelled: the caller holds what it got
-
-
 async def _wait_job(worker: ModelWorker, job: Job, watch: asyncio.Future):
     fut = asyncio.wrap_future(job.future)
-    done, _ = await asyncio.wait({fut, watch}, return_when=asyncio.FIRST_COMPLETED)
+    try:
+        done, _ = await asyncio.wait({fut, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:  # a stream whose client left: as a disconnect
+        worker.release(job)
+        raise
     if fut in done:
         return fut.result()
     # As in the language server, a running job whose last client left goes on for the
@@ -433,36 +545,61 @@ async def _wait_job(worker: ModelWorker, job: Job, watch: asyncio.Future):
     raise Disconnected()
 
 
-async def _limit(job: Job, ask: Ask, prefix: str, limited: list[str]) -> None:
-    """Stops `job` early when its text so far already ends the answer: llama.cpp's
+class _Limiter:
+    """Stops a job early when its text so far already ends the answer: llama.cpp's
     `t_max_predict_ms` (past that time since the first token, at a newline), `n_indent`
-    (a line indented less) or a stop string."""
-    first: float | None = None
-    while not job.future.done():
-        partial = job.partial
-        if partial is not None:
-            rs, text = partial
-            typed = prefix[rs:]
-            inserted = text[len(typed) :] if text.startswith(typed) else ""
-            if inserted and first is None:
-                first = time.perf_counter()
-            reason = None
-            if (
-                ask.t_max_predict_ms is not None
-                and first is not None
-                and "\n" in inserted
-                and (time.perf_counter() - first) * 1000.0 >= ask.t_max_predict_ms
-            ):
-                reason = "t_max_predict_ms"
-            elif ask.n_indent > 0 and cut_at_indent(inserted, ask.n_indent) != inserted:
-                reason = "n_indent"
-            elif ask.stops and cut_at_stop(inserted, ask.stops)[1] is not None:
-                reason = "stop"
-            if reason is not None:
-                limited.append(reason)
-                job.stop(reason)
-                return
-        await asyncio.sleep(POLL_S)
+    (a line indented less) or a stop string; or, with `share` = (how many wait, time
+    budget), when others wait and the job has had its share of the model thread. A job
+    listener: it runs on the model thread after each step, where the text changes, so
+    nothing polls."""
+
+    def __init__(self, ask: Ask, prefix: str, share: tuple[Callable[[], int], float] | None = None):
+        self.ask = ask
+        self.prefix = prefix
+        self.share = share
+        self.started = time.perf_counter()
+        self.first: float | None = None
+        self.reason: str | None = None
+
+    def __call__(self, job: Job) -> None:
+        if job.partial is None or self.reason is not None:
+            return
+        ask = self.ask
+        rs, text = job.partial
+        typed = self.prefix[rs:]
+        inserted = text[len(typed) :] if text.startswith(typed) else ""
+        if inserted and self.first is None:
+            self.first = time.perf_counter()
+        reason = None
+        if (
+            ask.t_max_predict_ms is not None
+            and self.first is not None
+            and "\n" in inserted
+            and (time.perf_counter() - self.first) * 1000.0 >= ask.t_max_predict_ms
+        ):
+            reason = "t_max_predict_ms"
+        elif ask.n_indent > 0 and cut_at_indent(inserted, ask.n_indent) != inserted:
+            reason = "n_indent"
+        elif ask.stops and cut_at_stop(inserted, ask.stops)[1] is not None:
+            reason = "stop"
+        elif inserted.strip() and self.share is not None:
+            waiting, budget_s = self.share
+            others = waiting()
+            if others and time.perf_counter() - self.started >= budget_s / (1 + others):
+                reason = "fair_share"
+        if reason is not None:
+            self.reason = reason
+            job.stop(reason)
+
+
+def _same_document(older: CompletionRequest, newer: CompletionRequest) -> bool:
+    """Whether `newer` asks about the same document as `older` after an edit at its
+    cursor: the same file and text after the cursor, and everything before the cursor's
+    line unchanged (the user typed, deleted or pressed Enter there)."""
+    if older.path != newer.path or older.suffix != newer.suffix:
+        return False
+    line_start = older.prefix.rfind("\n") + 1
+    return line_start > 0 and newer.prefix.startswith(older.prefix[:line_start])
 
 
 # --------------------------------------------------------------------------------------
@@ -488,7 +625,7 @@ def _midword_extras(body: dict, ask: Ask) -> Ask:
     if mode is not None:
         if mode not in MODES:
             raise BadRequest(f'"mode" must be one of {", ".join(MODES)}, got {mode!r}')
-        ask.mode = mode
+        ask.mode = cast(Mode, mode)  # one of MODES
     return ask
 
 
@@ -510,7 +647,12 @@ def infill_ask(body: dict, config: HttpConfig) -> tuple[Ask, int]:
         t_max_predict_ms=t_max if t_max else None,
         seed=_seed(body),
     )
-    get_int(body, "n_cmpl", 1)  # checked; one answer (greedy decoding gives the same one each time)
+    # One answer, one object, whatever n_cmpl asks: llama.vscode (src/completion.ts
+    # getComplFromContent) takes `"content" in data` as one candidate and would merge an
+    # array's contents into a set, and greedy decoding (the default; llama.vscode sends no
+    # temperature) gives the same text for each. Its status bar reads the object's
+    # tokens_cached and timings, which an array has not.
+    get_int(body, "n_cmpl", 1, lo=1)
     get_list(body, "response_fields")
     get_bool(body, "cache_prompt", True)
     return _midword_extras(body, ask), (n_predict if n_predict is not None else -1)
@@ -633,7 +775,7 @@ def _grammar_spec(value: Any) -> GrammarSpec:
 def llama_answer(service: HttpService, result: Result | None, n_predict: int, ask: Ask | None) -> dict[str, Any]:
     """llama.cpp's `/infill` and `/completion` answer (non-streamed, or the last event)."""
     completion = result.completion if result is not None else None
-    t = completion.timings if completion is not None and result.source == "model" else None
+    t = completion.timings if result is not None and completion is not None and result.ran else None
     text = result.text if result is not None else ""
     predicted_n = result.tokens_predicted if result is not None else 0
     return {
@@ -644,7 +786,7 @@ def llama_answer(service: HttpService, result: Result | None, n_predict: int, as
         "stop": True,
         "model": service.model_id,
         "tokens_predicted": predicted_n,
-        "tokens_evaluated": 0,
+        "tokens_evaluated": result.prompt_tokens if result is not None else 0,
         "generation_settings": {
             "n_ctx": N_CTX,
             "n_predict": n_predict,
@@ -656,20 +798,38 @@ def llama_answer(service: HttpService, result: Result | None, n_predict: int, as
         "truncated": False,
         "stop_type": result.stop_type if result is not None else "limit",
         "stopping_word": result.stopping_word if result is not None else "",
-        "tokens_cached": 0,
-        "timings": llama_timings(0, t.prefill_ms if t else 0.0, predicted_n, (t.total_ms - t.prefill_ms) if t else 0.0),
+        # llama.cpp's n_past: what the KV cache holds after the answer
+        "tokens_cached": (result.prompt_tokens + predicted_n) if result is not None else 0,
+        "timings": llama_timings(
+            result.prompt_evaluated if result is not None else 0,
+            t.prefill_ms if t else 0.0,
+            predicted_n,
+            (t.total_ms - t.prefill_ms) if t else 0.0,
+        ),
     }
 
 
-def openai_answer(service: HttpService, result: Result, cid: str, created: int) -> dict[str, Any]:
-    completion_tokens = result.tokens_predicted
+def openai_answer(service: HttpService, result: Result | None, cid: str, created: int) -> dict[str, Any]:
+    completion_tokens = result.tokens_predicted if result is not None else 0
+    prompt_tokens = result.prompt_tokens if result is not None else 0
     return {
         "id": cid,
         "object": "text_completion",
         "created": created,
         "model": service.model_id,
-        "choices": [{"index": 0, "text": result.text, "logprobs": None, "finish_reason": result.finish_reason}],
-        "usage": {"prompt_tokens": 0, "completion_tokens": completion_tokens, "total_tokens": completion_tokens},
+        "choices": [
+            {
+                "index": 0,
+                "text": result.text if result is not None else "",
+                "logprobs": None,
+                "finish_reason": result.finish_reason if result is not None else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
     }
 
 
@@ -720,13 +880,117 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return _CompactJSON(error_body(status, message), status_code=status, headers=headers)
 
 
+SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
 def _sse(events: list[bytes]) -> Response:
-    # The whole answer exists before the first byte goes out, so one body: every event
-    # parses on its own and no `: ping` comment precedes them (Continue's parser stops there).
-    return Response(
-        b"".join(events),
-        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    # An answer that exists before the first byte goes out (the cache's, a short one) is
+    # one body: every event parses on its own, and no `: ping` comment precedes them
+    # (Continue's parser stops there).
+    return Response(b"".join(events), headers=SSE_HEADERS)
+
+
+def stream_text(ask: Ask, prefix: str, partial: tuple[int, str]) -> str:
+    """The part of a running completion's text (`partial`: replace_start, text so far)
+    that no later step can take back, as the answer will give it (`HttpService._result`):
+    the markers, stop strings, `n_indent` and the engine's own cuts (one line: at its end;
+    several: whole lines only; the text after the cursor where it is re-typed) applied,
+    and the last characters held back while they may begin a stop string."""
+    rs, text = partial
+    typed = prefix[rs:] if 0 <= rs <= len(prefix) else ""
+    if not text.startswith(typed):
+        return ""
+    out = strip_markers(normalize_newlines(text[len(typed) :]))
+    out, word = cut_at_stop(out, ask.stops)
+    if word is None and ask.stops:
+        out = out[: max(0, len(out) - max(len(s) for s in ask.stops) + 1)]
+    nl = out.find("\n")
+    if nl >= 0:
+        out = out[: out.rfind("\n") + 1]  # a line may still be cut at its end, or dropped
+    if ask.n_indent > 0:
+        out = cut_at_indent(out, ask.n_indent)
+    suffix_line = ask.suffix.split("\n", 1)[0].strip()
+    if suffix_line:
+        at = out.find(suffix_line)
+        out = out[: max(0, len(out) - len(suffix_line) + 1)] if at < 0 else out[:at]
+    return out
+
+
+class Streamer:
+    """Runs one completion for an SSE answer: `start()` waits for the first text that can
+    go out (or for the whole answer, whichever comes first), then `events()` yields one
+    event per new piece as the model produces it and the closing events at the end."""
+
+    def __init__(
+        self,
+        service: HttpService,
+        ask: Ask,
+        request: Request,
+        piece: Callable[[str], bytes],
+        closing: Callable[[Result | None], list[bytes]],
+    ):
+        self.ask = ask
+        self.piece = piece
+        self.closing = closing
+        self.queue: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
+        self.task = asyncio.ensure_future(service.complete(ask, request, on_partial=self.queue.put_nowait))
+        self.sent = ""
+        self.first: str | None = None
+
+    async def start(self) -> Result | None:
+        """The finished answer when it came before any streamable text, else None (then
+        `events()` streams it). Raises what `complete` raises before the first piece."""
+        while not self.task.done():
+            new = await self._next()
+            if new:
+                self.first = new
+                return None
+        return self.task.result()
+
+    async def _next(self) -> str | None:
+        """New streamable text after the next step (None when the completion ended)."""
+        getter = asyncio.ensure_future(self.queue.get())
+        try:
+            await asyncio.wait({self.task, getter}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            if not getter.done():
+                getter.cancel()
+        if not getter.done() or getter.cancelled():
+            return None
+        partial = getter.result()
+        while not self.queue.empty():  # steps that came meanwhile: only the newest counts
+            partial = self.queue.get_nowait()
+        safe = stream_text(self.ask, self.ask.prefix, partial)
+        if len(safe) > len(self.sent) and safe.startswith(self.sent):
+            new, self.sent = safe[len(self.sent) :], safe
+            return new
+        return ""
+
+    async def events(self) -> AsyncIterator[bytes]:
+        try:
+            if self.first:
+                yield self.piece(self.first)
+            while not self.task.done():
+                new = await self._next()
+                if new:
+                    yield self.piece(new)
+            try:
+                result: Result | None = self.task.result()
+            except (Unavailable, Disconnected, BadRequest) as e:  # after the first byte: the stream just ends
+                log.info("stream ended early: %s", e)
+                result = None
+            if result is not None:
+                if result.text.startswith(self.sent):
+                    rest = result.text[len(self.sent) :]
+                    if rest:
+                        yield self.piece(rest)
+                else:  # not expected (stream_text holds back what may change); the client keeps what it has
+                    log.warning("a streamed completion changed after it was sent; its end is left out")
+            for event in self.closing(result):
+                yield event
+        finally:
+            if not self.task.done():  # the client left: stop the completion
+                self.task.cancel()
 
 
 PUBLIC_PATHS = frozenset({"/health", "/v1/health", "/v1/models", "/models"})
@@ -788,7 +1052,7 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
             return {"Server-Timing": f"total;dur={server_ms:.3f}"}
         return {
             "Server-Timing": f"queue;dur={result.queue_ms:.3f}, engine;dur={result.engine_ms:.3f}, "
-            f"total;dur={server_ms:.3f}",
+            f"handoff;dur={result.handoff_ms:.3f}, total;dur={server_ms:.3f}",
             "X-Midword-Source": result.source,
         }
 
@@ -812,34 +1076,50 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
         started = time.perf_counter()
         body = await read_body(request)
         ask, n_predict = completion_ask(body, config)
-        stream = get_bool(body, "stream", False)
+        if get_bool(body, "stream", False):
+            return await completion_stream(request, ask, n_predict, started)
         result = None if n_predict == 0 else await service.complete(ask, request)
         final = llama_answer(service, result, n_predict, ask)
         headers = timing_headers(request, result, started)
-        if not stream:
-            fields = body.get("response_fields")
-            if isinstance(fields, list) and fields:
-                final = select_fields(final, fields)
-            return _CompactJSON(final, headers=headers)
-        events = []
-        if result is not None and result.text:
-            events.append(
-                sse_event(
-                    {
-                        "index": 0,
-                        "content": result.text,
-                        "tokens": [],
-                        "stop": False,
-                        "id_slot": 0,
-                        "tokens_predicted": result.tokens_predicted,
-                        "tokens_evaluated": 0,
-                    }
-                )
-            )
-        events.append(sse_event({**final, "content": ""}))
-        response = _sse(events)
-        response.headers.update(headers)
-        return response
+        fields = body.get("response_fields")
+        if isinstance(fields, list) and fields:
+            final = select_fields(final, fields)
+        return _CompactJSON(final, headers=headers)
+
+    async def completion_stream(request: Request, ask: Ask, n_predict: int, started: float) -> Response:
+        # llama.cpp's stream: every event has content and stop; the last has stop: true,
+        # stop_type and timings; no [DONE] (Continue's LlamaCpp.ts reads until stop).
+        def piece(text: str) -> bytes:
+            return sse_event({"index": 0, "content": text, "tokens": [], "stop": False, "id_slot": 0})
+
+        def closing(result: Result | None) -> list[bytes]:
+            return [sse_event({**llama_answer(service, result, n_predict, ask), "content": ""})]
+
+        if n_predict == 0:
+            response = _sse(closing(None))
+            response.headers.update(timing_headers(request, None, started))
+            return response
+        return await streamed(request, ask, started, piece, closing)
+
+    async def streamed(
+        request: Request,
+        ask: Ask,
+        started: float,
+        piece: Callable[[str], bytes],
+        closing: Callable[[Result | None], list[bytes]],
+    ) -> Response:
+        streamer = Streamer(service, ask, request, piece, closing)
+        try:
+            result = await streamer.start()
+        except BaseException:
+            streamer.task.cancel()
+            raise
+        if result is not None:  # done before any text could go out: one body
+            response = _sse(([piece(result.text)] if result.text else []) + closing(result))
+            response.headers.update(timing_headers(request, result, started))
+            return response
+        request.state.outcome = "streamed"
+        return StreamingResponse(streamer.events(), headers=SSE_HEADERS)
 
     # -- OpenAI and Tabby --------------------------------------------------------------
 
@@ -853,32 +1133,30 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
                 headers=timing_headers(request, result, started),
             )
         ask = openai_ask(body, config)
-        stream = get_bool(body, "stream", False)
-        result = await service.complete(ask, request)
         cid, created = service.next_id("cmpl"), int(time.time())
-        answer = openai_answer(service, result, cid, created)
-        headers = timing_headers(request, result, started)
-        if not stream:
-            return _CompactJSON(answer, headers=headers)
-        events = []
-        if result.text:
-            events.append(
-                sse_event(
-                    {**answer, "choices": [{"index": 0, "text": result.text, "logprobs": None, "finish_reason": None}]}
+        if get_bool(body, "stream", False):
+            # Every chunk has a non-empty `choices`; the last JSON chunk has finish_reason,
+            # then [DONE] (tabby-agent and Zed need that order).
+            def piece(text: str) -> bytes:
+                return sse_event(
+                    {
+                        "id": cid,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": service.model_id,
+                        "choices": [{"index": 0, "text": text, "logprobs": None, "finish_reason": None}],
+                    }
                 )
-            )
-        events.append(
-            sse_event(
-                {
-                    **answer,
-                    "choices": [{"index": 0, "text": "", "logprobs": None, "finish_reason": result.finish_reason}],
-                }
-            )
-        )
-        events.append(SSE_DONE)
-        response = _sse(events)
-        response.headers.update(headers)
-        return response
+
+            def closing(result: Result | None) -> list[bytes]:
+                answer = openai_answer(service, result, cid, created)
+                answer["choices"][0]["text"] = ""
+                return [sse_event(answer), SSE_DONE]
+
+            return await streamed(request, ask, started, piece, closing)
+        result = await service.complete(ask, request)
+        answer = openai_answer(service, result, cid, created)
+        return _CompactJSON(answer, headers=timing_headers(request, result, started))
 
     async def midword_complete(request: Request) -> Response:
         started = time.perf_counter()
@@ -1025,6 +1303,10 @@ def _prometheus(service: HttpService) -> str:
         "# TYPE midword_engine_runs_total counter",
         f"midword_engine_runs_total {w.runs}",
         f"midword_engine_stopped_runs_total {w.stopped_runs}",
+        *_slot_metrics(w.engine),
+        "# HELP midword_http_superseded_total Queued requests a newer one for their document replaced.",
+        "# TYPE midword_http_superseded_total counter",
+        f"midword_http_superseded_total {service.superseded}",
         "# HELP midword_http_queue_waiting Requests waiting for the model thread.",
         "# TYPE midword_http_queue_waiting gauge",
         f"midword_http_queue_waiting {service.waiting}",
@@ -1037,6 +1319,27 @@ def _prometheus(service: HttpService) -> str:
     for state in ("loading", "ready", "error"):
         lines.append(f'midword_model_state{{state="{state}"}} {1 if service.state == state else 0}')
     return "\n".join(lines) + "\n"
+
+
+def _slot_metrics(engine) -> list[str]:
+    """The KV cache slots' statistics (completion/kv_slots.py), for an engine that has them."""
+    held = getattr(engine, "slot_stats", None)
+    if held is None:
+        return []
+    count, stats = held
+    return [
+        "# HELP midword_kv_slots KV cache slots held (one per document completed in turn).",
+        "# TYPE midword_kv_slots gauge",
+        f"midword_kv_slots {count}",
+        "# HELP midword_kv_slot_switches_total Requests that brought back a parked slot.",
+        "# TYPE midword_kv_slot_switches_total counter",
+        f"midword_kv_slot_switches_total {stats.switches}",
+        f"midword_kv_slot_created_total {stats.created}",
+        f"midword_kv_slot_evicted_total {stats.evicted}",
+        "# HELP midword_kv_slot_parked_bytes Memory of the parked slots.",
+        "# TYPE midword_kv_slot_parked_bytes gauge",
+        f"midword_kv_slot_parked_bytes {stats.parked_bytes}",
+    ]
 
 
 def _rss_bytes() -> int:

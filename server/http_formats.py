@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 from midword.completion.types import ChunkKind, ContextChunk
 
@@ -89,6 +89,14 @@ def get_str(body: dict, name: str, default: Any = _MISSING, *, where: str = "") 
     return normalize_newlines(value)
 
 
+@overload
+def get_int(
+    body: dict, name: str, default: int, *, lo: int | None = None, hi: int | None = None, where: str = ""
+) -> int: ...
+@overload
+def get_int(
+    body: dict, name: str, default: None, *, lo: int | None = None, hi: int | None = None, where: str = ""
+) -> int | None: ...
 def get_int(
     body: dict, name: str, default: int | None, *, lo: int | None = None, hi: int | None = None, where: str = ""
 ) -> int | None:
@@ -109,6 +117,14 @@ def get_int(
     return value
 
 
+@overload
+def get_number(
+    body: dict, name: str, default: float, *, lo: float | None = None, hi: float | None = None, where: str = ""
+) -> float: ...
+@overload
+def get_number(
+    body: dict, name: str, default: None, *, lo: float | None = None, hi: float | None = None, where: str = ""
+) -> float | None: ...
 def get_number(
     body: dict, name: str, default: float | None, *, lo: float | None = None, hi: float | None = None, where: str = ""
 ) -> float | None:
@@ -324,8 +340,8 @@ def _repo_context(head: str, file_sep: str | None, repo_name: str | None) -> tup
     parts = head.split(file_sep)
     chunks, filename = [], None
     for part in parts[1:]:
-        name, _, code = part.partition("\n")
-        name = name.strip() or None
+        header, _, code = part.partition("\n")
+        name = header.strip() or None
         if code.strip():
             chunks.append(ContextChunk(code, path=name))
             filename = None

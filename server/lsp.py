@@ -45,7 +45,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 
 from midword import __version__
-from midword.completion.types import Completion, CompletionRequest, GrammarSpec
+from midword.completion.types import Completion, CompletionRequest, ContextChunk, GrammarSpec
 
 from .cache import CompletionCache, answer_may_serve, request_key
 from .documents import Document, DocumentWorkspace
@@ -80,6 +80,10 @@ ALL_TRIGGERS = [".", '"', ":"]
 MAX_LABEL = 80
 # Choosing a grammar may read a file (a `$schema`): past this the default grammar is used.
 GRAMMAR_CHOICE_TIMEOUT_S = 2.0
+# How long a completion waits for its document's grammar to compile (off the model
+# thread) before it runs unconstrained and says so: a keystroke is worth more than the
+# grammar, and the next one finds it compiled.
+GRAMMAR_WAIT_S = 0.3
 # A request's deadline beyond its time budget: prefilling a long new prompt on a CPU.
 REQUEST_DEADLINE_SLACK_S = 60.0
 # How long a completion request that arrives while the model loads waits for it. Editors
@@ -118,7 +122,7 @@ class MidwordProtocol(LanguageServerProtocol):
     def lsp_initialize(self, params: types.InitializeParams):
         general = params.capabilities.general
         offered = general.position_encodings if general is not None else None
-        if offered:
+        if general is not None and offered:
             # pygls takes the client's first supported offer; leave it only ours.
             general.position_encodings = [choose_encoding(offered)]
         result = yield from super().lsp_initialize(params)
@@ -212,7 +216,7 @@ class MidwordServer(LanguageServer):
 
     def set_status(self, state: str, message: str = "", grammar: dict | None = None) -> None:
         self.status_state, self.status_message = state, message
-        payload = {"state": state, "message": message, "lastLatencyMs": self.last_latency_ms}
+        payload: dict[str, object] = {"state": state, "message": message, "lastLatencyMs": self.last_latency_ms}
         if grammar is not None:
             payload["grammar"] = grammar
         try:
@@ -247,6 +251,7 @@ class MidwordServer(LanguageServer):
             self.set_status("ready", "completions disabled (midword.enable is false)")
             return
         self.set_status("loading", f"loading {self.settings.model}")
+        assert self.worker is not None  # made at `initialized`, before any engine starts
         self.worker.load(self.settings.model)
 
     def on_shutdown(self) -> None:
@@ -354,8 +359,10 @@ class MidwordServer(LanguageServer):
         report thousands of steps)."""
         token = None
         shown = None
+        queue = self._progress_queue
+        assert queue is not None  # made before the pump starts
         while True:
-            event = await self._progress_queue.get()
+            event = await queue.get()
             try:
                 if event.kind == "loading":
                     if token is not None:
@@ -441,13 +448,15 @@ class MidwordServer(LanguageServer):
             mode=s.mode,
             single_line=single_line,
             time_budget_s=s.time_budget_ms / 1000.0,
+            document=doc.uri,
+            grammar_wait_s=GRAMMAR_WAIT_S,
             **self._context_fields(doc, single_line),
         )
 
     def _context_fields(self, doc: Document, single_line: bool) -> dict:
         """Workspace context and the line mode of a request (completion/context.py)."""
         root = self.workspace.root_path
-        chunks = ()
+        chunks: tuple[ContextChunk, ...] = ()
         if self.settings.context_tokens > 0:
             chunks = self.context.chunks(
                 ((u, d.source) for u, d in self.workspace.text_documents.items()), unquote(doc.uri), root
@@ -589,14 +598,16 @@ class MidwordServer(LanguageServer):
         new prompt may take. Past it the job is stopped and the request answered with
         an error outcome, so no request waits on a stuck model."""
         deadline = job.request.time_budget_s + REQUEST_DEADLINE_SLACK_S
+        worker = self.worker  # the job's: `shutdown` may clear the attribute meanwhile
+        assert worker is not None
         try:
             return await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(job.future)), deadline)
         except asyncio.TimeoutError:
-            self.worker.release(job)
+            worker.release(job)
             job.stop("deadline")
             return Outcome("error", error=f"no answer within the request deadline of {deadline:g} s")
         except asyncio.CancelledError:
-            self.worker.release(job)
+            worker.release(job)
             self.stats.cancelled += 1
             raise
 
@@ -675,6 +686,7 @@ class MidwordServer(LanguageServer):
         self.context.forget(unquote(uri))
         if self.worker is not None:
             self.worker.cancel_stale(uri, None)
+            self.worker.release_document(uri)
 
 
 # -- encoding ------------------------------------------------------------------------------

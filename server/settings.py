@@ -25,9 +25,9 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, cast
 
-from midword.completion.types import DEFAULT_CONTEXT_TOKENS, MODES, MULTILINE
+from midword.completion.types import DEFAULT_CONTEXT_TOKENS, MODES, MULTILINE, Mode
 
 SECTION = "midword"
 _GRAMMAR_KINDS = ("auto", "none", "json")
@@ -39,7 +39,7 @@ class Settings:
     model: str = "gemma3"
     max_tokens: int = 48
     temperature: float = 0.0
-    mode: str = "cpc"
+    mode: Mode = "cpc"
     # (pattern, grammar) pairs in the order the user wrote them; the first match wins.
     grammars: tuple[tuple[str, str], ...] = field(default_factory=tuple)
     prefetch: bool = True
@@ -93,10 +93,10 @@ def _model(key: str, value: Any) -> str:
     return value.strip()
 
 
-def _mode(key: str, value: Any) -> str:
+def _mode(key: str, value: Any) -> Mode:
     if value not in MODES:
         raise ValueError(f"{SECTION}.{key} must be one of {', '.join(MODES)}, got {_show(value)}")
-    return value
+    return cast(Mode, value)
 
 
 def _multiline(key: str, value: Any) -> str:

@@ -22,6 +22,12 @@ loop replaces it, over stdio and TCP alike:
   while one is live is answered with an error and closed, never cross-wired; a
   client that disconnects leaves the server listening; an HTTP request line is
   answered `400` and closed.
+- *Backpressure (TCP).* Answers a client has not read yet stay in the server's
+  memory. Past `WRITE_HIGH_WATER` unread bytes the session stops reading the client's
+  input until it reads (asking more would only queue more answers); a client that stays
+  stalled for `WRITE_STALL_S`, or whose unread answers reach `MAX_WRITE_BUFFER_BYTES`
+  (the server's own notifications go on while input is paused), is dropped with a log
+  line.
 """
 
 from __future__ import annotations
@@ -44,6 +50,11 @@ MAX_MESSAGE_BYTES = 128 * 1024 * 1024
 
 # How long a closing connection's unread input is drained before closing it anyway.
 CLOSE_DRAIN_S = 1.0
+# TCP backpressure: unread output above which the client's input is no longer read, how
+# long it may stay so, and the unread output at which the connection is dropped.
+WRITE_HIGH_WATER = 1 << 20
+WRITE_STALL_S = 30.0
+MAX_WRITE_BUFFER_BYTES = 16 << 20
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
@@ -117,10 +128,35 @@ def _set(future: asyncio.Future, result, error) -> None:
 
 
 class StreamReader:
-    """An asyncio StreamReader with the same bounded `readline`."""
+    """An asyncio StreamReader with the same bounded `readline`; with the connection's
+    `writer`, `wait_writable` holds reading back while the client does not read."""
 
-    def __init__(self, reader: asyncio.StreamReader):
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter | None = None):
         self._reader = reader
+        self._writer = writer
+        if writer is not None:
+            writer.transport.set_write_buffer_limits(high=WRITE_HIGH_WATER)
+
+    async def wait_writable(self) -> None:
+        """Returns when the client has read enough of its answers to be worth reading
+        from again; past `WRITE_STALL_S` the connection is dropped and the session ends."""
+        writer = self._writer
+        if writer is None or writer.is_closing() or writer.transport.get_write_buffer_size() <= WRITE_HIGH_WATER:
+            return
+        try:
+            async with asyncio.timeout(WRITE_STALL_S):
+                await writer.drain()
+        except TimeoutError:
+            log.error(
+                "client %s has not read %d bytes of answers for %g s; dropping the connection",
+                writer.get_extra_info("peername"),
+                writer.transport.get_write_buffer_size(),
+                WRITE_STALL_S,
+            )
+            writer.transport.abort()
+            raise SessionEnd(1, "the client stopped reading") from None
+        except (ConnectionError, OSError):
+            pass  # closed meanwhile: the next read sees the end
 
     async def readline(self) -> bytes:
         try:
@@ -149,8 +185,11 @@ class Session:
         self.parse_errors = 0
 
     async def run(self) -> int:
+        wait_writable = getattr(self.reader, "wait_writable", None)
         try:
             while True:
+                if wait_writable is not None:
+                    await wait_writable()
                 body = await self._read_frame()
                 if body is None:
                     return 0 if getattr(self.protocol, "_shutdown", False) else 1
@@ -369,15 +408,26 @@ def serve_tcp(
             server = None
 
             def write(data: bytes) -> None:
-                if not writer.is_closing():
-                    writer.write(data)
+                if writer.is_closing():
+                    return
+                unread = writer.transport.get_write_buffer_size()
+                if unread + len(data) > MAX_WRITE_BUFFER_BYTES:
+                    log.error(
+                        "client %s has %d bytes of answers unread (limit %d); dropping the connection",
+                        peer,
+                        unread,
+                        MAX_WRITE_BUFFER_BYTES,
+                    )
+                    writer.transport.abort()
+                    return
+                writer.write(data)
 
             def on_http() -> None:
                 writer.write(HTTP_REFUSAL % (len(HTTP_REFUSAL_TEXT), HTTP_REFUSAL_TEXT))
 
             try:
                 server = make_server()
-                code = await _serve_session(server, StreamReader(reader), write, lambda: None, on_http=on_http)
+                code = await _serve_session(server, StreamReader(reader, writer), write, lambda: None, on_http=on_http)
             except Exception:  # noqa: BLE001 - one client's failure never ends the server
                 log.exception("client %s: session failed", peer)
                 code = 1

@@ -89,6 +89,9 @@ class Job:
     # changed since the job started: only then is it worth finishing for nobody.
     orphaned_at: float | None = None
     edited: bool = False
+    # Called on the model thread with the job after each step (when `partial` changed):
+    # a front end's early stops and token streaming, without polling.
+    listeners: list[Callable[["Job"], None]] = field(default_factory=list)
     _stop: threading.Event = field(default_factory=threading.Event)
 
     def stop(self, reason: str) -> None:
@@ -152,6 +155,11 @@ class ModelWorker:
     @property
     def alive(self) -> bool:
         return self._thread.is_alive()
+
+    @property
+    def engine(self) -> Engine | None:
+        """The loaded engine (None while loading); for reading its statistics."""
+        return self._engine
 
     # -- called from the server (any thread) ------------------------------------------
 
@@ -236,6 +244,16 @@ class ModelWorker:
             if self._pending is not None and self._pending.stopped():
                 _resolve(self._pending.future, Outcome("cancelled"))
                 self._pending = None
+
+    def release_document(self, uri: str) -> None:
+        """`uri` closed: the engine cancels a grammar still compiling for it alone (on its
+        compile thread; the model thread may be busy with another document)."""
+        release = getattr(self._engine, "release_document", None)
+        if callable(release):
+            try:
+                release(uri)
+            except Exception:  # noqa: BLE001 - a failing release must not fail the close
+                log.exception("releasing the document's grammar failed")
 
     def cancel_all(self, reason: str = "cancelled") -> None:
         with self._cond:
@@ -418,6 +436,11 @@ class ModelWorker:
 
         def record(text: str, replace_start: int) -> None:
             job.partial = (replace_start, text)
+            for listener in tuple(job.listeners):
+                try:
+                    listener(job)
+                except Exception:  # a broken listener must not stop the completion
+                    log.exception("job listener failed")
 
         try:
             completion = engine.complete(job.request, cancelled=stop_now, partial=record)

@@ -13,7 +13,9 @@ repetition, like word completion in a plain editor:
   the line before the cursor (its last 12 characters at most).
 
 One line when `single_line`, else up to three. Text comes out in "tokens" of three
-characters, one every `step_ms`, so tests can see cancellation mid-way.
+characters, one every `step_ms`, so tests can see cancellation mid-way. The prompt is
+the prefix in tokens of three characters too (`Timings.prompt_tokens`), of which those
+shared with the previous request's prefix count as cached (`Timings.cached_tokens`).
 
 Configured through the model name, since the server only passes `model`:
 `fake?step_ms=20&load_s=0.5&fail=load|complete|schema|crash&log=/tmp/calls.jsonl` (all optional;
@@ -25,6 +27,7 @@ the prefix holds `CRASH`).
 from __future__ import annotations
 
 import json
+import os
 import re
 import threading
 import time
@@ -64,6 +67,7 @@ class FakeEngine:
         self.calls: deque[CompletionRequest] = deque(maxlen=1000)
         self._ready = False
         self._lock = threading.Lock()
+        self._last_prefix = ""
 
     def load(self, progress=None) -> None:
         steps = 4
@@ -109,6 +113,9 @@ class FakeEngine:
         if self.fail == "crash" and "CRASH" in request.prefix:
             raise FakeCrash("the fake model thread dies")
         started = time.perf_counter()
+        shared = len(os.path.commonprefix([self._last_prefix, request.prefix]))
+        self._last_prefix = request.prefix
+        prompt = (-(-len(request.prefix) // TOKEN_CHARS), shared // TOKEN_CHARS)
         text, rs = propose(request)
         out = ""
         steps = 0
@@ -116,26 +123,23 @@ class FakeEngine:
             if partial is not None:
                 partial(out, rs)
             if steps >= request.max_tokens:
-                return self._done(text[:i], rs, "max_tokens", steps, started)
+                return self._done(text[:i], rs, "max_tokens", steps, started, prompt)
             if cancelled is not None and cancelled():
-                return self._done(out, rs, "cancelled", steps, started)
+                return self._done(out, rs, "cancelled", steps, started, prompt)
             if self.step_ms:
                 time.sleep(self.step_ms / 1000.0)
             out = text[: i + TOKEN_CHARS]
             steps += 1
         if cancelled is not None and cancelled():
-            return self._done(out, rs, "cancelled", steps, started)
-        return self._done(text, rs, "eos", steps, started)
+            return self._done(out, rs, "cancelled", steps, started, prompt)
+        return self._done(text, rs, "eos", steps, started, prompt)
 
     @staticmethod
-    def _done(text: str, rs: int, reason: str, steps: int, started: float) -> Completion:
+    def _done(text: str, rs: int, reason: str, steps: int, started: float, prompt: tuple[int, int]) -> Completion:
         ms = (time.perf_counter() - started) * 1000
-        return Completion(
-            text=text,
-            replace_start=rs,
-            stop_reason=reason,
-            timings=Timings(total_ms=ms, decode_ms=ms, forward_passes=steps, tokens_generated=steps),
-        )
+        timings = Timings(total_ms=ms, decode_ms=ms, forward_passes=steps, tokens_generated=steps)
+        timings.prompt_tokens, timings.cached_tokens = prompt
+        return Completion(text=text, replace_start=rs, stop_reason=reason, timings=timings)
 
 
 def _lines(text: str, single_line: bool) -> str:

@@ -8,7 +8,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from ..limits import GrammarError, GrammarLimitExceeded, LimitExceeded, Limits
+from ..limits import BUDGET_ERRORS, GrammarError, GrammarLimitExceeded, LimitExceeded, Limits, check_compile_budget
 from ..regex import MAX_REPEAT_COUNT, ExprSet, LazyDFA
 from ..regex.term import Term
 from .ir import (
@@ -79,7 +79,7 @@ class _Compiler:
         self._warned: set[str] = set()
         # Base reference name -> (schema value, base URI, path).
         self.targets: dict[str, tuple[Any, str, tuple]] = {}
-        self.bodies: dict[str, _Node] = {}
+        self.bodies: dict[str | tuple, _Node] = {}
         self.in_progress: set[str] = set()
         self.unfolding: set = set()
         self.synthetic: dict[frozenset, _Node] = {}
@@ -121,6 +121,8 @@ class _Compiler:
         bound = self.limits.max_emptiness_states
         try:
             empty = exprs.is_empty(exprs.build(regex), bound)
+        except BUDGET_ERRORS:
+            raise
         except LimitExceeded:
             if refuse:
                 raise GrammarLimitExceeded(
@@ -144,6 +146,8 @@ class _Compiler:
                 exprs.and_(exprs.build(a), exprs.build(b)),
                 self.limits.max_emptiness_states,
             )
+        except BUDGET_ERRORS:
+            raise
         except LimitExceeded:
             empty = False
         self._empty_cache[key] = empty
@@ -350,6 +354,7 @@ class _Compiler:
             self.depth -= 1
 
     def _norm(self, s: Any, base: str, path: tuple) -> _Node:
+        check_compile_budget()
         if s is True:
             return ANY
         if s is False:
@@ -477,6 +482,8 @@ class _Compiler:
                         acc = self.intersect(acc, negs[j])
                 out.append(acc)
             return self.union(out)
+        except BUDGET_ERRORS:
+            raise
         except (GrammarError, LimitExceeded) as e:
             raise GrammarError(
                 f"oneOf at {where}: cannot prove its branches exclusive (different types, constants, or a "
@@ -528,7 +535,7 @@ class _Compiler:
         if isinstance(node, _Str):
             return _Str(excluded=(node,))
         if isinstance(node, _Num):
-            parts = []
+            parts: list[_Node] = []
             if node.lo is not None:
                 parts.append(_Num(hi=node.lo, hix=not node.lox))
             if node.hi is not None:
@@ -563,7 +570,7 @@ class _Compiler:
         if isinstance(node, _Obj):
             if node.patterns or node.additional is not ANY or node.names is not ANY:
                 raise unsupported("patternProperties/additionalProperties/propertyNames")
-            parts: list[_Node] = []
+            parts = []
             for k in node.required:
                 parts.append(_Obj(props=((k, NOTHING),)))
             for k, v in node.props:
@@ -726,11 +733,11 @@ class _Compiler:
                 raise GrammarError(f"multipleOf at {where} must be positive")
             mult = m
         n = _make_num(integer, lo, lox, hi, hix, mult, where)
-        if n is not NOTHING:
+        if isinstance(n, _Num):
             self._check_num(n, where)
         return n
 
-    def _check_num(self, n: "_Num", where: str) -> None:
+    def _check_num(self, n: _Num, where: str | _Where) -> None:
         """Fail early (with the pointer) where a number lexeme cannot be built."""
         _num_regex(n, where, self.limits)
 
@@ -928,6 +935,7 @@ class _Compiler:
         if isinstance(a, _Ref) or isinstance(b, _Ref):
             if isinstance(b, _Ref) and not isinstance(a, _Ref):
                 a, b = b, a
+            assert isinstance(a, _Ref)
             busy = any(isinstance(x, str) and x in self.in_progress for x in a.atoms)
             if isinstance(b, _Const) and not busy:
                 return b if self.accepts(a, b.value) else NOTHING
@@ -944,20 +952,22 @@ class _Compiler:
             return self.intersect(self.unfold(a), b)
         if isinstance(a, _Const) or isinstance(b, _Const):
             c, other = (a, b) if isinstance(a, _Const) else (b, a)
+            assert isinstance(c, _Const)
             return c if self.accepts(other, c.value) else NOTHING
         ka, kb = _kind(a), _kind(b)
         if ka != kb:
             return NOTHING
         if ka in ("null", "bool"):
             return a
-        if ka == "num":
+        # Same kind and neither a constant: the same node class.
+        if isinstance(a, _Num) and isinstance(b, _Num):
             return self._meet_num(a, b)
-        if ka == "str":
+        if isinstance(a, _Str) and isinstance(b, _Str):
             pats = a.patterns + tuple(p for p in b.patterns if p not in a.patterns)
             excl = a.excluded + tuple(x for x in b.excluded if x not in a.excluded)
             hi = _min_opt(a.max_len, b.max_len)
             return _make_str(max(a.min_len, b.min_len), hi, pats, excl)
-        if ka == "arr":
+        if isinstance(a, _Arr) and isinstance(b, _Arr):
             n = max(len(a.prefix), len(b.prefix))
             if (a.contains and len(a.prefix) < n) or (b.contains and len(b.prefix) < n):
                 return self.intersect(self._align(a, n), self._align(b, n))
@@ -965,6 +975,7 @@ class _Compiler:
             hi = _min_opt(a.max_items, b.max_items)
             contains = a.contains + tuple(c for c in b.contains if c not in a.contains)
             return self.make_arr(prefix, self.intersect(a.items, b.items), max(a.min_items, b.min_items), hi, contains)
+        assert isinstance(a, _Obj) and isinstance(b, _Obj)
         return self._meet_obj(a, b)
 
     def _meet_num(self, a: _Num, b: _Num) -> _Node:
@@ -992,7 +1003,7 @@ class _Compiler:
         n = _make_num(
             a.integer or b.integer, lo, lox, hi, hix, mult, "allOf", a.fractional or b.fractional, not_mult, excluded
         )
-        if n is not NOTHING:
+        if isinstance(n, _Num):
             _num_regex(n, "allOf")
         return n
 
@@ -1009,8 +1020,8 @@ class _Compiler:
         additional = self.intersect(a.additional, b.additional)
         required = a.required + tuple(r for r in b.required if r not in a.required)
         hi = _min_opt(a.max_props, b.max_props)
-        names = self.intersect(a.names, b.names)
-        return _make_obj(props, pats, additional, required, max(a.min_props, b.min_props), hi, names)
+        names_schema = self.intersect(a.names, b.names)
+        return _make_obj(props, pats, additional, required, max(a.min_props, b.min_props), hi, names_schema)
 
     def value_schema(self, o: _Obj, key: str) -> _Node:
         """The schema a member named `key` must satisfy in object schema `o`."""
@@ -1145,16 +1156,17 @@ class _Compiler:
             return not _json_equal(a.value, b.value)
         if isinstance(a, _Const) or isinstance(b, _Const):
             c, other = (a, b) if isinstance(a, _Const) else (b, a)
+            assert isinstance(c, _Const)
             return not self.accepts(other, c.value)
         if _kind(a) != _kind(b):
             return True
-        if isinstance(a, _Num):
+        if isinstance(a, _Num) and isinstance(b, _Num):
             if a.hi is not None and b.lo is not None and (a.hi < b.lo or (a.hi == b.lo and (a.hix or b.lox))):
                 return True
             if b.hi is not None and a.lo is not None and (b.hi < a.lo or (b.hi == a.lo and (b.hix or a.lox))):
                 return True
             return False
-        if isinstance(a, _Str):
+        if isinstance(a, _Str) and isinstance(b, _Str):
             if _apart(a.min_len, a.max_len, b.min_len, b.max_len):
                 return True
             if _str_within_excluded(a, b) or _str_within_excluded(b, a):
@@ -1165,14 +1177,14 @@ class _Compiler:
                     return True
                 return self.regexes_disjoint(quoted(ra[0]), quoted(rb[0]))
             return False
-        if isinstance(a, _Arr):
+        if isinstance(a, _Arr) and isinstance(b, _Arr):
             if _apart(a.min_items, a.max_items, b.min_items, b.max_items):
                 return True
             for i in range(min(a.min_items, b.min_items)):
                 if self.disjoint(_elem(a, i), _elem(b, i), depth + 1):
                     return True
             return False
-        if isinstance(a, _Obj):
+        if isinstance(a, _Obj) and isinstance(b, _Obj):
             if _apart(a.min_props, a.max_props, b.min_props, b.max_props):
                 return True
             for x, y in ((a, b), (b, a)):

@@ -8,6 +8,7 @@ from typing import Any
 from ..grammar import Grammar
 from ..limits import (
     DEFAULT_LIMITS,
+    CompileCancelled,
     GrammarError,
     GrammarLimitExceeded,
     LimitExceeded,
@@ -69,7 +70,7 @@ def compile_json_schema(
             "max_schema_depth", limits.max_schema_depth, "schema or constant nested too deeply"
         ) from None
     except LimitExceeded as e:
-        if isinstance(e, GrammarError):
+        if isinstance(e, (GrammarError, CompileCancelled)):  # a cancel is no verdict on the schema
             raise
         # A refusal of this schema: a GrammarError naming the limit and the subschema.
         where = getattr(e, "schema_path", None)

@@ -55,8 +55,8 @@ class _Generator:
         self.memo: dict[_Node, int] = {}
         self.pending: list[tuple[int, _Ref]] = []
         self.names = 0
-        self._any = None
-        self._nothing = None
+        self._any: int | None = None
+        self._nothing: int | None = None
         self._name_counts: dict[str, int] = {}
 
     # The punctuation lexemes (LBRACE, COMMA, ...) are made on first use: a grammar
@@ -227,7 +227,9 @@ class _Generator:
                 # One trie-shaped lexeme instead of hundreds of literals: the lexer then
                 # follows one expression per byte, not one per value.
                 spelled = [_json_str(w) for w in words]
-                b.rule(nt, [self.regex_lexeme("enum", _literal_regex(spelled), False)])
+                enum_regex = _literal_regex(spelled)
+                assert enum_regex is not None  # words is not empty
+                b.rule(nt, [self.regex_lexeme("enum", enum_regex, False)])
                 parts = [p for p in parts if not (isinstance(p, _Const) and isinstance(p.value, str))]
             for p in parts:
                 b.rule(nt, [self.sym(p)])
@@ -315,8 +317,9 @@ class _Generator:
             if hi is not None and i >= hi:
                 continue
             t = self.nt("items")
-            if rest[i + 1] is not None or i + 1 >= lo:
-                b.rule(t, [self.COMMA, prefix[i]] + ([rest[i + 1]] if rest[i + 1] is not None else []))
+            after = rest[i + 1]
+            if after is not None or i + 1 >= lo:
+                b.rule(t, [self.COMMA, prefix[i]] + ([after] if after is not None else []))
             if i >= lo:
                 b.rule(t, [])
             rest[i] = t
@@ -329,7 +332,7 @@ class _Generator:
                 if p >= 1
                 else (
                     self.repeat(comma_item, max(0, lo - 1), None if hi is None else hi - 1)
-                    if (hi is None or hi > 1)
+                    if comma_item is not None and (hi is None or hi > 1)
                     else None
                 )
             )
@@ -512,7 +515,7 @@ class _Generator:
                 f"Limits.max_key_set_states={budget}; its keys must come in schema order"
             )
             return None
-        if count_members and n_sets * (hi + 1) > self.limits.max_object_states:
+        if count_members and hi is not None and n_sets * (hi + 1) > self.limits.max_object_states:
             self.c.note(
                 f"{where}: maxProperties {hi} past Limits.max_object_states={self.limits.max_object_states}; "
                 "its keys must come in schema order"

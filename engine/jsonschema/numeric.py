@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
+from typing import Sequence
 
 from ..limits import DEFAULT_LIMITS, GrammarError, GrammarLimitExceeded, Limits
 from ..regex import charset
@@ -13,17 +14,18 @@ from ..regex.printer import escape_cp as _esc_cp
 from ..regex.printer import repeat_suffix as _rep_suffix
 from .ir import _Num
 from .keywords import INTEGER_REGEX, NUMBER_REGEX
+from .pointers import _Where
 
 # --------------------------------------------------------------------------------------
 # Number regexes
 # --------------------------------------------------------------------------------------
 
 
-def _alt(parts: list[str]) -> str | None:
-    parts = [p for p in parts if p is not None]
-    if not parts:
+def _alt(parts: Sequence[str | None]) -> str | None:
+    present = [p for p in parts if p is not None]
+    if not present:
         return None
-    return parts[0] if len(parts) == 1 else "(?:" + "|".join(parts) + ")"
+    return present[0] if len(present) == 1 else "(?:" + "|".join(present) + ")"
 
 
 def _literal_regex(words: list[str]) -> str | None:
@@ -219,19 +221,20 @@ def _magnitude_range(lo: Decimal, lox: bool, hi: Decimal | None, hix: bool) -> s
     if hi is not None and (lo > hi or (lo == hi and (lox or hix))):
         return None
     li, lf = _dec_parts(lo)
-    alts = []
+    alts: list[str | None] = []
     if hi is None:
         r = _nat_range(li + 1, None)
+        assert r is not None  # an unbounded range of naturals is never empty
         alts.append(r + "(?:\\.[0-9]+)?")
         f = _frac_emit(_frac_ge(lf, lox))
         if f is not None:
             alts.append(str(li) + f)
-        return _alt(alts + _exponent_forms(lo, lox, hi, hix))
+        return _alt([*alts, *_exponent_forms(lo, lox, hi, hix)])
     hi_i, hf = _dec_parts(hi)
     if li == hi_i:
         f = _frac_emit(_frac_between(lf, lox, hf, hix))
         alts.append(None if f is None else str(li) + f)
-        return _alt(alts + _exponent_forms(lo, lox, hi, hix))
+        return _alt([*alts, *_exponent_forms(lo, lox, hi, hix)])
     f = _frac_emit(_frac_ge(lf, lox))
     if f is not None:
         alts.append(str(li) + f)
@@ -241,7 +244,7 @@ def _magnitude_range(lo: Decimal, lox: bool, hi: Decimal | None, hix: bool) -> s
     f = _frac_emit(_frac_le(hf, hix))
     if f is not None:
         alts.append(str(hi_i) + f)
-    return _alt(alts + _exponent_forms(lo, lox, hi, hix))
+    return _alt([*alts, *_exponent_forms(lo, lox, hi, hix)])
 
 
 def _exponent_forms(lo: Decimal, lox: bool, hi: Decimal | None, hix: bool) -> list[str]:
@@ -270,7 +273,7 @@ def number_range_regex(lo: Decimal | None, lox: bool, hi: Decimal | None, hix: b
     if lo is not None and hi is not None and (lo > hi or (lo == hi and (lox or hix))):
         return None
     zero = Decimal(0)
-    parts = []
+    parts: list[str | None] = []
     if hi is None or hi > 0 or (hi == 0 and not hix):
         low, lowx = (zero, False) if lo is None or lo < 0 else (lo, lox)
         parts.append(_magnitude_range(low, lowx, hi, hix))
@@ -311,9 +314,9 @@ def _dfa_to_regex(
         for t, _ in outs:
             del g[(q, t)]
         mid = "" if loop is None else "(?:" + loop + ")*"
-        for p, a in ins:
-            for t, b in outs:
-                g[(p, t)] = union(g.get((p, t)), a + mid + b)
+        for p, lab_in in ins:
+            for t, lab_out in outs:
+                g[(p, t)] = union(g.get((p, t)), lab_in + mid + lab_out)
         if sum(len(v) for v in g.values()) > DEFAULT_LIMITS.max_regex_chars:
             return None
     return g.get((S, F))
@@ -341,7 +344,9 @@ def multiple_of_regex(k: int, max_states: int = DEFAULT_LIMITS.max_multiple_of_s
         if 10**d // k <= 5000:
             small = _literal_regex([str(r) for r in range(k, 10**d, k)])
             suffix = _literal_regex([str(r).zfill(d) for r in range(0, 10**d, k)])
+            assert suffix is not None  # the residue 0 is always among the words
             nonzero = _alt(["[1-9][0-9]*" + suffix] + ([small] if small else []))
+            assert nonzero is not None
             return "(?:0|-?" + nonzero + ")"
     # Residue DFA over the digits of a positive number (first digit 1-9).
     if k > max_states:
@@ -373,7 +378,7 @@ def multiple_of_regex(k: int, max_states: int = DEFAULT_LIMITS.max_multiple_of_s
     return "(?:0|-?(?:" + body + "))"
 
 
-def _num_regex(n: _Num, where: str, limits: Limits = DEFAULT_LIMITS) -> tuple[str, bool] | None:
+def _num_regex(n: _Num, where: str | _Where, limits: Limits = DEFAULT_LIMITS) -> tuple[str, bool] | None:
     """(regex, extended) of the lexeme for a number schema; None if no number fits."""
     if n in _num_cache:
         return _num_cache[n]

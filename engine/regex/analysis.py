@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..limits import LimitExceeded
+from ..limits import BUDGET_ERRORS, LimitExceeded, check_compile_budget
 from .derivatives import _Derivatives
 from .nodes import AND as _AND
 from .nodes import BYTES as _BYTES
@@ -207,6 +207,7 @@ class _Analysis(_Derivatives):
                     empty[expr] = False
                     return False
                 seen.add(y)
+                check_compile_budget()
                 if len(seen) > bound:
                     raise LimitExceeded(
                         "max_lexer_states", bound, f"deciding whether {self.to_str(expr, 200)} is empty"
@@ -236,6 +237,8 @@ class _Analysis(_Derivatives):
     def _surely_nonempty(self, expr: int, bound: int = _SUBSET_STATES) -> bool:
         try:
             return not self._is_empty(expr, bound)
+        except BUDGET_ERRORS:
+            raise
         except LimitExceeded:
             return False
 
@@ -255,6 +258,8 @@ class _Analysis(_Derivatives):
         else:
             try:
                 r = self._is_empty(self.and_(y, self.not_(x)), _SUBSET_STATES)
+            except BUDGET_ERRORS:
+                raise
             except LimitExceeded:
                 r = False
         self._subset_cache[key] = r
@@ -332,6 +337,8 @@ class _Analysis(_Derivatives):
             try:
                 if not self.next_bytes(x).any():
                     return False
+            except BUDGET_ERRORS:
+                raise
             except LimitExceeded:
                 return False
         if not self._surely_nonempty(x):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import unicodedata
 from typing import Iterable
 
-from ..limits import GrammarError
+from ..limits import GrammarError, check_compile_budget
 
 MAX_CODE_POINT = 0x10FFFF
 SURROGATES = (0xD800, 0xDFFF)
@@ -245,6 +245,8 @@ def category_set(name: str) -> CharSet | None:
     ranges = []
     start = None
     for cp in range(MAX_CODE_POINT + 2):
+        if not cp & 0x3FFF:
+            check_compile_budget()
         c = unicodedata.category(chr(cp)) if cp <= MAX_CODE_POINT else ""
         hit = c == cat or (len(cat) == 1 and c[:1] == cat) or (cat == "LC" and c in ("Lu", "Ll", "Lt"))
         if hit and start is None:

@@ -31,6 +31,7 @@ its first positions); a derivative is computed once per class.
 
 from __future__ import annotations
 
+import threading
 from typing import Iterable
 
 from ..limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
@@ -63,8 +64,8 @@ class ExprSet(_Analysis):
     NOTHING = 0  # ∅, the empty language
     EPSILON = 1  # ε, the empty string
 
-    # One set per Limits shared by every lexer in the process (see `shared`).
-    _shared: "dict[Limits, ExprSet]" = {}
+    # One set per Limits and thread shared by every lexer in the process (see `shared`).
+    _shared: "dict[tuple[Limits, int], ExprSet]" = {}
     # A shared set is replaced once it holds this share of max_regex_nodes, so a new
     # grammar always has most of its node budget and memory stays bounded.
     SHARED_ROLLOVER_FRACTION = 0.05
@@ -74,11 +75,14 @@ class ExprSet(_Analysis):
         """A process-wide set for `limits`. Grammars repeat lexemes (JSON strings,
         numbers, formats), so parses, derivatives, byte classes and emptiness checks
         computed for one grammar are cache hits for the next. Like recognizers, it is
-        meant for the one thread that computes masks."""
-        es = cls._shared.get(limits)
+        meant for one thread: a grammar compiled on another thread (the completion
+        engine's compile executor) works in that thread's own set, never in the one the
+        mask thread is extending."""
+        key = (limits, threading.get_ident())
+        es = cls._shared.get(key)
         if es is None or len(es) > limits.max_regex_nodes * cls.SHARED_ROLLOVER_FRACTION:
             es = cls(limits)
-            cls._shared[limits] = es
+            cls._shared[key] = es
         return es
 
     # Smart constructors ----------------------------------------------------------------

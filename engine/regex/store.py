@@ -8,7 +8,7 @@ from abc import abstractmethod
 
 import numpy as np
 
-from ..limits import DEFAULT_LIMITS, LimitExceeded, Limits
+from ..limits import DEFAULT_LIMITS, LimitExceeded, Limits, check_compile_budget
 from .nodes import AND as _AND
 from .nodes import CONCAT as _CONCAT
 from .nodes import EPS as _EPS
@@ -87,6 +87,7 @@ class _Store:
         i = len(self._kind)
         if i >= self.limits.max_regex_nodes:
             raise LimitExceeded("max_regex_nodes", self.limits.max_regex_nodes, "too many distinct regular expressions")
+        check_compile_budget()
         # Everything that can fail (a RecursionError deep in a caller included) comes
         # before the first append: the parallel arrays of a shared set stay aligned.
         counts, lens = self._max_count, self._min_len

@@ -215,6 +215,8 @@ class _Client:
         # the part of it inside the server's handler (parsing, grammar choice, the hand-off to
         # the model thread and back, the answer), without the wire and the client
         record["server_overhead_ms"] = timing.get("total", 0.0) - record["queue_ms"] - record["engine_ms"]
+        # of that, the hand-off to the model thread and back (its wake-up, the GIL, the loop's)
+        record["handoff_ms"] = timing.get("handoff", 0.0)
 
 
 async def _level(url: str, text: str, n: int, args: argparse.Namespace, pid: int) -> dict[str, Any]:
@@ -255,6 +257,8 @@ async def _level(url: str, text: str, n: int, args: argparse.Namespace, pid: int
             "p50": _round(percentile([r["server_overhead_ms"] for r in responded], 50)),
             "p95": _round(percentile([r["server_overhead_ms"] for r in responded], 95)),
         },
+        "handoff_ms_p50": _round(percentile([r["handoff_ms"] for r in model], 50)),
+        "engine_ms_p50": _round(percentile([r["engine_ms"] for r in model], 50)),
         "queue_ms_p95": _round(percentile([r["queue_ms"] for r in responded], 95)),
         "rss_mib": _round(rss / 1024) if rss else None,
         "peak_rss_mib": _round(hwm / 1024) if hwm else None,
@@ -344,6 +348,12 @@ def format_report(report: dict[str, Any]) -> str:
             f"{_show(ovh['p95']):>7} {_show(lv['server_overhead_ms']['p50']):>7} "
             f"{_show(lv['rss_mib']):>7} {_show(lv['peak_rss_mib']):>6}"
         )
+    rows.append(
+        "model runs: engine p50 "
+        + ", ".join(f"{lv['clients']}: {_show(lv['engine_ms_p50'])} ms" for lv in report["levels"])
+        + "; of the server's overhead, hand-off to the model thread and back p50 "
+        + ", ".join(f"{lv['clients']}: {_show(lv['handoff_ms_p50'])} ms" for lv in report["levels"])
+    )
     rows.append(f"server-side cancellations (client aborts seen by the server): {report['server_cancellations']}")
     rows.append(
         "latency: keystroke to answer; ovh: request to answer minus queue wait and engine time "

@@ -129,6 +129,45 @@ def test_loader_uses_and_rebuilds_the_copy(cache_dir, byte_tok, monkeypatch):
     assert not folder.exists()  # deleted, to be rebuilt by the next full load
 
 
+def test_a_verified_copy_skips_the_probe_check_until_something_changes(cache_dir, byte_tok, monkeypatch):
+    from midword.completion.gemma3_lean import LeanGemma3
+    from midword.completion.model import ModelUnavailable
+
+    lean = tiny_lean(byte_tok, seed=4)
+    folder = lean_store.lean_dir("tiny")
+    lean_store.store(folder, lean, lean.probe_reference, lean.probe_sets())
+    checks = []
+    real_check = LeanGemma3.check_against
+
+    def counted(self, reference, probes, tolerance=None):
+        checks.append(len(probes))
+        return real_check(self, reference, probes, tolerance)
+
+    monkeypatch.setattr(LeanGemma3, "check_against", counted)
+    lean_store.open_lean(folder, byte_tok, name="tiny")
+    assert len(checks) == 1 and (folder / "verified.json").is_file()
+    copy = lean_store.open_lean(folder, byte_tok, name="tiny")  # stamped: no probe run
+    assert len(checks) == 1
+    toks = lean.encode_prompt(PROMPT)
+    np.testing.assert_array_equal(copy.next_logits(toks), lean.next_logits(toks))
+    monkeypatch.setenv("MIDWORD_VERIFY_MODEL", "1")
+    lean_store.open_lean(folder, byte_tok, name="tiny")
+    assert len(checks) == 2
+    monkeypatch.delenv("MIDWORD_VERIFY_MODEL")
+    # Another reference (same size, newer file): the stamp no longer vouches, the check
+    # runs and finds it wrong.
+    np.save(folder / "reference.npy", lean.probe_reference + 0.5)
+
+    def failing(self, reference, probes, tolerance=None):
+        checks.append(len(probes))
+        raise ModelUnavailable("differs")
+
+    monkeypatch.setattr(LeanGemma3, "check_against", failing)
+    with pytest.raises(lean_store.Damaged, match="differs"):
+        lean_store.open_lean(folder, byte_tok, name="tiny")
+    assert len(checks) == 3
+
+
 @pytest.mark.slow
 def test_gemma_int8_cache_round_trip():
     from midword.completion.model import load_model

@@ -617,3 +617,97 @@ async def test_exposed_bind_without_a_key_warns():
     assert exposure_warning("::1", None) is None
     assert exposure_warning("0.0.0.0", "key") is None
     assert "WARNING" in exposure_warning("0.0.0.0", None)
+
+
+# -- prompt token counts, the model's turn, grammar choice --------------------------------
+
+
+async def test_prompt_token_counts_are_reported(make_api):
+    # The fake's prompt is the prefix in tokens of three characters, the part shared with
+    # the previous request's prefix cached. llama.vscode's status bar (src/statusbar.ts)
+    # shows tokens_cached and timings.prompt_n; Zed and Continue read usage.
+    api = await make_api()
+    prefix = CLASS + LINE
+    data = (await api.http.post("/infill", json=vscode_body(CLASS, LINE))).json()
+    assert data["tokens_evaluated"] == -(-len(prefix) // 3) == data["timings"]["prompt_n"]
+    assert data["tokens_cached"] == data["tokens_evaluated"] + data["tokens_predicted"]
+    shorter = LINE[:-1]  # backspace: the cache serves only forward, so the model runs
+    data = (await api.http.post("/infill", json=vscode_body(CLASS, shorter))).json()
+    assert data["tokens_evaluated"] == -(-len(CLASS + shorter) // 3)
+    assert data["timings"]["prompt_n"] == data["tokens_evaluated"] - len(CLASS + shorter) // 3
+    body = {"prompt": "<fim_prefix>" + CLASS + LINE + "<fim_suffix>\n<fim_middle>", "max_tokens": 32}
+    usage = (await api.http.post("/v1/completions", json=body)).json()["usage"]
+    assert usage["prompt_tokens"] == -(-len(prefix) // 3)
+    assert usage["total_tokens"] == usage["prompt_tokens"] + usage["completion_tokens"] > usage["prompt_tokens"]
+
+
+async def test_newer_request_for_a_document_supersedes_its_queued_one(make_api):
+    api = await make_api("step_ms=40")
+    other = "import os\n\n" + CLASS  # another document keeps the model busy
+    busy = asyncio.ensure_future(api.http.post("/infill", json=vscode_body(other, LINE)))
+    while not api.calls():
+        await asyncio.sleep(0.005)
+    older = asyncio.ensure_future(api.http.post("/infill", json=vscode_body(CLASS, "        return self.us")))
+    while api.service.waiting < 1:
+        await asyncio.sleep(0.005)
+    newer = asyncio.ensure_future(api.http.post("/infill", json=vscode_body(CLASS, LINE)))
+    r_busy, r_older, r_newer = await asyncio.gather(busy, older, newer)
+    assert r_older.status_code == 200 and r_older.json()["content"] == ""
+    assert r_older.headers["x-midword-source"] == "superseded"
+    assert r_newer.json()["content"] == ANSWER and r_busy.status_code == 200
+    assert [c["prefix"] for c in api.calls()] == [other + LINE, CLASS + LINE]  # the older never ran
+    # another document's waiting request is not superseded
+    busy = asyncio.ensure_future(api.http.post("/infill", json=vscode_body(other, "        return self.user_")))
+    while len(api.calls()) < 3:
+        await asyncio.sleep(0.005)
+    first = asyncio.ensure_future(api.http.post("/infill", json=vscode_body(CLASS, "        re")))
+    while api.service.waiting < 1:
+        await asyncio.sleep(0.005)
+    second = asyncio.ensure_future(api.http.post("/infill", json=vscode_body(other, "        return se")))
+    responses = await asyncio.gather(busy, first, second)
+    assert all(r.headers.get("x-midword-source") != "superseded" for r in responses)
+
+
+async def test_slow_schema_choice_falls_back_within_its_deadline(make_api, monkeypatch):
+    import time as time_module
+
+    from midword.server import http as http_module
+
+    api = await make_api()
+    monkeypatch.setattr(http_module, "GRAMMAR_CHOICE_TIMEOUT_S", 0.05)
+    real_choose = api.service.grammars.choose
+
+    def slow_choose(**kwargs):
+        time_module.sleep(0.5)  # a schema file on a hung network mount
+        return real_choose(**kwargs)
+
+    monkeypatch.setattr(api.service.grammars, "choose", slow_choose)
+    doc = '{\n  "$schema": "./schema.json",\n  "po'
+    r = await api.http.post("/infill", json={"input_prefix": "", "input_suffix": "\n}\n", "prompt": doc})
+    assert r.status_code == 200
+    (call,) = api.calls()
+    assert call["grammar_kind"] == "lark"  # the JSON fallback, chosen without waiting for the file
+    # code needs no file: chosen on the loop, the slow path is never taken
+    await api.http.post("/infill", json=vscode_body(CLASS, LINE))
+    assert len(api.calls()) == 2
+
+
+async def test_a_long_answer_yields_the_model_to_waiting_requests(make_api):
+    # One editor's long answer must not hold every other editor for its whole budget:
+    # while another request waits, the running one ends with what it has once it had
+    # its share (time_budget_s / (1 + waiting)).
+    long_class = "class Account:\n    user_name = 'a guest with a rather long name for a default value'\n\n"
+    long_answer = "me = 'a guest with a rather long name for a default value'"  # 21 fake steps
+    for fair in (True, False):
+        api = await make_api("step_ms=30", time_budget_s=0.2, fair_share=fair)
+        first = asyncio.ensure_future(api.http.post("/infill", json=vscode_body(long_class, LINE)))
+        while not api.calls():
+            await asyncio.sleep(0.005)
+        second = asyncio.ensure_future(api.http.post("/infill", json=vscode_body(CLASS, LINE)))
+        a, b = (r.json() for r in await asyncio.gather(first, second))
+        assert b["content"] == ANSWER
+        if fair:
+            assert a["content"] and long_answer.startswith(a["content"]) and a["content"] != long_answer
+            assert a["stop_type"] == "limit"
+        else:
+            assert a["content"] == long_answer

@@ -228,3 +228,42 @@ def test_next_request_joins_the_job_its_client_just_aborted(start, tmp_path):
     assert r.headers["x-midword-source"] == "joined"
     assert r.json()["content"] == " = guest"
     assert len(log.read_text().splitlines()) == 1  # one engine run served both
+
+
+@pytest.mark.parametrize("route", ["/completion", "/v1/completions"])
+def test_stream_sends_each_piece_as_the_model_produces_it(start, route):
+    # Continue (core/llm/llms/LlamaCpp.ts, OpenAI.ts) and tabby-agent show a stream's
+    # text as it comes; llama.cpp's /completion has no [DONE], OpenAI's ends with it.
+    server = start("fake?step_ms=60")
+    server.wait_ready()
+    if route == "/completion":
+        body = {"prompt": "<PRE> " + CLASS + LINE + " <SUF>\n <MID>", "n_predict": 64, "stream": True}
+    else:
+        body = {
+            "prompt": "<fim_prefix>" + CLASS + LINE + "<fim_suffix>\n<fim_middle>",
+            "max_tokens": 64,
+            "stream": True,
+        }
+    events, runs_at_first_piece = [], None
+    with httpx.stream("POST", server.url + route, json=body, timeout=60) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if not line:
+                continue
+            assert line.startswith("data: "), line
+            events.append(line[len("data: ") :])
+            if runs_at_first_piece is None:
+                runs_at_first_piece = server.metrics().get("midword_engine_runs_total", 0)
+    assert runs_at_first_piece == 0  # the first piece came while the model still worked
+    if route == "/completion":
+        parsed = [json.loads(e) for e in events]
+        assert [e["stop"] for e in parsed] == [False] * (len(parsed) - 1) + [True]
+        texts = [e["content"] for e in parsed]
+    else:
+        assert events[-1] == "[DONE]"
+        parsed = [json.loads(e) for e in events[:-1]]
+        assert all(len(e["choices"]) == 1 for e in parsed)
+        assert [e["choices"][0]["finish_reason"] is not None for e in parsed] == [False] * (len(parsed) - 1) + [True]
+        texts = [e["choices"][0]["text"] for e in parsed]
+    assert "".join(texts) == LONG_ANSWER
+    assert sum(1 for t in texts if t) > 10  # one piece per step (the answer is 21 steps)

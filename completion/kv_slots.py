@@ -1,0 +1,124 @@
+"""Several KV caches for one model: a slot per document being completed.
+
+The model keeps the keys and values of one token sequence and reuses its longest
+common prefix with the next prompt (model.py). One editor typing into one file gets
+every keystroke's prompt almost entirely from that cache. Two editors (or two files)
+taking turns would each find the other's sequence there and prefill their whole
+prompt again on every request.
+
+`KVSlots` parks the model's state per document and brings back, before each prompt,
+the one that shares the most of it, as llama.cpp's server picks a slot by prompt
+similarity: the slot whose cached tokens cover at least `min_shared` of the prompt
+(the best one), else a fresh slot. Parked slots are dropped least recently used
+first, so that at most `max_slots` exist and the parked ones take at most
+`max_bytes`. The model only needs `swap_state` and `cached_tokens` (a backend
+without `swap_state` keeps its one cache and `use` does nothing).
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+# Slots kept (the model's current one included) and memory the parked ones may take.
+# A Gemma 3 270M slot holding a full prompt is some tens of MiB (keys and values of
+# 18 layers, the hidden rows, the cached log-prob rows).
+DEFAULT_SLOTS = 4
+DEFAULT_SLOT_BYTES = 768 * 1024 * 1024
+# A slot serves a prompt when it already holds at least this share of it; below, a
+# fresh slot is cheaper for the other documents (their caches stay).
+DEFAULT_MIN_SHARED = 0.5
+
+
+@dataclass
+class SlotStats:
+    switches: int = 0  # a parked slot brought back
+    created: int = 0  # a fresh slot for a prompt no slot covered
+    evicted: int = 0  # parked slots dropped (count or memory bound)
+    parked_bytes: int = 0
+
+
+class KVSlots:
+    def __init__(
+        self,
+        model,
+        *,
+        max_slots: int = DEFAULT_SLOTS,
+        max_bytes: int = DEFAULT_SLOT_BYTES,
+        min_shared: float = DEFAULT_MIN_SHARED,
+    ):
+        if max_slots < 1:
+            raise ValueError(f"max_slots must be at least 1, got {max_slots}")
+        if max_bytes < 0:
+            raise ValueError(f"max_bytes must be at least 0, got {max_bytes}")
+        if not 0.0 <= min_shared <= 1.0:
+            raise ValueError(f"min_shared must be between 0 and 1, got {min_shared}")
+        self.model = model
+        self.max_slots = int(max_slots)
+        self.max_bytes = int(max_bytes)
+        self.min_shared = float(min_shared)
+        self.stats = SlotStats()
+        # parked states, least recently used first: id -> (state, its bytes)
+        # (a backend's state object: `tokens` and `nbytes`, e.g. model_transformers.ModelState)
+        self._parked: OrderedDict[int, tuple[Any, int]] = OrderedDict()
+        self._next_id = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_slots > 1 and callable(getattr(self.model, "swap_state", None))
+
+    def __len__(self) -> int:
+        return 1 + len(self._parked)
+
+    def use(self, prompt: Sequence[int]) -> int:
+        """Makes the model's current cache the slot that best serves `prompt` (before the
+        prompt is prefilled). Returns how many of its tokens that slot already holds."""
+        prompt_arr = np.asarray(prompt, dtype=np.int64)
+        cached = np.asarray(getattr(self.model, "cached_tokens", ()), dtype=np.int64)
+        current = _shared(prompt_arr, cached)
+        if not self.enabled or not prompt_arr.size:
+            return current
+        need = self.min_shared * prompt_arr.size
+        best_id, best = None, current
+        for slot_id, (state, _) in self._parked.items():
+            shared = _shared(prompt_arr, state.tokens)
+            if shared > best:
+                best_id, best = slot_id, shared
+        if best_id is not None and best >= need:
+            state, _ = self._parked.pop(best_id)
+            self.stats.switches += 1
+        elif current >= need or current == cached.size:
+            # the current slot serves it, or holds nothing the prompt would overwrite
+            return current
+        else:
+            state, best = None, 0
+            self.stats.created += 1
+        self._park(self.model.swap_state(state))
+        return best
+
+    def _park(self, state) -> None:
+        if not len(state.tokens):
+            return  # an empty cache is not worth a slot
+        self._parked[self._next_id] = (state, state.nbytes)
+        self._next_id += 1
+        total = sum(n for _, n in self._parked.values())
+        while self._parked and (len(self._parked) + 1 > self.max_slots or total > self.max_bytes):
+            _, (_, n) = self._parked.popitem(last=False)
+            total -= n
+            self.stats.evicted += 1
+        self.stats.parked_bytes = total
+
+    def clear(self) -> None:
+        self._parked.clear()
+        self.stats.parked_bytes = 0
+
+
+def _shared(a: np.ndarray, b: np.ndarray) -> int:
+    m = min(a.size, b.size)
+    if not m:
+        return 0
+    diff = np.flatnonzero(a[:m] != b[:m])
+    return int(diff[0]) if diff.size else m
