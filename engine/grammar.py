@@ -25,6 +25,7 @@ from typing import Iterable, NamedTuple, Sequence
 from .frontends import front_end
 from .limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits, check_compile_budget
 from .regex import regex_escape_bytes
+from .regex.term import Term, render
 
 
 def lexeme_symbol(lexeme_id: int) -> int:
@@ -46,12 +47,16 @@ class Lexeme:
     `regex` uses midword's regex syntax (Python `re` syntax without backreferences,
     lookaround or anchors, plus `&` and `~`); `literal` is set when the lexeme is an
     exact byte string, which lets fast-forward and error messages show it plainly.
+    `expr`, when set, is the lexeme itself as a regex term (`regex.term`): a front end
+    that parsed its patterns already builds the expression from the parse, and `regex`
+    is then only its rendering, for reading.
     """
 
     name: str
     regex: str
     literal: bytes | None = None
     flags: str = ""
+    expr: Term | None = None
 
 
 class Rule(NamedTuple):
@@ -133,7 +138,7 @@ class Grammar:
         # bytes whatever objects it shares. The format may change between Python
         # versions, which would only matter to caches on disk (grammars have none).
         content = (
-            [(lx.regex, lx.literal, lx.flags) for lx in self.lexemes],
+            [(lx.regex, lx.literal, lx.flags, lx.expr) for lx in self.lexemes],
             [(r.lhs, r.rhs) for r in self.rules],
             self.start,
             list(self.ignore),
@@ -144,7 +149,7 @@ class Grammar:
     @cached_property
     def _content_key(self) -> tuple:
         return (
-            tuple([(lx.regex, lx.literal, lx.flags) for lx in self.lexemes]),
+            tuple([(lx.regex, lx.literal, lx.flags, lx.expr) for lx in self.lexemes]),
             tuple(self.rules),
             self.start,
             tuple(self.ignore),
@@ -169,7 +174,7 @@ class GrammarBuilder:
     def __init__(self, limits: Limits = DEFAULT_LIMITS):
         self.limits = limits
         self.lexemes: list[Lexeme] = []
-        self._lexeme_index: dict[tuple[str, str], int] = {}
+        self._lexeme_index: dict[tuple, int] = {}
         self._literal_index: dict[bytes | str, int] = {}
         self.nonterminals: list[str] = []
         self._nonterminal_index: dict[str, int] = {}
@@ -187,6 +192,17 @@ class GrammarBuilder:
         if idx is None:
             idx = len(self.lexemes)
             self.lexemes.append(Lexeme(name, regex, literal, flags))
+            self._lexeme_index[key] = idx
+        return lexeme_symbol(idx)
+
+    def lexeme_expr(self, name: str, expr: Term) -> int:
+        """Symbol for a lexeme given as a regex term; the same term always yields the
+        same symbol (terms compare by structure, so equal expressions share it)."""
+        key = ("term", expr)
+        idx = self._lexeme_index.get(key)
+        if idx is None:
+            idx = len(self.lexemes)
+            self.lexemes.append(Lexeme(name, render(expr), None, "", expr))
             self._lexeme_index[key] = idx
         return lexeme_symbol(idx)
 

@@ -419,6 +419,10 @@ class Lexer:
                 if lx.literal is not None:
                     e = self.exprs.literal(lx.literal)
                     codes.append(e if lx.literal else START_NULLABLE)
+                elif lx.expr is not None:
+                    regex_lexemes.append(len(codes))
+                    codes.append(START_UNDECIDED)
+                    e = self.exprs.build(lx.expr)
                 else:
                     regex_lexemes.append(len(codes))
                     codes.append(START_UNDECIDED)

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..limits import BUDGET_ERRORS, GrammarError, GrammarLimitExceeded, LimitExceeded, Limits, check_compile_budget
 from ..regex import MAX_REPEAT_COUNT, ExprSet, LazyDFA
+from ..regex.term import Term
 from .ir import (
     _ANY_PARTS,
     _BOOL,
@@ -60,7 +61,7 @@ from .pointers import (
     _value_key,
     _Where,
 )
-from .strings import _string_body
+from .strings import _string_body, quoted
 
 # --------------------------------------------------------------------------------------
 # Compiler: schema documents -> IR
@@ -86,7 +87,8 @@ class _Compiler:
         self.steps = 0
         self.validating = 0
         self._exprs = None
-        self._empty_cache: dict[str | tuple[str, str], bool] = {}
+        # A term, or a pair of terms (a pair's first item is a tuple, a term's a str).
+        self._empty_cache: dict[Term | tuple[Term, Term], bool] = {}
         self._dfas: dict[str, Any] = {}
         schema_uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
         self.honor_id = not isinstance(schema_uri, str) or "draft-04" in schema_uri or "draft-03" in schema_uri
@@ -108,8 +110,8 @@ class _Compiler:
             self._exprs = ExprSet.shared(self.limits)
         return self._exprs
 
-    def regex_empty(self, regex: str, refuse: str = "") -> bool:
-        """Whether an extended-syntax regex denotes the empty language. Unsure (past
+    def regex_empty(self, regex: Term, refuse: str = "") -> bool:
+        """Whether a regex term denotes the empty language. Unsure (past
         Limits.max_emptiness_states): False, or with `refuse` (what the regex is for) a
         refusal: the lexer would face the same search at the first mask."""
         hit = self._empty_cache.get(regex)
@@ -118,7 +120,7 @@ class _Compiler:
         exprs = self.exprs()
         bound = self.limits.max_emptiness_states
         try:
-            empty = exprs.is_empty(exprs.parse(regex, "", extended=True), bound)
+            empty = exprs.is_empty(exprs.build(regex), bound)
         except BUDGET_ERRORS:
             raise
         except LimitExceeded:
@@ -130,11 +132,10 @@ class _Compiler:
         self._empty_cache[regex] = empty
         return empty
 
-    def regexes_disjoint(self, a: str, b: str) -> bool:
-        """Whether two extended-syntax regexes share no string (unsure: False): the
-        emptiness of `(?:a)&(?:b)`, with each side parsed on its own. oneOf compares
-        every pair of branches, so each regex is parsed (and cached) once, not once
-        per pair inside a combined text."""
+    def regexes_disjoint(self, a: Term, b: Term) -> bool:
+        """Whether two regex terms share no string (unsure: False): the emptiness of
+        `a & b`, with each side built on its own (oneOf compares every pair of
+        branches)."""
         key = (a, b)
         hit = self._empty_cache.get(key)
         if hit is not None:
@@ -142,7 +143,7 @@ class _Compiler:
         exprs = self.exprs()
         try:
             empty = exprs.is_empty(
-                exprs.and_(exprs.parse(a, "", extended=True), exprs.parse(b, "", extended=True)),
+                exprs.and_(exprs.build(a), exprs.build(b)),
                 self.limits.max_emptiness_states,
             )
         except BUDGET_ERRORS:
@@ -155,12 +156,12 @@ class _Compiler:
     def pattern_matches(self, pattern: str, text: str) -> bool:
         """Whether a (translated) pattern finds a match in `text`, in linear time."""
         pr = pattern_to_regex(pattern)
-        if pr.json is None:
+        if pr.expr is None:
             return False
         dfa = self._dfas.get(pattern)
         if dfa is None:
             exprs = self.exprs()
-            dfa = self._dfas[pattern] = LazyDFA(exprs, exprs.parse(pr.json, "", extended=True))
+            dfa = self._dfas[pattern] = LazyDFA(exprs, exprs.build(pr.expr))
         return dfa.matches(_json_str(text)[1:-1].encode("utf-8"))
 
     # Warnings --------------------------------------------------------------------
@@ -1174,7 +1175,7 @@ class _Compiler:
                 ra, rb = _string_body(a), _string_body(b)
                 if ra is None or rb is None:
                     return True
-                return self.regexes_disjoint('"' + ra[0] + '"', '"' + rb[0] + '"')
+                return self.regexes_disjoint(quoted(ra[0]), quoted(rb[0]))
             return False
         if isinstance(a, _Arr) and isinstance(b, _Arr):
             if _apart(a.min_items, a.max_items, b.min_items, b.max_items):

@@ -12,6 +12,7 @@ from .._jit import compiled_once
 from ..grammar import Grammar, GrammarBuilder, Rule, _new_rule
 from ..limits import GrammarError, Limits
 from ..regex import regex_escape_bytes
+from ..regex import term as T
 from ._kernels import flatten_rules, grammar_marks_jit
 from .ir import (
     ANY,
@@ -29,9 +30,7 @@ from .ir import (
 )
 from .keywords import (
     _WHITESPACE,
-    CANON_CHAR,
     ENUM_LEXEME_THRESHOLD,
-    GENERAL_CHAR,
     NUMBER_REGEX,
 )
 from .numeric import _literal_regex, _num_regex
@@ -41,7 +40,7 @@ from .pointers import _SPELLING_ENCODER, _json_str
 # --------------------------------------------------------------------------------------
 # Generator: IR -> grammar
 # --------------------------------------------------------------------------------------
-from .strings import _pattern_ext, _string_body
+from .strings import CANON_BODY, GENERAL_BODY, _string_body, quoted
 
 if TYPE_CHECKING:
     from .compiler import _Compiler
@@ -166,8 +165,8 @@ class _Generator:
     def regex_lexeme(self, name: str, regex: str, extended: bool) -> int:
         return self.b.lexeme(name, regex, flags="E" if extended else "")
 
-    def string_lexeme(self, body: str, extended: bool, name: str) -> int:
-        return self.regex_lexeme(name, '"' + body + '"', extended)
+    def string_lexeme(self, body: T.Term, name: str) -> int:
+        return self.b.lexeme_expr(name, quoted(body))
 
     def any_value(self) -> int:
         if self._any is not None:
@@ -175,7 +174,7 @@ class _Generator:
         b = self.b
         value = self.nt("value")
         self._any = value
-        string = self.string_lexeme(GENERAL_CHAR + "*", False, "string")
+        string = self.string_lexeme(GENERAL_BODY, "string")
         number = self.regex_lexeme("number", NUMBER_REGEX, False)
         obj = self.nt("object")
         members = self.nt("members")
@@ -246,7 +245,7 @@ class _Generator:
             return self.const(node.value)
         if isinstance(node, _Num):
             lx = _num_regex(node, "#")
-            if lx is None or (lx[1] and self.c.regex_empty(lx[0])):
+            if lx is None or (lx[1] and self.c.regex_empty(T.src(lx[0]))):
                 return self.nothing()
             return self.regex_lexeme("integer" if node.integer else "number", lx[0], lx[1])
         if isinstance(node, _Str):
@@ -285,10 +284,10 @@ class _Generator:
 
     def string(self, node: _Str) -> int:
         body = _string_body(node)
-        if body is None or (body[1] and self.c.regex_empty('"' + body[0] + '"', _describe_string(node))):
+        if body is None or (body[1] and self.c.regex_empty(quoted(body[0]), _describe_string(node))):
             return self.nothing()
-        name = "string" if body[0] == GENERAL_CHAR + "*" else "string(constrained)"
-        return self.string_lexeme(body[0], body[1], name)
+        name = "string" if body[0] == GENERAL_BODY else "string(constrained)"
+        return self.string_lexeme(body[0], name)
 
     def array(self, node: _Arr) -> int:
         b = self.b
@@ -607,35 +606,34 @@ class _Generator:
                 f"object schema with {len(groups)} patternProperties of different schemas is not supported "
                 f"(at most {self.limits.max_pattern_groups})"
             )
+        # Key languages as regex terms, the patterns as their parses (`regex.term`).
         names_re = None
         if node.names is not ANY:
             alts = []
             for part in node.names.parts if isinstance(node.names, _Union) else (node.names,):
                 if isinstance(part, _Const) and isinstance(part.value, str):
-                    alts.append(regex_escape_bytes(_json_str(part.value).encode()))
+                    alts.append(T.lit(_json_str(part.value).encode()))
                 elif isinstance(part, _Str):
                     body = _string_body(part)
                     if body is not None:
-                        alts.append('"' + body[0] + '"')
+                        alts.append(quoted(body[0]))
             if not alts:
                 return None
-            names_re = "(?:" + "|".join(alts) + ")"
+            names_re = T.alt(*alts)
         if not groups and node.additional is NOTHING:
             return None
         exclude = None
+        words: list[bytes] = []
         if listed:
-            # The listed keys' encoded text, escaped once for both spellings below (with
-            # and without the quotes; escaping works character by character).
-            encoded = [_json_str(k)[1:-1] for k in listed]
-            bodies = [regex_escape_bytes(k.encode()) for k in encoded]
-            exclude = '(?:\\"' + '\\"|\\"'.join(bodies) + '\\")'
-        group_langs = []
-        group_bodies = []
+            # The listed keys' encoded text, with and without the quotes.
+            words = [_json_str(k)[1:-1].encode() for k in listed]
+            exclude = T.alt(*[quoted(T.lit(w)) for w in words])
+        group_langs: list[T.Term | None] = []
+        group_bodies: list[T.Term | None] = []
         for pats, _ in groups:
-            langs = [pattern_to_regex(p).json for p in pats]
-            langs = [x for x in langs if x is not None]
-            group_langs.append('"(?:' + "|".join(langs) + ')"' if langs else None)
-            group_bodies.append("|".join(langs) if langs else None)
+            langs = [x for x in (pattern_to_regex(p).expr for p in pats) if x is not None]
+            group_langs.append(quoted(T.alt(*langs)) if langs else None)
+            group_bodies.append(T.alt(*langs) if langs else None)
         members = []
         for mask in range(1 << len(groups)):
             inside = [i for i in range(len(groups)) if mask >> i & 1]
@@ -649,43 +647,43 @@ class _Generator:
                     value = c.intersect(value, groups[i][1])
             if value is NOTHING:
                 continue
-            conj = ['"' + CANON_CHAR + '*"'] if mask == 0 else []
-            conj += ["(?:" + group_langs[i] + ")" for i in inside]
-            conj += ["~(?:" + group_langs[i] + ")" for i in range(len(groups)) if i not in inside and group_langs[i]]
+            conj = [quoted(CANON_BODY)] if mask == 0 else []
+            conj += [lang for i in inside if (lang := group_langs[i]) is not None]
+            conj += [T.not_(lang) for i in range(len(groups)) if i not in inside and (lang := group_langs[i])]
             if exclude is not None:
-                conj.append("~" + exclude)
+                conj.append(T.not_(exclude))
             if names_re is not None:
                 conj.append(names_re)
             if len(conj) == 1 and mask == 0:
-                key = self.string_lexeme(GENERAL_CHAR + "*", False, "string")
+                key = self.string_lexeme(GENERAL_BODY, "string")
             elif len(conj) == 1:
-                key = self.regex_lexeme("key", group_langs[inside[0]], _pattern_ext(groups[inside[0]][0]))
+                key = self.b.lexeme_expr("key", conj[0])
             else:
                 if mask == 0 and names_re is None:
                     # The same language with the quotes outside the intersection: after the
                     # opening quote the lexeme is `(C* & ~E) "`, a shape the slicer can
                     # prove contains its string slices (docs/design/engine.md).
-                    inner = ["(?:" + CANON_CHAR + "*)"]
-                    inner += ["~(?:" + group_bodies[i] + ")" for i in range(len(groups)) if group_bodies[i]]
+                    inner = [CANON_BODY]
+                    inner += [T.not_(body) for body in group_bodies if body is not None]
                     if listed and len(inner) == 1:
-                        # The common case, only the listed keys excluded: built from its
-                        # parts, with its parse remembered for the lexer.
-                        regex = c.exprs().parse_excluding('"', CANON_CHAR + "*", [k.encode() for k in encoded])
+                        # The common case, only the listed keys excluded: one exclusion
+                        # node, without an alternation of the words to intersect with.
+                        regex = quoted(T.excl(CANON_BODY, words))
                     else:
                         if listed:
-                            inner.append("~(?:" + "|".join(bodies) + ")")
-                        regex = '"(?:' + "&".join(inner) + ')"'
-                    key = self.regex_lexeme("key", regex, True)
+                            inner.append(T.not_(T.alt(*map(T.lit, words))))
+                        regex = quoted(T.and_(*inner))
+                    key = self.b.lexeme_expr("key", regex)
                     m = self.nt("member")
                     b.rule(m, [key, self.COLON, self.sym(value)])
                     members.append(m)
                     continue
-                regex = "(?:" + "&".join(conj) + ")"
+                regex = T.and_(*conj)
                 # Removing finitely many names from all strings leaves some: only a
                 # pattern or propertyNames can make a key language empty.
                 if (mask or names_re is not None) and self.c.regex_empty(regex):
                     continue
-                key = self.regex_lexeme("key", regex, True)
+                key = self.b.lexeme_expr("key", regex)
             m = self.nt("member")
             b.rule(m, [key, self.COLON, self.sym(value)])
             members.append(m)

@@ -258,7 +258,7 @@ def _make_str(lo, hi, patterns, excluded=()) -> _Node:
     if hi is not None and lo > hi:
         return NOTHING
     for p in patterns:
-        if pattern_to_regex(p).json is None:
+        if pattern_to_regex(p).expr is None:
             return NOTHING
     if _Str() in excluded:
         return NOTHING

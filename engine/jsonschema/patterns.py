@@ -6,6 +6,7 @@ import re
 
 from ..limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 from ..regex import charset
+from ..regex import term as T
 from ..regex.parser import _Parser
 from ..regex.printer import class_regex as _class_regex
 from ..regex.printer import repeat_suffix as _rep_suffix
@@ -63,7 +64,7 @@ class _EcmaAst:
         return ("look", negative, node)
 
 
-def parse_ecma(pattern: str, where: str = "#") -> tuple:
+def parse_ecma(pattern: str, where: "str | _Where" = "#") -> tuple:
     """The AST of an ECMA-262 pattern, read by the one regex parser's "ecma" dialect."""
     return _Parser(_EcmaAst, pattern, dialect="ecma", where=str(where)).parse()
 
@@ -97,7 +98,7 @@ def _as_items(node: tuple) -> list:
     return list(node[1]) if node[0] == "seq" else [node]
 
 
-def _branches(node: tuple, where: str, pattern: str) -> list[tuple[bool, bool, list, tuple]]:
+def _branches(node: tuple, where: "str | _Where", pattern: str) -> list[tuple[bool, bool, list, tuple]]:
     """Top-level alternatives as (anchored at start, anchored at end, conditions, body).
 
     Anchors are supported where they can be moved to the ends of a top-level
@@ -107,7 +108,7 @@ def _branches(node: tuple, where: str, pattern: str) -> list[tuple[bool, bool, l
     `^((?!X).)*$` (("avoid", X): X occurs nowhere).
     """
     work = [(False, False, _as_items(a)) for a in (node[1] if node[0] == "alt" else (node,))]
-    out = []
+    out: list[tuple[bool, bool, list, tuple]] = []
     while work:
         if len(out) + len(work) > 256:
             raise GrammarError(f"pattern {pattern!r} at {where} has too many alternatives around its anchors")
@@ -164,76 +165,105 @@ _NOT_SPECIAL = charset.complement(_SPECIAL)
 _NAMED_ESCAPES = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r"}
 
 
-def _json_set_regex(s: tuple) -> str | None:
-    """Regex over canonical JSON-encoded text for one character from `s` (None: empty)."""
+def _json_set(s: tuple) -> T.Term | None:
+    """Canonical JSON-encoded text of one character from `s` (None: `s` is empty)."""
     alts = []
     plain = charset.intersect(s, _NOT_SPECIAL)
     if plain:
-        alts.append(_class_regex(plain))
+        alts.append(T.cls(plain))
     specials = charset.intersect(s, _SPECIAL)
     cps = [cp for lo, hi in specials for cp in range(lo, hi + 1)]
     if 0x22 in cps:
-        alts.append(r"\\\"")
+        alts.append(T.lit(b'\\"'))
     if 0x5C in cps:
-        alts.append(r"\\\\")
-    named = "".join(_NAMED_ESCAPES[c] for c in cps if c in _NAMED_ESCAPES)
+        alts.append(T.lit(b"\\\\"))
+    named = [ord(_NAMED_ESCAPES[c]) for c in cps if c in _NAMED_ESCAPES]
     if named:
-        alts.append(r"\\" + (named if len(named) == 1 else "[" + named + "]"))
-    hexes = [f"{c:02x}" for c in cps if c < 0x20 and c not in _NAMED_ESCAPES]
+        alts.append(T.seq(T.lit(b"\\"), T.cls((c, c) for c in named)))
+    hexes = [f"{c:02x}".encode() for c in cps if c < 0x20 and c not in _NAMED_ESCAPES]
     if hexes:
-        alts.append(r"\\u00" + (hexes[0] if len(hexes) == 1 else "(?:" + "|".join(hexes) + ")"))
+        alts.append(T.seq(T.lit(b"\\u00"), T.alt(*map(T.lit, hexes))))
     if not alts:
         return None
-    return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+    return T.alt(*alts)
 
 
-def _emit(node: tuple, mode: str) -> str | None:
-    """Regex text for an AST node: mode "json" (canonical encoded text) or "py" (decoded
-    text, Python `re`). None when the node matches nothing. Results are atoms or
-    sequences safe to concatenate; alternations come wrapped."""
+def _json_term(node: tuple) -> T.Term | None:
+    """The expression for an AST node over canonical JSON-encoded text, built from the
+    parse (None when the node matches nothing)."""
+    kind = node[0]
+    if kind == "set":
+        return _json_set(node[1]) if node[1] else None
+    if kind == "seq":
+        parts = []
+        for it in node[1]:
+            r = _json_term(it)
+            if r is None:
+                return None
+            parts.append(r)
+        return T.seq(*parts)
+    if kind == "alt":
+        alts = [r for r in (_json_term(it) for it in node[1]) if r is not None]
+        return T.alt(*alts) if alts else None
+    if kind == "rep":
+        _, inner, lo, hi = node
+        r = _json_term(inner)
+        if r is None or r == T.EMPTY:
+            return T.EMPTY if (r == T.EMPTY or lo == 0) else None
+        if hi == 0:
+            return T.EMPTY
+        return T.rep(r, lo, hi)
+    raise AssertionError(kind)  # anchors and lookaheads are placed by `_branches`
+
+
+def _py_regex(node: tuple) -> str | None:
+    """Python `re` text for an AST node over the decoded text, for `_Pattern.py`. None
+    when the node matches nothing. Results are atoms or sequences safe to concatenate;
+    alternations come wrapped."""
     kind = node[0]
     if kind == "set":
         if not node[1]:
             return None
-        return _json_set_regex(node[1]) if mode == "json" else _class_regex(node[1])
+        return _class_regex(node[1])
     if kind == "seq":
         parts = []
         for it in node[1]:
-            r = _emit(it, mode)
+            r = _py_regex(it)
             if r is None:
                 return None
             parts.append(r)
         return "".join(parts)
     if kind == "alt":
-        parts = [r for r in (_emit(it, mode) for it in node[1]) if r is not None]
+        parts = [r for r in (_py_regex(it) for it in node[1]) if r is not None]
         if not parts:
             return None
         return "(?:" + "|".join(parts) + ")"
     if kind == "rep":
         _, inner, lo, hi = node
-        r = _emit(inner, mode)
+        r = _py_regex(inner)
         if r is None or r == "":
             return "" if (r == "" or lo == 0) else None
         if hi == 0:
             return ""
         return "(?:" + r + ")" + _rep_suffix(lo, hi)
     if kind == "look":
-        r = _emit(node[2], mode)
+        r = _py_regex(node[2])
         return "(?" + ("!" if node[1] else "=") + (r if r is not None else "[^\\x00-\\U0010ffff]") + ")"
     raise AssertionError(kind)
 
 
 class _Pattern:
-    """A translated pattern: `json` is a regex (or None: no string matches) over the
-    canonical JSON-encoded body of a string, `extended` says it uses `&`/`~`;
-    `py` is the same language as a Python regex over the decoded text (fullmatch
-    semantics). The compiler itself matches with `json` on midword's linear-time
-    engine; `py` (backtracking) serves tests and debugging."""
+    """A translated pattern: `expr` is the regex term (`regex.term`, or None: no string
+    matches) over the canonical JSON-encoded body of a string, built from the pattern's
+    one parse; `extended` says it uses `&`/`~`; `py` is the same language as a Python
+    regex over the decoded text (fullmatch semantics). The compiler itself matches with
+    `expr` on midword's linear-time engine; `py` (backtracking) serves tests and
+    debugging."""
 
-    __slots__ = ("json", "extended", "_py_source", "_py")
+    __slots__ = ("expr", "extended", "_py_source", "_py")
 
-    def __init__(self, json_regex: str | None, extended: bool, py_source: str | None):
-        self.json = json_regex
+    def __init__(self, expr: T.Term | None, extended: bool, py_source: str | None):
+        self.expr = expr
         self.extended = extended
         self._py_source = py_source
         self._py: re.Pattern | None = None
@@ -254,7 +284,10 @@ class _Pattern:
         return py is not None and py.fullmatch(text) is not None
 
 
-_pattern_cache: dict[str, _Pattern] = {}
+# (pattern) -> (translation, its term's size).
+_pattern_cache: dict[str, tuple[_Pattern, int]] = {}
+_ANY_JSON = T.rep(T.src(CANON_CHAR), 0, None)
+_ANY_PY = _class_regex(charset.ALL) + "*"
 
 
 def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits = DEFAULT_LIMITS) -> _Pattern:
@@ -262,49 +295,51 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
     language of strings containing a match, over canonical JSON-encoded text."""
     hit = _pattern_cache.get(pattern)
     if hit is not None:
-        if hit.json is not None and len(hit.json) > limits.max_regex_chars:
+        if hit[1] > limits.max_regex_chars:
             raise LimitExceeded("max_regex_chars", limits.max_regex_chars, f"pattern {pattern!r} at {where}")
-        return hit
+        return hit[0]
     ast = parse_ecma(pattern, where)
     branches = _branches(ast, where, pattern)
-    any_json = CANON_CHAR + "*"
-    any_py = _class_regex(charset.ALL) + "*"
     json_alts = []
     py_alts = []
     extended = False
     for start, end, looks, body in branches:
-        core = _emit(body, "json")
-        pcore = _emit(body, "py")
-        if core is None:
+        core = _json_term(body)
+        pcore = _py_regex(body)
+        if core is None or pcore is None:
             continue
-        core = ("" if start else any_json) + core + ("" if end else any_json)
-        pcore = ("" if start else any_py) + pcore + ("" if end else any_py)
-        conj = ["(?:" + core + ")"] if core else ["(?:)"]
+        core = T.seq(*([] if start else [_ANY_JSON]), core, *([] if end else [_ANY_JSON]))
+        pcore = ("" if start else _ANY_PY) + pcore + ("" if end else _ANY_PY)
+        conj = [core]
         dead = False
         for cond in looks:
             negative = cond[0] == "avoid" or cond[1]
-            body_re = _emit(cond[-1], "json")
-            if body_re is None:
+            cond_term = _json_term(cond[-1])
+            cond_py = _py_regex(cond[-1])
+            if cond_term is None or cond_py is None:
                 if negative:
                     continue  # (?!nothing) always holds
                 dead = True
                 break
-            lead_json, lead_py = (any_json, any_py) if cond[0] == "avoid" else ("", "")
-            conj.append(("~" if negative else "") + "(?:" + lead_json + body_re + any_json + ")")
+            lead = cond[0] == "avoid"
+            looked = T.seq(*([_ANY_JSON] if lead else []), cond_term, _ANY_JSON)
+            conj.append(T.not_(looked) if negative else looked)
             extended = True
-            pcore = "(?" + ("!" if negative else "=") + lead_py + _emit(cond[-1], "py") + ")" + pcore
+            pcore = "(?" + ("!" if negative else "=") + (_ANY_PY if lead else "") + cond_py + ")" + pcore
         if dead:
             continue
-        json_alts.append(conj[0] if len(conj) == 1 else "(?:" + "&".join(conj) + ")")
+        json_alts.append(T.and_(*conj))
         py_alts.append(pcore)
+    size = 0
     if not json_alts:
         result = _Pattern(None, False, None)
     else:
-        jre = json_alts[0] if len(json_alts) == 1 else "(?:" + "|".join(json_alts) + ")"
-        if len(jre) > limits.max_regex_chars:
+        expr = T.alt(*json_alts)
+        size = T.size(expr)
+        if size > limits.max_regex_chars:
             raise LimitExceeded("max_regex_chars", limits.max_regex_chars, f"pattern {pattern!r} at {where}")
-        result = _Pattern(jre, extended, "(?:" + "|".join(py_alts) + ")")
+        result = _Pattern(expr, extended, "(?:" + "|".join(py_alts) + ")")
     if len(_pattern_cache) > 4096:
         _pattern_cache.clear()
-    _pattern_cache[pattern] = result
+    _pattern_cache[pattern] = (result, size)
     return result

@@ -1,51 +1,57 @@
-"""A string schema's body regex: length, patterns and exclusions as one lexeme."""
+"""A string schema's body: length, patterns and exclusions as one expression."""
 
 from __future__ import annotations
 
 from ..limits import GrammarError
-from ..regex import regex_escape_bytes
-from ..regex.printer import repeat_suffix as _rep_suffix
+from ..regex import term as T
 from .ir import _Const, _Str
 from .keywords import CANON_CHAR, GENERAL_CHAR
 from .patterns import pattern_to_regex
 from .pointers import _json_str
 
+# Any string body: the characters as any spelling, or as the canonical one.
+GENERAL_BODY = T.rep(T.src(GENERAL_CHAR), 0, None)
+CANON_BODY = T.rep(T.src(CANON_CHAR), 0, None)
+QUOTE = T.lit(b'"')
 
-def _string_body(node: _Str, depth: int = 0) -> tuple[str, bool] | None:
-    """(body regex, extended) of a string schema, or None if it matches nothing."""
+
+def _string_body(node: _Str, depth: int = 0) -> tuple[T.Term, bool] | None:
+    """(body expression, extended) of a string schema, or None if it matches nothing.
+    Its patterns come as their parses (`regex.term`), never as regex text."""
     if depth > 16:
         raise GrammarError("string exclusions nested too deeply")
     # A pattern or an exclusion is checked on one spelling: the canonical one.
-    char = CANON_CHAR if (node.patterns or node.excluded) else GENERAL_CHAR
-    conj = []
+    char = T.src(CANON_CHAR if (node.patterns or node.excluded) else GENERAL_CHAR)
+    conj: list[T.Term] = []
     extended = False
     if node.min_len or node.max_len is not None:
-        conj.append(char + _rep_suffix(node.min_len, node.max_len))
+        conj.append(T.rep(char, node.min_len, node.max_len))
     for p in node.patterns:
         pr = pattern_to_regex(p)
-        if pr.json is None:
+        if pr.expr is None:
             return None
-        conj.append(pr.json)
+        conj.append(pr.expr)
         extended |= pr.extended
     negs = []
     for x in node.excluded:
         if isinstance(x, _Const):
-            negs.append(regex_escape_bytes(_json_str(x.value)[1:-1].encode()))
+            negs.append(T.lit(_json_str(x.value)[1:-1].encode()))
         else:
             sub = _string_body(x, depth + 1)
             if sub is not None:
                 negs.append(sub[0])
     if negs:
         if not conj:
-            conj.append(char + "*")
-        conj += ["~(?:" + n + ")" for n in negs]
+            conj.append(T.rep(char, 0, None))
+        conj += [T.not_(n) for n in negs]
         extended = True
     if not conj:
-        return char + "*", False
+        return T.rep(char, 0, None), False
     if len(conj) == 1:
         return conj[0], extended
-    return "(?:" + "&".join(c if c.startswith("~") else "(?:" + c + ")" for c in conj) + ")", True
+    return T.and_(*conj), True
 
 
-def _pattern_ext(patterns: list[str]) -> bool:
-    return any(pattern_to_regex(p).extended for p in patterns)
+def quoted(body: T.Term) -> T.Term:
+    """A JSON string with body `body`, quotes included."""
+    return T.seq(QUOTE, body, QUOTE)

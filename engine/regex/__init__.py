@@ -2,7 +2,8 @@
 
 One layer for every regex syntax the engine reads: `charset` (the code point set
 algebra), `parser` (one parser, Python/Lark and ECMA-262 dialects), `exprset` (the
-hash-consed expressions with `derivatives` and `analysis`), `printer` and `dfa`.
+hash-consed expressions with `derivatives` and `analysis` over `store`), `printer`,
+`dfa`, and `term` (expressions as values, for front ends that parse their own syntax).
 """
 
 from .charset import utf8_sequences

@@ -1,12 +1,13 @@
 """What an expression denotes, decided by looking at it: nullability, length bounds,
 clamped counts, emptiness (by exploring its derivatives under a state bound) and
-containment. A mixin of `ExprSet`, whose node arrays it reads."""
+containment. A layer of `ExprSet` over its derivatives."""
 
 from __future__ import annotations
 
 import numpy as np
 
 from ..limits import BUDGET_ERRORS, LimitExceeded, check_compile_budget
+from .derivatives import _Derivatives
 from .nodes import AND as _AND
 from .nodes import BYTES as _BYTES
 from .nodes import CONCAT as _CONCAT
@@ -18,7 +19,7 @@ from .nodes import REPEAT as _REPEAT
 from .nodes import SUBSET_STATES as _SUBSET_STATES
 
 
-class _Analysis:
+class _Analysis(_Derivatives):
     # Properties ------------------------------------------------------------------------
     def nullable(self, expr: int) -> bool:
         return self._nullable[expr]

@@ -1,6 +1,6 @@
 """Byte classes and derivatives: the partition of the 256 bytes an expression cannot
 tell apart, and the derivative by one byte, computed once per class and memoized.
-A mixin of `ExprSet`, whose node arrays and caches it uses."""
+A layer of `ExprSet` over its node storage."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from .nodes import OR as _OR
 from .nodes import class_map as _class_map
 from .nodes import refine_byte_sets
 from .nodes import split_class_map as _split_class_map
+from .store import _Store
 
 
-class _Derivatives:
+class _Derivatives(_Store):
     # Byte classes ----------------------------------------------------------------------
     def _masks(self, expr: int) -> tuple[int, ...]:
         """Byte sets that can decide the first byte of a match, sorted: a tuple of ints
@@ -171,10 +172,10 @@ class _Derivatives:
         string state, which the lexer computed long before."""
         if not self._has_bool[expr]:
             return None  # nothing excluded: no & or ~ anywhere in it
-        got = self._shadows.get(expr, -1)
-        if got != -1:
-            return got
-        got = None
+        known = self._shadows.get(expr, -1)
+        if not isinstance(known, int):  # a pair or None: worked out before
+            return known
+        got: tuple[int, int] | None = None
         kind, args = self._kind, self._args
         k = kind[expr]
         if k == _CONCAT and kind[args[expr][0]] in (_AND, _EXCL):
@@ -219,7 +220,7 @@ class _Derivatives:
             return r
         if self._has_bool[expr]:
             sh = self._shadows.get(expr, -1)
-            if sh == -1:
+            if isinstance(sh, int):  # -1: not worked out yet
                 sh = self.shadow(expr)
             if sh is not None and not (sh[0] >> byte) & 1:
                 r = self._deriv[key] = self.derivative(sh[1], byte)

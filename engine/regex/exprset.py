@@ -34,12 +34,9 @@ from __future__ import annotations
 import threading
 from typing import Iterable
 
-import numpy as np
-
-from ..limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits, check_compile_budget
+from ..limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 from . import charset
 from .analysis import _Analysis
-from .derivatives import _Derivatives
 from .nodes import AND as _AND
 from .nodes import BYTES as _BYTES
 from .nodes import CONCAT as _CONCAT
@@ -48,7 +45,6 @@ from .nodes import EXCL as _EXCL
 from .nodes import EXCL_MAX_LENGTH as _EXCL_MAX_LENGTH
 from .nodes import EXCL_MAX_WORDS as _EXCL_MAX_WORDS
 from .nodes import FULL as _FULL
-from .nodes import MAX_HEIGHT
 from .nodes import NOT as _NOT
 from .nodes import NOTHING as _NOTHING
 from .nodes import OR as _OR
@@ -56,14 +52,13 @@ from .nodes import REPEAT as _REPEAT
 from .nodes import bits as _bits
 from .nodes import range_mask as _range_mask
 from .parser import _Parser
-from .printer import regex_escape_bytes, to_str
+from .printer import to_str
+from .store import NO_LEN as _NO_LEN
+from .term import Term
+from .term import build as _build_term
 
-# The least length recorded for ∅ (no string at all): above any trie depth, and kept as
-# the cap of every least length so that sums stay small.
-_NO_LEN = 1 << 30
 
-
-class ExprSet(_Analysis, _Derivatives):
+class ExprSet(_Analysis):
     """Hash-consed regular expressions over bytes with memoized derivatives."""
 
     NOTHING = 0  # ∅, the empty language
@@ -89,112 +84,6 @@ class ExprSet(_Analysis, _Derivatives):
             es = cls(limits)
             cls._shared[key] = es
         return es
-
-    def __init__(self, limits: Limits = DEFAULT_LIMITS):
-        self.limits = limits
-        # Parallel per-node arrays.
-        self._kind: list[int] = []
-        self._args: list[tuple] = []
-        self._nullable: list[bool] = []
-        self._height: list[int] = []
-        # Contains & or ~ (other than ~∅): only then can a non-∅ node be empty.
-        self._has_bool: list[bool] = []
-        # The largest finite repeat count in the node, lower or upper, times the least
-        # length of what it repeats (at least 1): the bytes that many repetitions take at
-        # least. `clamped` leaves a node whose count is within its depth alone without
-        # looking inside.
-        self._max_count: list[int] = []
-        # The least length of the node's strings (for ∅, larger than any depth).
-        self._min_len: list[int] = []
-        self._ids: dict[tuple, int] = {}
-
-        self._deriv: dict[int, int] = {}
-        self._first_masks: dict[int, tuple[int, ...]] = {}
-        self._masks_interned: dict[tuple[int, ...], tuple[int, ...]] = {}
-        self._classmap_by_masks: dict[tuple[int, ...], bytes] = {}
-        self._combined: dict[frozenset, tuple[np.ndarray, tuple[int, ...]]] = {}
-        self._first_bytes: dict[int, int] = {}
-        self._or_firsts: dict[int, tuple[int, ...]] = {}
-        self._classmap: dict[int, bytes] = {}
-        self._empty: dict[int, bool] = {}
-        self._next: dict[int, np.ndarray] = {}
-        self._maxlen: dict[int, int | None] = {}
-        # depth -> expression -> its clamped form: see `clamped`.
-        self._clamped: dict[int, dict[int, int]] = {}
-        self._parsed: dict[tuple, int] = {}
-        # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
-        self._groups: dict[tuple, int] = {}
-        self._literals: dict[bytes, int] = {}
-        # The words of each finite expression, sorted, or None: see `_finite_words`.
-        self._words_of: dict[int, tuple[bytes, ...] | None] = {}
-        # The node of each single byte, once made (literal() reads it per byte).
-        self._byte_nodes: list[int] = [-1] * 256
-        self._class_cache: dict[tuple, int] = {}
-        # Multibyte classes by node, so to_str can print them as code point classes.
-        self._class_of: dict[int, tuple] = {}
-        self._subset_cache: dict[tuple[int, int], bool] = {}
-        self._prefix_cache: dict[tuple[int, int], bool] = {}
-        # (guard bytes, shadow) per expression with & and ~, or None: see `shadow`.
-        self._shadows: dict[int, tuple[int, int] | None] = {}
-        # (shadow's class map, guard) -> that map with each guard byte a class of its own:
-        # key states whose remaining keys start with the same bytes share one.
-        self._split_maps: dict[tuple[bytes, int], bytes] = {}
-
-        self._new(_NOTHING, (), (), False, 0, False)
-        self._new(_EPS, (), (), True, 0, False)
-        # All byte strings; ~∅. It is non-empty, hence has_bool False.
-        self.ALL = self._new(_NOT, (_NOT, 0), (0,), True, 1, False)
-
-    # Node storage ----------------------------------------------------------------------
-    def _new(self, kind: int, key: tuple, args: tuple, nullable: bool, height: int, has_bool: bool) -> int:
-        if height > MAX_HEIGHT:
-            raise LimitExceeded("max_regex_height", MAX_HEIGHT, "regular expression nested too deeply")
-        i = len(self._kind)
-        if i >= self.limits.max_regex_nodes:
-            raise LimitExceeded("max_regex_nodes", self.limits.max_regex_nodes, "too many distinct regular expressions")
-        check_compile_budget()
-        # Everything that can fail (a RecursionError deep in a caller included) comes
-        # before the first append: the parallel arrays of a shared set stay aligned.
-        counts, lens = self._max_count, self._min_len
-        if kind == _CONCAT:
-            count = max(counts[args[0]], counts[args[1]])
-            least = min(lens[args[0]] + lens[args[1]], _NO_LEN)
-        elif kind == _OR:
-            count = max([counts[x] for x in args])
-            least = min([lens[x] for x in args])
-        elif kind == _AND:
-            count = max([counts[x] for x in args])
-            least = max([lens[x] for x in args])
-        elif kind == _REPEAT:
-            inner = lens[args[0]]
-            count = max(counts[args[0]], max(args[1], args[2] or 0) * max(1, min(inner, _NO_LEN)))
-            least = min(inner * args[1], _NO_LEN)
-        elif kind == _EXCL:
-            count = counts[args[0]]
-            least = lens[args[0]]
-        elif kind == _NOT:
-            count = counts[args[0]]
-            least = 0
-        elif kind == _NOTHING:
-            count, least = 0, _NO_LEN
-        else:
-            count, least = 0, 0 if kind == _EPS else 1
-        self._kind.append(kind)
-        self._args.append(args)
-        self._nullable.append(nullable)
-        self._height.append(height)
-        self._has_bool.append(has_bool)
-        counts.append(count)
-        lens.append(least)
-        if key:
-            self._ids[key] = i
-        return i
-
-    def __len__(self) -> int:
-        return len(self._kind)
-
-    def kind_name(self, expr: int) -> str:
-        return ("nothing", "epsilon", "bytes", "concat", "or", "and", "not", "repeat", "exclude")[self._kind[expr]]
 
     # Smart constructors ----------------------------------------------------------------
     def _bytes(self, mask: int) -> int:
@@ -559,23 +448,25 @@ class ExprSet(_Analysis, _Derivatives):
         elif k == _REPEAT:
             inner, lo, hi = args[expr]
             once = None if hi is None else self._finite_words(inner)
-            acc = set() if once is not None else None
-            run: set[bytes] = {b""}
-            for n in range(hi + 1 if acc is not None else 0):
-                if n >= lo:
-                    acc.update(run)
-                    if len(acc) > _EXCL_MAX_WORDS:
-                        acc = None
+            acc = None
+            if hi is not None and once is not None:
+                found: set[bytes] = set()
+                run: set[bytes] = {b""}
+                for n in range(hi + 1):
+                    if n >= lo:
+                        found.update(run)
+                        if len(found) > _EXCL_MAX_WORDS:
+                            break
+                    if n == hi:
+                        acc = found
                         break
-                if n == hi:
-                    break
-                following = self._product(run, once)
-                if following is None:
-                    acc = None
-                    break
-                if following == run and n >= lo:
-                    break  # ε in the body: every later round is this one again
-                run = following
+                    following = self._product(run, once)
+                    if following is None:
+                        break
+                    if following == run and n >= lo:
+                        acc = found  # ε in the body: every later round is this one again
+                        break
+                    run = following
         else:
             acc = None
         r = None if acc is None else tuple(sorted(acc))
@@ -645,37 +536,10 @@ class ExprSet(_Analysis, _Derivatives):
             self._parsed[key] = r
         return r
 
-    def parse_excluding(self, quote: str, body: str, words: Iterable[bytes]) -> str:
-        """The extended pattern `Q(?:(?:body)&~(?:w1|w2|...))Q`, Q being the character
-        `quote` and each word escaped: strings of `body` other than `words`, between
-        quotes (a JSON object's keys other than its listed ones). Its expression is
-        built from the parts and remembered as that pattern's parse, so `parse` of the
-        text is a lookup: parsing it back cost a new schema about a tenth of its time
-        to first mask. The parts are combined as the parser combines them, into the
-        very same (hash-consed) expression. A ValueError for what has no such pattern:
-        a quote that does not stand for itself, a word that is not UTF-8, or no words
-        (`(?:)` would be the empty string)."""
-        words = list(words)
-        if not words:
-            raise ValueError("parse_excluding needs at least one word")
-        for w in words:
-            try:
-                w.decode("utf-8")
-            except UnicodeDecodeError:
-                raise ValueError(f"word {w!r} is not UTF-8: no pattern spells it") from None
-        quoted = self.literal(quote.encode("utf-8"))
-        if len(quote) != 1 or self.parse(quote, extended=True) != quoted:
-            raise ValueError(f"quote {quote!r} is not one character that stands for itself in a pattern")
-        pattern = quote + "(?:(?:" + body + ")&~(?:" + "|".join(map(regex_escape_bytes, words)) + "))" + quote
-        key = (pattern, "", True)
-        if key not in self._parsed:
-            # What the parser makes of it: the group `(?:body)` (a group cache hit after
-            # the first schema) less the words, which `and_` would find in `~(?:w1|...)`,
-            # here known without building their alternation; then the sequence quote,
-            # group, quote.
-            inside = self._exclude(self.parse("(?:" + body + ")", extended=True), words)
-            self._parsed[key] = self.concat(quoted, self.alt(inside), quoted)
-        return pattern
+    def build(self, term: Term) -> int:
+        """The expression of a regex term (`regex.term`): built from its parts, with
+        no text to parse but the front end's own `src` leaves."""
+        return _build_term(self, term)
 
     # Printing --------------------------------------------------------------------------
     def to_str(self, expr: int, max_chars: int = 2000) -> str:

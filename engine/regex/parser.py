@@ -18,7 +18,11 @@ from ..limits import GrammarError
 from . import charset
 from .charset import MAX_CODE_POINT as _MAX_CODE_POINT
 from .charset import SURROGATES as _SURROGATES
+from .charset import CharSet
 from .nodes import MAX_NESTING, MAX_REPEAT_COUNT
+
+# What an escape or a class member reads: a code point, or a set (ranges, negated).
+_Item = int | tuple[CharSet, bool]
 
 # The largest ECMA repetition count taken; a bigger one is refused as too large.
 ECMA_MAX_REPEAT = 100_000
@@ -343,11 +347,11 @@ class _Parser:
                 return self.es.char_class(charset.ECMA_DOT)
             return self.es.char_class(charset.ALL if flags & _F_S else charset.PY_DOT)
         if c == "\\":
-            kind, val = self.escape(in_class=False)
-            if kind == "set":
-                ranges, neg = val
-                return self.es.char_class(ranges, negate=neg)
-            return self.char(val, flags)
+            val = self.escape(in_class=False)
+            if isinstance(val, int):
+                return self.char(val, flags)
+            ranges, neg = val
+            return self.es.char_class(ranges, negate=neg)
         if c in "^$":
             raise self.error(f"anchor {c!r} is not supported")
         self.pos += 1
@@ -487,8 +491,8 @@ class _Parser:
         self.pos += 1
         return r
 
-    def escape(self, in_class: bool) -> tuple[str, object]:
-        """Reads `\\...` at pos. Returns ("cp", code point) or ("set", (ranges, negated))."""
+    def escape(self, in_class: bool) -> _Item:
+        """Reads `\\...` at pos. Returns a code point or a set (ranges, negated)."""
         if self.ecma:
             return self._ecma_escape(in_class)
         p = self.p
@@ -499,11 +503,11 @@ class _Parser:
         c = p[self.pos]
         self.pos += 1
         if c in _CLASS_ESCAPES:
-            return "set", _CLASS_ESCAPES[c]
+            return _CLASS_ESCAPES[c]
         if c in _CHAR_ESCAPES:
-            return "cp", _CHAR_ESCAPES[c]
+            return _CHAR_ESCAPES[c]
         if c == "b" and in_class:
-            return "cp", 8
+            return 8
         if c in _ANCHOR_ESCAPES and not in_class:
             raise self.error(f"{_ANCHOR_ESCAPES[c]} is not supported", start)
         if c in "xuU":
@@ -512,7 +516,7 @@ class _Parser:
             if len(digits) != width or not set(digits) <= _HEX:
                 raise self.error(f"incomplete escape \\{c}{digits}", start)
             self.pos += width
-            return "cp", self._check_cp(int(digits, 16), start)
+            return self._check_cp(int(digits, 16), start)
         if c == "N":
             m = _NAMED_CHAR.match(p, self.pos)
             if not m:
@@ -522,13 +526,13 @@ class _Parser:
             except KeyError:
                 raise self.error(f"undefined character name {m.group(1)!r}", start) from None
             self.pos = m.end()
-            return "cp", self._check_cp(cp, start)
+            return self._check_cp(cp, start)
         if c == "0":
             digits = c
             while len(digits) < 3 and self.pos < self.n and p[self.pos] in _OCT:
                 digits += p[self.pos]
                 self.pos += 1
-            return "cp", int(digits, 8)
+            return int(digits, 8)
         if c.isdigit() and c.isascii():
             if c in _OCT:
                 more = p[self.pos : self.pos + 2]
@@ -542,15 +546,15 @@ class _Parser:
                     if value > 0o377:
                         raise self.error(f"octal escape value \\{c + more} outside of range 0-0o377", start)
                     self.pos += len(more)
-                    return "cp", value
+                    return value
             if in_class:
                 raise self.error(f"bad escape \\{c}", start)
             raise self.error(f"backreference \\{c} is not supported", start)
         if c.isascii() and c.isalpha():
             raise self.error(f"bad escape \\{c}", start)
-        return "cp", self._check_cp(ord(c), start + 1)
+        return self._check_cp(ord(c), start + 1)
 
-    def _ecma_escape(self, in_class: bool) -> tuple[str, object]:
+    def _ecma_escape(self, in_class: bool) -> _Item:
         """ECMA-262's escapes (Annex B leniency: an unknown escape is the character)."""
         p = self.p
         start = self.pos
@@ -560,28 +564,28 @@ class _Parser:
         c = p[self.pos]
         self.pos += 1
         if c in _ECMA_CLASS_ESCAPES:
-            return "set", (_ECMA_CLASS_ESCAPES[c], False)
+            return (_ECMA_CLASS_ESCAPES[c], False)
         if c in _ECMA_CHAR_ESCAPES:
-            return "cp", _ECMA_CHAR_ESCAPES[c]
+            return _ECMA_CHAR_ESCAPES[c]
         if c == "b" and in_class:
-            return "cp", 8
+            return 8
         if c == "0" and not (self.pos < self.n and p[self.pos].isdigit()):
-            return "cp", 0
+            return 0
         if c.isdigit():
             raise self.error("backreferences are not supported", start)
         if c == "k" and self.pos < self.n and p[self.pos] == "<":
             raise self.error("named backreferences are not supported", start)
         if c == "c" and self.pos < self.n and p[self.pos].isascii() and p[self.pos].isalpha():
             self.pos += 1
-            return "cp", ord(p[self.pos - 1]) % 32
+            return ord(p[self.pos - 1]) % 32
         if c == "x":
             m = _ECMA_HEX2.match(p, self.pos)
             if m:
                 self.pos = m.end()
-                return "cp", int(m.group(0), 16)
-            return "cp", ord("x")
+                return int(m.group(0), 16)
+            return ord("x")
         if c == "u":
-            return "cp", self._ecma_unicode_escape(start)
+            return self._ecma_unicode_escape(start)
         if c in "pP" and self.pos < self.n and p[self.pos] == "{":
             end = p.find("}", self.pos)
             if end < 0:
@@ -596,8 +600,8 @@ class _Parser:
             s = charset.category_set(name)
             if s is None:
                 raise self.error(f"unicode property {name!r} is not supported", start)
-            return "set", (s, c == "P")
-        return "cp", self._check_cp(ord(c), start + 1)
+            return (s, c == "P")
+        return self._check_cp(ord(c), start + 1)
 
     def _ecma_unicode_escape(self, start: int) -> int:
         """After `\\u`: `{hex}`, four hex digits (a surrogate pair as one code point), or
@@ -647,16 +651,16 @@ class _Parser:
             if self.pos + 1 < self.n and p[self.pos] == "-" and p[self.pos + 1] != "]":
                 self.pos += 1
                 hi = self._class_item()
-                if (lo[0] != "cp" or hi[0] != "cp") and self.ecma:
+                if not isinstance(lo, int) or not isinstance(hi, int):
+                    if not self.ecma:
+                        raise self.error("bad character range (a class escape cannot be a range end)", item_pos)
                     # Annex B: a class escape next to '-' makes the '-' literal.
-                    for item in (lo, ("cp", 0x2D), hi):
+                    for item in (lo, 0x2D, hi):
                         ranges.extend(self._item_ranges(item))
                     continue
-                if lo[0] != "cp" or hi[0] != "cp":
-                    raise self.error("bad character range (a class escape cannot be a range end)", item_pos)
-                if hi[1] < lo[1]:
-                    raise self.error(f"bad character range {chr(lo[1])!r}-{chr(hi[1])!r}", item_pos)
-                ranges.append((lo[1], hi[1]))
+                if hi < lo:
+                    raise self.error(f"bad character range {chr(lo)!r}-{chr(hi)!r}", item_pos)
+                ranges.append((lo, hi))
             else:
                 ranges.extend(self._item_ranges(lo))
         norm = charset.normalize(ranges)
@@ -665,15 +669,15 @@ class _Parser:
         return self.es.char_class(norm, negate=negate)
 
     @staticmethod
-    def _item_ranges(item: tuple[str, object]):
-        if item[0] == "cp":
-            return ((item[1], item[1]),)
-        set_ranges, neg = item[1]
+    def _item_ranges(item: _Item) -> CharSet:
+        if isinstance(item, int):
+            return ((item, item),)
+        set_ranges, neg = item
         return charset.complement(charset.normalize(set_ranges)) if neg else set_ranges
 
-    def _class_item(self) -> tuple[str, object]:
+    def _class_item(self) -> _Item:
         c = self.p[self.pos]
         if c == "\\":
             return self.escape(in_class=True)
         self.pos += 1
-        return "cp", self._check_cp(ord(c), self.pos - 1)
+        return self._check_cp(ord(c), self.pos - 1)

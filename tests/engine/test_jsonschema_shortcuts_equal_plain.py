@@ -200,9 +200,9 @@ def test_untyped_schema_shortcut_keeps_errors():
         compile_json_schema({"properties": {"n": {"type": "number", "multipleOf": 0.3}}})
 
 
-def test_keys_other_than_the_listed_ones_reach_the_lexer_already_parsed():
-    from midword.engine.jsonschema import CANON_CHAR
-    from midword.engine.regex import ExprSet, _Parser
+def test_keys_other_than_the_listed_ones_reach_the_lexer_as_one_exclusion():
+    from midword.engine.jsonschema.strings import CANON_BODY, quoted
+    from midword.engine.regex import ExprSet, term
 
     schema = {
         "type": "object",
@@ -211,11 +211,12 @@ def test_keys_other_than_the_listed_ones_reach_the_lexer_already_parsed():
     }
     g = compile_json_schema(schema)
     (key,) = [lx for lx in g.lexemes if lx.name == "key"]
-    # The text is the one the front end always wrote, so grammars and their keys compare
-    # as before; the lexer's parse of it is a lookup of the expression built from parts.
-    assert key.regex == '"(?:(?:' + CANON_CHAR + '*)&~(?:a\\x20b|q\\\\\\"|ünï))"'
+    # Built from its parts, never written as text for the lexer to parse: the listed
+    # keys' encoded text taken out of the string body by one exclusion node.
+    assert key.expr == quoted(term.excl(CANON_BODY, [b"a b", b'q\\"', "ünï".encode()]))
     es = ExprSet.shared()
-    assert es._parsed[(key.regex, "", True)] == _Parser(es, key.regex, "", True).parse()
+    opening, rest = es._args[es.build(key.expr)]
+    assert es.kind_name(es._args[rest][0]) == "exclude"
     assert grammar_accepts(g, '{"a b": {}, "ünï": 1, "zz": 3, "ün": 2, "q": 4}'.encode())
     assert not grammar_accepts(g, '{"ünï": 1, "ünï": 2}'.encode())  # a listed key is no other key
     assert not grammar_accepts(g, b'{"q\\"": 1, "q\\"": 2}')

@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from midword.engine.limits import GrammarError, LimitExceeded, Limits
-from midword.engine.regex import ExprSet, LazyDFA, _class_map, _split_class_map, refine_byte_sets, utf8_sequences
+from midword.engine.regex import ExprSet, LazyDFA, _class_map, _split_class_map, refine_byte_sets, term, utf8_sequences
 
 JSON_CHAR = r'[^"\\\x00-\x1F\x7F]'
 JSON_STRING_BODY = r'([^"\\\x00-\x1F\x7F]|\\(["\\/bfnrt]|u[a-fA-F0-9]{4}))*"'
@@ -996,29 +996,69 @@ _exclusion_words = st.lists(
     _exclusion_words, st.sampled_from([r"[^\"\\]*", r"(?:[a-z]|\\[\"n])*", "x{2,3}"]), st.sampled_from(['"', "'", "é"])
 )
 @settings(max_examples=200, deadline=None)
-def test_parse_excluding_remembers_exactly_the_parse_of_its_pattern(words, body, quote):
-    from midword.engine.regex import _Parser
-
+def test_an_exclusion_term_builds_what_the_parser_makes_of_its_text(words, body, quote):
+    # A JSON object's keys other than its listed ones, as the JSON Schema front end
+    # builds them: one exclusion node, the very expression the parser makes of the
+    # same language written out (`render`), so both meet in the hash-consed set.
     es = ExprSet()
-    pattern = es.parse_excluding(quote, body, words)
-    built = es.parse(pattern, extended=True)  # the remembered expression
-    assert _Parser(es, pattern, "", True).parse() == built  # the parser's own, hash-consed
-    # And it means what it says: the words are out, other strings of the body are in.
     q = quote.encode()
+    t = term.seq(term.lit(q), term.excl(term.src(body), words), term.lit(q))
+    built = es.build(t)
+    assert es.parse(term.render(t), extended=True) == built
     assert LazyDFA(es, built).matches(q + q) == (b"" not in words and re.fullmatch(body, "") is not None)
     for w in words:
         assert not LazyDFA(es, built).matches(q + w + q)
 
 
-def test_parse_excluding_refuses_what_no_pattern_spells():
+_term_leaves = st.one_of(
+    # UTF-8 only: midword's syntax spells code points, so other bytes have no rendering.
+    st.text(alphabet="ab|*(é", max_size=3).map(lambda t: term.lit(t.encode())),
+    st.sampled_from([[(0x61, 0x63)], [(0x30, 0x39), (0xE9, 0xE9)], [(0x4E2D, 0x4E2D)]]).map(term.cls),
+    st.sampled_from(["a*", "[^ab]", "x|yz"]).map(term.src),
+)
+_terms = st.recursive(
+    _term_leaves,
+    lambda inner: st.one_of(
+        st.lists(inner, min_size=0, max_size=3).map(lambda ts: term.seq(*ts)),
+        st.lists(inner, min_size=1, max_size=3).map(lambda ts: term.alt(*ts)),
+        st.lists(inner, min_size=1, max_size=2).map(lambda ts: term.and_(*ts)),
+        inner.map(term.not_),
+        st.tuples(inner, st.integers(0, 2), st.sampled_from([None, 2, 3])).map(lambda a: term.rep(*a)),
+    ),
+    max_leaves=6,
+)
+
+
+@given(_terms, st.lists(st.binary(max_size=4), max_size=8))
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+def test_a_term_means_what_its_rendering_means(t, inputs):
+    # The lexer builds a term from its parts, never from `render`'s text; the two must
+    # still agree on every string, or listings and messages would show another lexeme.
     es = ExprSet()
-    with pytest.raises(ValueError, match="not UTF-8"):
-        es.parse_excluding('"', "a*", [b"\xff"])
-    with pytest.raises(ValueError, match="at least one word"):
-        es.parse_excluding('"', "a*", [])
-    for quote in ("|", "(", "''", "."):
-        with pytest.raises((ValueError, GrammarError)):
-            es.parse_excluding(quote, "a*", [b"x"])
+    built = LazyDFA(es, es.build(t))
+    parsed = LazyDFA(es, es.parse(term.render(t), extended=True))
+    for data in inputs + [b"", b"a", b"ab", b"x", "é".encode()]:
+        assert built.matches(data) == parsed.matches(data), (t, data)
+
+
+def test_terms_are_keys_by_structure():
+    # Equal terms share one lexeme; different expressions never share a key, even
+    # where their renderings would read alike.
+    from midword.engine.grammar import GrammarBuilder
+
+    b = GrammarBuilder()
+    a1 = b.lexeme_expr("x", term.seq(term.lit(b"a"), term.rep(term.src("b"), 0, None)))
+    a2 = b.lexeme_expr("y", term.seq(term.lit(b"a"), term.rep(term.src("b"), 0, None)))
+    other = b.lexeme_expr("z", term.seq(term.lit(b"a"), term.rep(term.lit(b"b"), 1, None)))
+    assert a1 == a2 != other
+    # `a|b` then `c`, and `a|bc`: one text once written out flat, two languages.
+    split = term.seq(term.src("a|b"), term.lit(b"c"))
+    assert b.lexeme_expr("s", split) != b.lexeme_expr("t", term.src("a|bc"))
+    es = ExprSet()
+    assert es.build(split) == es.parse("(?:a|b)c") != es.build(term.src("a|bc"))
+    assert term.lit(b"ab") != term.seq(term.lit(b"a"), term.lit(b"b"))
+    with pytest.raises(ValueError, match="not a regex term"):
+        ExprSet().build(("bogus",))
 
 
 # --------------------------------------------------------------------------------------

@@ -1,0 +1,166 @@
+"""The node storage of an `ExprSet`: the parallel per-node arrays, the caches, and the
+constructors the derivative and analysis code builds with. `_Derivatives` and
+`_Analysis` extend it, and `ExprSet` extends them with the constructors declared here."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+
+import numpy as np
+
+from ..limits import DEFAULT_LIMITS, LimitExceeded, Limits, check_compile_budget
+from .nodes import AND as _AND
+from .nodes import CONCAT as _CONCAT
+from .nodes import EPS as _EPS
+from .nodes import EXCL as _EXCL
+from .nodes import MAX_HEIGHT
+from .nodes import NOT as _NOT
+from .nodes import NOTHING as _NOTHING
+from .nodes import OR as _OR
+from .nodes import REPEAT as _REPEAT
+
+# The least length recorded for ∅ (no string at all): above any trie depth, and kept as
+# the cap of every least length so that sums stay small.
+NO_LEN = 1 << 30
+
+
+class _Store:
+    def __init__(self, limits: Limits = DEFAULT_LIMITS):
+        self.limits = limits
+        # Parallel per-node arrays.
+        self._kind: list[int] = []
+        self._args: list[tuple] = []
+        self._nullable: list[bool] = []
+        self._height: list[int] = []
+        # Contains & or ~ (other than ~∅): only then can a non-∅ node be empty.
+        self._has_bool: list[bool] = []
+        # The largest finite repeat count in the node, lower or upper, times the least
+        # length of what it repeats (at least 1): the bytes that many repetitions take at
+        # least. `clamped` leaves a node whose count is within its depth alone without
+        # looking inside.
+        self._max_count: list[int] = []
+        # The least length of the node's strings (for ∅, larger than any depth).
+        self._min_len: list[int] = []
+        self._ids: dict[tuple, int] = {}
+
+        self._deriv: dict[int, int] = {}
+        self._first_masks: dict[int, tuple[int, ...]] = {}
+        self._masks_interned: dict[tuple[int, ...], tuple[int, ...]] = {}
+        self._classmap_by_masks: dict[tuple[int, ...], bytes] = {}
+        self._combined: dict[frozenset, tuple[np.ndarray, tuple[int, ...]]] = {}
+        self._first_bytes: dict[int, int] = {}
+        self._or_firsts: dict[int, tuple[int, ...]] = {}
+        self._classmap: dict[int, bytes] = {}
+        self._empty: dict[int, bool] = {}
+        self._next: dict[int, np.ndarray] = {}
+        self._maxlen: dict[int, int | None] = {}
+        # depth -> expression -> its clamped form: see `clamped`.
+        self._clamped: dict[int, dict[int, int]] = {}
+        self._parsed: dict[tuple, int] = {}
+        # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
+        self._groups: dict[tuple, int] = {}
+        self._literals: dict[bytes, int] = {}
+        # The words of each finite expression, sorted, or None: see `_finite_words`.
+        self._words_of: dict[int, tuple[bytes, ...] | None] = {}
+        # The node of each single byte, once made (literal() reads it per byte).
+        self._byte_nodes: list[int] = [-1] * 256
+        self._class_cache: dict[tuple, int] = {}
+        # Multibyte classes by node, so to_str can print them as code point classes.
+        self._class_of: dict[int, tuple] = {}
+        self._subset_cache: dict[tuple[int, int], bool] = {}
+        self._prefix_cache: dict[tuple[int, int], bool] = {}
+        # (guard bytes, shadow) per expression with & and ~, or None: see `shadow`.
+        self._shadows: dict[int, tuple[int, int] | None] = {}
+        # (shadow's class map, guard) -> that map with each guard byte a class of its own:
+        # key states whose remaining keys start with the same bytes share one.
+        self._split_maps: dict[tuple[bytes, int], bytes] = {}
+
+        self._new(_NOTHING, (), (), False, 0, False)
+        self._new(_EPS, (), (), True, 0, False)
+        # All byte strings; ~∅. It is non-empty, hence has_bool False.
+        self.ALL = self._new(_NOT, (_NOT, 0), (0,), True, 1, False)
+
+    # Node storage ----------------------------------------------------------------------
+    def _new(self, kind: int, key: tuple, args: tuple, nullable: bool, height: int, has_bool: bool) -> int:
+        if height > MAX_HEIGHT:
+            raise LimitExceeded("max_regex_height", MAX_HEIGHT, "regular expression nested too deeply")
+        i = len(self._kind)
+        if i >= self.limits.max_regex_nodes:
+            raise LimitExceeded("max_regex_nodes", self.limits.max_regex_nodes, "too many distinct regular expressions")
+        check_compile_budget()
+        # Everything that can fail (a RecursionError deep in a caller included) comes
+        # before the first append: the parallel arrays of a shared set stay aligned.
+        counts, lens = self._max_count, self._min_len
+        if kind == _CONCAT:
+            count = max(counts[args[0]], counts[args[1]])
+            least = min(lens[args[0]] + lens[args[1]], NO_LEN)
+        elif kind == _OR:
+            count = max([counts[x] for x in args])
+            least = min([lens[x] for x in args])
+        elif kind == _AND:
+            count = max([counts[x] for x in args])
+            least = max([lens[x] for x in args])
+        elif kind == _REPEAT:
+            inner = lens[args[0]]
+            count = max(counts[args[0]], max(args[1], args[2] or 0) * max(1, min(inner, NO_LEN)))
+            least = min(inner * args[1], NO_LEN)
+        elif kind == _EXCL:
+            count = counts[args[0]]
+            least = lens[args[0]]
+        elif kind == _NOT:
+            count = counts[args[0]]
+            least = 0
+        elif kind == _NOTHING:
+            count, least = 0, NO_LEN
+        else:
+            count, least = 0, 0 if kind == _EPS else 1
+        self._kind.append(kind)
+        self._args.append(args)
+        self._nullable.append(nullable)
+        self._height.append(height)
+        self._has_bool.append(has_bool)
+        counts.append(count)
+        lens.append(least)
+        if key:
+            self._ids[key] = i
+        return i
+
+    def __len__(self) -> int:
+        return len(self._kind)
+
+    def kind_name(self, expr: int) -> str:
+        return ("nothing", "epsilon", "bytes", "concat", "or", "and", "not", "repeat", "exclude")[self._kind[expr]]
+
+    # Constructors and questions defined further down the hierarchy (`ExprSet`,
+    # `_Analysis`) that the derivative and analysis code uses.
+    @abstractmethod
+    def alt(self, *exprs: int) -> int:
+        raise NotImplementedError
+
+    @abstractmethod
+    def and_(self, *exprs: int) -> int:
+        raise NotImplementedError
+
+    @abstractmethod
+    def not_(self, expr: int) -> int:
+        raise NotImplementedError
+
+    @abstractmethod
+    def repeat(self, expr: int, lo: int, hi: int | None) -> int:
+        raise NotImplementedError
+
+    @abstractmethod
+    def _concat2(self, a: int, b: int) -> int:
+        raise NotImplementedError
+
+    @abstractmethod
+    def _exclude_sorted(self, expr: int, words: tuple[bytes, ...]) -> int:
+        raise NotImplementedError
+
+    @abstractmethod
+    def is_empty(self, expr: int, bound: int | None = None) -> bool:
+        raise NotImplementedError
+
+    @abstractmethod
+    def to_str(self, expr: int, max_chars: int = 2000) -> str:
+        raise NotImplementedError
