@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -129,6 +129,7 @@ def _nbytes(obj, seen: set, depth: int) -> int:
         return int(base.nbytes)
     if depth <= 0 or isinstance(obj, (str, bytes, int, float, bool, type(None))):
         return 0
+    items: Iterable[Any]
     if isinstance(obj, dict):
         items = obj.values()
     elif isinstance(obj, (list, tuple)):

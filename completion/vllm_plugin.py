@@ -546,7 +546,7 @@ def _time_masks(path: str) -> None:
             with lock:
                 out.write(f"{name} {elapsed}\n")
 
-        fill_bitmask.__wrapped__ = fill
+        fill_bitmask.__wrapped__ = fill  # type: ignore[attr-defined]  # a function attribute
         cls.fill_bitmask = fill_bitmask
 
     timed(MidwordGrammar, "midword")
