@@ -243,6 +243,7 @@ class LeanGemma3(TransformersModel):
         threads: int | None = None,
         max_branch_nodes: int = 1024,
         prefill_chunk: int = 512,
+        use_kernel: bool = True,
     ):
         self.name = name
         self.tokenizer = tokenizer
@@ -283,6 +284,9 @@ class LeanGemma3(TransformersModel):
         }
         self.profile: StepProfile | None = None
         self.set_threads(torch.get_num_threads() if threads is None else threads)
+        # Decode steps go through the compiled step (lean_kernels) when every matrix is int8.
+        self.use_kernel = bool(use_kernel)
+        self._prepare_kernel()
         self._reset_state()
         self.probe_tokens = self.encode_prompt(PROBE_TEXTS[0])
         self.probe_logits = None
@@ -564,6 +568,17 @@ class LeanGemma3(TransformersModel):
         cache.reserve(c + n)
         total = c + n
         positions = pos[0]
+        if n == 1 and mask is None and self._kernel_args is not None and int(positions[0]) == c:
+            x = self._step_compiled(int(ids[0, 0]), c)
+            cache.filled = total
+            dt = time.perf_counter() - t_start
+            self.stats.forward_passes += 1
+            self.stats.tokens_prefilled += 1
+            self.stats.forward_seconds += dt
+            if prof:
+                prof.total += dt
+                prof.steps += 1
+            return x[None, None]
         x = self._embed_rows(ids[0])
         heads, kvh, hd = sp.heads, sp.kv_heads, sp.head_dim
         rep = heads // kvh
@@ -625,6 +640,86 @@ class LeanGemma3(TransformersModel):
             prof.total += dt
             prof.steps += 1
         return x[None]
+
+    def _prepare_kernel(self) -> None:
+        """The arrays of the compiled decode step (lean_kernels.decode_step_py), gathered
+        once: every matrix int8, the embedding table int8 (the tied head)."""
+        self._kernel_args = None
+        if not self.use_kernel or self._head_int8 is None:
+            return
+        if not all(m.int8 for layer in self._layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down)):
+            return
+        sp = self.spec
+
+        def mats(part):
+            m = [getattr(layer, part).w for layer in self._layers]
+            return tuple(np.ascontiguousarray(w.q) for w in m), tuple(np.ascontiguousarray(w.scales) for w in m)
+
+        qkv_q, qkv_s = mats("qkv")
+        o_q, o_s = mats("o")
+        gu_q, gu_s = mats("gate_up")
+        d_q, d_s = mats("down")
+        norms = np.stack(
+            [
+                np.stack([layer.input_norm, layer.post_attn_norm, layer.pre_ff_norm, layer.post_ff_norm])
+                for layer in (self._layers)
+            ]
+        ).astype(np.float32)
+        qk_norms = np.stack([np.stack([layer.q_norm, layer.k_norm]) for layer in self._layers]).astype(np.float32)
+        sliding = np.array([layer.kind == "sliding_attention" for layer in self._layers], dtype=np.bool_)
+        inv_freq = np.stack([self._inv_freq[layer.kind].numpy() for layer in self._layers]).astype(np.float32)
+        self._kernel_args = dict(
+            embed_q=np.ascontiguousarray(self._head_int8.q),
+            embed_s=np.ascontiguousarray(self._head_int8.scales),
+            embed_scale=np.float32(self._embed_scale.item()),
+            weights=(qkv_q, qkv_s, o_q, o_s, gu_q, gu_s, d_q, d_s),
+            norms=norms,
+            qk_norms=qk_norms,
+            sliding=sliding,
+            inv_freq=inv_freq,
+            window=int(sp.window or 0),
+            eps=float(sp.eps),
+            scaling=np.float32(sp.scaling),
+            heads=int(sp.heads),
+            final_norm=self._final_norm.numpy().astype(np.float32),
+        )
+
+    def _step_compiled(self, token: int, pos: int) -> torch.Tensor:
+        """The final hidden row of one token at position `pos` == the cache's length, by
+        the compiled step (its key and value are written into the cache)."""
+        import numba
+
+        from .lean_kernels import compiled
+
+        step, _ = compiled()
+        out = np.empty(self.hidden_size, dtype=np.float32)
+        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+        step(*self.step_arguments(token, pos, self._cache.k.numpy(), self._cache.v.numpy(), out))
+        return torch.from_numpy(out)
+
+    def step_arguments(self, token: int, pos: int, keys: np.ndarray, values: np.ndarray, out: np.ndarray) -> tuple:
+        """The arguments of lean_kernels.decode_step_py for one token over these cache arrays."""
+        a = self._kernel_args
+        return (
+            token,
+            pos,
+            a["embed_q"],
+            a["embed_s"],
+            a["embed_scale"],
+            *a["weights"],
+            a["norms"],
+            a["qk_norms"],
+            a["sliding"],
+            a["inv_freq"],
+            a["window"],
+            keys,
+            values,
+            a["eps"],
+            a["scaling"],
+            a["heads"],
+            a["final_norm"],
+            out,
+        )
 
     def _masks(self, mask, positions: torch.Tensor, c: int, n: int) -> dict:
         """Per layer kind: None (every cached key visible), ("slice", start) (keys from

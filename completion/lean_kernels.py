@@ -1,0 +1,228 @@
+"""One compiled call per decode step of the lean Gemma 3 forward.
+
+A decode step of Gemma 3 270M is 18 layers of small operations on one row: four int8
+matrix-vector products, two RMSNorms, QK-norms, a rotation, attention over the cached
+keys and a gated MLP. Issued as torch operations that is a few hundred dispatches, each
+costing more than its arithmetic; here the whole stack of layers is one numba function
+that releases the GIL and allocates nothing but its scratch rows.
+
+- The int8 products (`_matvec`) read each weight row once, convert it to float32 in
+  registers and sum 64 products per scale group, as `quantized.int8_rows_py` does; their
+  output rows are spread over numba's threads (`prange`), which is where a second core
+  helps: every other part of the step is far smaller than the weights.
+- Attention reads each cached key and value row once for the query heads that share it
+  (grouped-query attention), with a numerically stable softmax.
+- The KV cache is the caller's preallocated buffer: the step writes the new position's
+  key and value into it, so the next step (or a batched forward) sees them.
+
+`decode_step_py` is the plain-Python twin (prange is range outside numba) that tests run
+against the compiled function on a small random model.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import prange
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def matvec_py(q, scales, x, out):
+    """out[n] = sum_k q[n, k] * scales[n, k // group] * x[k] for an int8 (out, in) matrix."""
+    n_out, k_in = q.shape
+    n_groups = scales.shape[1]
+    gs = k_in // n_groups
+    for n in prange(n_out):
+        total = np.float32(0.0)
+        for g in range(n_groups):
+            base = g * gs
+            acc = np.float32(0.0)
+            for k in range(gs):
+                acc += np.float32(q[n, base + k]) * x[base + k]
+            total += acc * scales[n, g]
+        out[n] = total
+
+
+def _rms_into(x, weight, eps, out):
+    """out = x / rms(x) * weight (the weight is Gemma's 1 + scale, precomputed)."""
+    ss = 0.0
+    for i in range(x.shape[0]):
+        ss += np.float64(x[i]) * np.float64(x[i])
+    inv = np.float32(1.0 / math.sqrt(ss / x.shape[0] + eps))
+    for i in range(x.shape[0]):
+        out[i] = x[i] * inv * weight[i]
+
+
+def decode_step_py(
+    token,
+    pos,
+    embed_q,
+    embed_s,
+    embed_scale,
+    qkv_q,
+    qkv_s,
+    o_q,
+    o_s,
+    gu_q,
+    gu_s,
+    d_q,
+    d_s,
+    norms,
+    qk_norms,
+    sliding,
+    inv_freq,
+    window,
+    keys,
+    values,
+    eps,
+    scaling,
+    heads,
+    final_norm,
+    out,
+):
+    """The final hidden row of `token` at position `pos`, the cache holding positions
+    [0, pos) of every layer in keys/values (layers, kv_heads, capacity, head_dim); the
+    token's own key and value are written at `pos`.
+
+    Per layer li: qkv_q[li]/qkv_s[li] (fused query, key, value projection), o, gu (fused
+    gate and up), d (down) int8 matrices with their scales; norms[li] the four (1 + w)
+    RMSNorm weights (input, post-attention, pre-MLP, post-MLP), qk_norms[li] the query
+    and key norms; sliding[li] whether the layer sees only the last `window` positions;
+    inv_freq[li] its rotary frequencies."""
+    hidden = embed_q.shape[1]
+    n_layers = len(qkv_q)
+    kv_heads = keys.shape[1]
+    head_dim = keys.shape[3]
+    half = head_dim // 2
+    rep = heads // kv_heads
+    q_size = heads * head_dim
+    kv_size = kv_heads * head_dim
+    inter = gu_q[0].shape[0] // 2
+    egs = hidden // embed_s.shape[1]
+
+    x = np.empty(hidden, dtype=np.float32)
+    for i in range(hidden):
+        x[i] = np.float32(embed_q[token, i]) * embed_s[token, i // egs] * embed_scale
+    h = np.empty(hidden, dtype=np.float32)
+    t = np.empty(hidden, dtype=np.float32)
+    qkv = np.empty(q_size + 2 * kv_size, dtype=np.float32)
+    qr = np.empty(q_size, dtype=np.float32)
+    attn = np.empty(q_size, dtype=np.float32)
+    gu = np.empty(2 * inter, dtype=np.float32)
+    m = np.empty(inter, dtype=np.float32)
+    cos = np.empty(half, dtype=np.float32)
+    sin = np.empty(half, dtype=np.float32)
+    tmp = np.empty(head_dim, dtype=np.float32)
+    scores = np.empty((rep, pos + 1), dtype=np.float32)
+
+    for li in range(n_layers):
+        _rms_into(x, norms[li, 0], eps, h)
+        matvec_py(qkv_q[li], qkv_s[li], h, qkv)
+        for i in range(half):
+            angle = np.float32(pos) * inv_freq[li, i]
+            cos[i] = np.float32(math.cos(angle))
+            sin[i] = np.float32(math.sin(angle))
+        # Query heads: QK-norm, then the half-split rotation.
+        for hh in range(heads):
+            base = hh * head_dim
+            _rms_into(qkv[base : base + head_dim], qk_norms[li, 0], eps, tmp)
+            for i in range(half):
+                a = tmp[i]
+                b = tmp[i + half]
+                qr[base + i] = a * cos[i] - b * sin[i]
+                qr[base + i + half] = b * cos[i] + a * sin[i]
+        for kh in range(kv_heads):
+            base = q_size + kh * head_dim
+            _rms_into(qkv[base : base + head_dim], qk_norms[li, 1], eps, tmp)
+            for i in range(half):
+                a = tmp[i]
+                b = tmp[i + half]
+                keys[li, kh, pos, i] = a * cos[i] - b * sin[i]
+                keys[li, kh, pos, i + half] = b * cos[i] + a * sin[i]
+            vbase = q_size + kv_size + kh * head_dim
+            for i in range(head_dim):
+                values[li, kh, pos, i] = qkv[vbase + i]
+
+        start = 0
+        if sliding[li] and window > 0 and pos + 1 > window:
+            start = pos + 1 - window
+        length = pos + 1 - start
+        for kh in range(kv_heads):
+            for j in range(length):
+                for r in range(rep):
+                    qb = (kh * rep + r) * head_dim
+                    acc = np.float32(0.0)
+                    for i in range(head_dim):
+                        acc += qr[qb + i] * keys[li, kh, start + j, i]
+                    scores[r, j] = acc * scaling
+            for r in range(rep):
+                peak = scores[r, 0]
+                for j in range(1, length):
+                    if scores[r, j] > peak:
+                        peak = scores[r, j]
+                total = np.float32(0.0)
+                for j in range(length):
+                    e = np.float32(math.exp(scores[r, j] - peak))
+                    scores[r, j] = e
+                    total += e
+                inv = np.float32(1.0) / total
+                for j in range(length):
+                    scores[r, j] *= inv
+                ob = (kh * rep + r) * head_dim
+                for i in range(head_dim):
+                    attn[ob + i] = 0.0
+            for j in range(length):
+                for r in range(rep):
+                    ob = (kh * rep + r) * head_dim
+                    p = scores[r, j]
+                    for i in range(head_dim):
+                        attn[ob + i] += p * values[li, kh, start + j, i]
+
+        matvec_py(o_q[li], o_s[li], attn, t)
+        _rms_into(t, norms[li, 1], eps, h)
+        for i in range(hidden):
+            x[i] += h[i]
+        _rms_into(x, norms[li, 2], eps, h)
+        matvec_py(gu_q[li], gu_s[li], h, gu)
+        for i in range(inter):
+            g = gu[i]
+            inner = np.float32(SQRT_2_OVER_PI) * (g + np.float32(0.044715) * g * g * g)
+            m[i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * gu[inter + i]
+        matvec_py(d_q[li], d_s[li], m, t)
+        _rms_into(t, norms[li, 3], eps, h)
+        for i in range(hidden):
+            x[i] += h[i]
+    _rms_into(x, final_norm, eps, out)
+
+
+_compiled = None
+
+
+def compiled():
+    """The compiled step and matvec (parallel over output rows; the thread count is
+    numba's, set per call by the caller)."""
+    global _compiled
+    if _compiled is None:
+        import numba
+
+        opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
+        mv = numba.njit(parallel=True, **opts)(matvec_py)
+        rms = numba.njit(**opts)(_rms_into)
+        # The step calls the compiled helpers through its globals.
+        g = dict(decode_step_py.__globals__)
+        g.update(matvec_py=mv, _rms_into=rms)
+        step_fn = _rebind(decode_step_py, g)
+        step = numba.njit(**opts)(step_fn)
+        _compiled = (step, mv)
+    return _compiled
+
+
+def _rebind(fn, globals_):
+    import types
+
+    new = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__qualname__ = fn.__qualname__
+    new.__module__ = fn.__module__
+    return new
