@@ -691,11 +691,45 @@ class LeanGemma3(TransformersModel):
 
         from .lean_kernels import compiled
 
-        step, _ = compiled()
+        step = compiled().step
         out = np.empty(self.hidden_size, dtype=np.float32)
         numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
         step(*self.step_arguments(token, pos, self._cache.k.numpy(), self._cache.v.numpy(), out))
         return torch.from_numpy(out)
+
+    def time_parts(self) -> tuple[float, float]:
+        """Seconds of one decode step's int8 products and of its attention over the cache
+        as it is now, each run apart by the compiled kernels the step calls (`bench model`'s
+        breakdown: the step itself is one call)."""
+        import numba
+
+        from .lean_kernels import compiled
+
+        if self._kernel_args is None or self._cache.filled == 0:
+            return float("nan"), float("nan")
+        kern = compiled()
+        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+        a = self._kernel_args
+        sp = self.spec
+        t0 = time.perf_counter()
+        for quantized, scales in zip(a["weights"][0::2], a["weights"][1::2], strict=True):
+            for q, s in zip(quantized, scales, strict=True):
+                x = self._probe_row(q.shape[1])
+                kern.matvec(q, s, x, np.empty(q.shape[0], dtype=np.float32))
+        matmul = time.perf_counter() - t0
+        pos = self._cache.filled - 1
+        keys, values = self._cache.k.numpy(), self._cache.v.numpy()
+        qr = self._probe_row(sp.heads * sp.head_dim)
+        out = np.empty(sp.heads * sp.head_dim, dtype=np.float32)
+        scores = np.empty((sp.heads // sp.kv_heads, pos + 1), dtype=np.float32)
+        t0 = time.perf_counter()
+        for li, sliding in enumerate(a["sliding"]):
+            start = pos + 1 - sp.window if sliding and sp.window and pos + 1 > sp.window else 0
+            kern.attend(qr, keys[li], values[li], start, pos + 1, a["scaling"], scores, out)
+        return matmul, time.perf_counter() - t0
+
+    def _probe_row(self, n: int) -> np.ndarray:
+        return np.linspace(-1.0, 1.0, n, dtype=np.float32)
 
     def step_arguments(self, token: int, pos: int, keys: np.ndarray, values: np.ndarray, out: np.ndarray) -> tuple:
         """The arguments of lean_kernels.decode_step_py for one token over these cache arrays."""

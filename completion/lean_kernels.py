@@ -22,6 +22,7 @@ against the compiled function on a small random model.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 from numba import prange
@@ -53,6 +54,46 @@ def _rms_into(x, weight, eps, out):
     inv = np.float32(1.0 / math.sqrt(ss / x.shape[0] + eps))
     for i in range(x.shape[0]):
         out[i] = x[i] * inv * weight[i]
+
+
+def _attend_into(qr, keys, values, start, stop, scaling, scores, attn):
+    """Grouped-query attention of the query heads qr (heads * head_dim) over one layer's
+    cached positions [start, stop) of keys/values (kv_heads, capacity, head_dim), into
+    attn (heads * head_dim); scores is scratch of at least (heads / kv_heads, stop - start)."""
+    kv_heads = keys.shape[0]
+    head_dim = keys.shape[2]
+    rep = qr.shape[0] // head_dim // kv_heads
+    length = stop - start
+    for kh in range(kv_heads):
+        for j in range(length):
+            for r in range(rep):
+                qb = (kh * rep + r) * head_dim
+                acc = np.float32(0.0)
+                for i in range(head_dim):
+                    acc += qr[qb + i] * keys[kh, start + j, i]
+                scores[r, j] = acc * scaling
+        for r in range(rep):
+            peak = scores[r, 0]
+            for j in range(1, length):
+                if scores[r, j] > peak:
+                    peak = scores[r, j]
+            total = np.float32(0.0)
+            for j in range(length):
+                e = np.float32(math.exp(scores[r, j] - peak))
+                scores[r, j] = e
+                total += e
+            inv = np.float32(1.0) / total
+            for j in range(length):
+                scores[r, j] *= inv
+            ob = (kh * rep + r) * head_dim
+            for i in range(head_dim):
+                attn[ob + i] = 0.0
+        for j in range(length):
+            for r in range(rep):
+                ob = (kh * rep + r) * head_dim
+                p = scores[r, j]
+                for i in range(head_dim):
+                    attn[ob + i] += p * values[kh, start + j, i]
 
 
 def decode_step_py(
@@ -148,37 +189,7 @@ def decode_step_py(
         start = 0
         if sliding[li] and window > 0 and pos + 1 > window:
             start = pos + 1 - window
-        length = pos + 1 - start
-        for kh in range(kv_heads):
-            for j in range(length):
-                for r in range(rep):
-                    qb = (kh * rep + r) * head_dim
-                    acc = np.float32(0.0)
-                    for i in range(head_dim):
-                        acc += qr[qb + i] * keys[li, kh, start + j, i]
-                    scores[r, j] = acc * scaling
-            for r in range(rep):
-                peak = scores[r, 0]
-                for j in range(1, length):
-                    if scores[r, j] > peak:
-                        peak = scores[r, j]
-                total = np.float32(0.0)
-                for j in range(length):
-                    e = np.float32(math.exp(scores[r, j] - peak))
-                    scores[r, j] = e
-                    total += e
-                inv = np.float32(1.0) / total
-                for j in range(length):
-                    scores[r, j] *= inv
-                ob = (kh * rep + r) * head_dim
-                for i in range(head_dim):
-                    attn[ob + i] = 0.0
-            for j in range(length):
-                for r in range(rep):
-                    ob = (kh * rep + r) * head_dim
-                    p = scores[r, j]
-                    for i in range(head_dim):
-                        attn[ob + i] += p * values[li, kh, start + j, i]
+        _attend_into(qr, keys[li], values[li], start, pos + 1, scaling, scores, attn)
 
         matvec_py(o_q[li], o_s[li], attn, t)
         _rms_into(t, norms[li, 1], eps, h)
@@ -200,8 +211,14 @@ def decode_step_py(
 _compiled = None
 
 
+class Kernels(NamedTuple):
+    step: object
+    matvec: object
+    attend: object
+
+
 def compiled():
-    """The compiled step and matvec (parallel over output rows; the thread count is
+    """The compiled step, matvec and attention (the matvec parallel over output rows; the thread count is
     numba's, set per call by the caller)."""
     global _compiled
     if _compiled is None:
@@ -210,12 +227,13 @@ def compiled():
         opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
         mv = numba.njit(parallel=True, **opts)(matvec_py)
         rms = numba.njit(**opts)(_rms_into)
+        attend = numba.njit(**opts)(_attend_into)
         # The step calls the compiled helpers through its globals.
         g = dict(decode_step_py.__globals__)
-        g.update(matvec_py=mv, _rms_into=rms)
+        g.update(matvec_py=mv, _rms_into=rms, _attend_into=attend)
         step_fn = _rebind(decode_step_py, g)
         step = numba.njit(**opts)(step_fn)
-        _compiled = (step, mv)
+        _compiled = Kernels(step, mv, attend)
     return _compiled
 
 
