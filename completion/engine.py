@@ -28,7 +28,7 @@ from midword.engine.recognizer import Recognizer
 from .constraint import Constraint, ConstraintError
 from .context import assemble, piece_key
 from .cpc import backoff, search_covers
-from .decode import StopRules, generate
+from .decode import DRAFT_TOKENS, StopRules, generate
 from .fim import template_for
 from .json_recovery import anchors
 from .multiline import plan as plan_lines
@@ -74,6 +74,8 @@ class CompletionEngine:
         self.model_name = model
         self.defaults = {"max_tokens": max_tokens, "temperature": temperature, "mode": mode}
         self._model = model_object
+        # Prompt-lookup draft tokens per model step (decode.py; 0: none, same output).
+        self.draft_tokens = DRAFT_TOKENS
         self._lock = threading.Lock()  # one completion at a time: the model's KV cache is shared
         self._grammars: OrderedDict[tuple, Grammar | None] = OrderedDict()
         self._constraints: OrderedDict[str, Constraint] = OrderedDict()
@@ -347,11 +349,14 @@ class CompletionEngine:
             initial_tokens=initial,
             typed_len=len(back.typed),
             started=budget_started,
+            draft=self.draft_tokens,
         )
         inserted = _complete_utf8(gen.inserted)
         timings.forward_passes += gen.forward_passes
         timings.tokens_generated = len(gen.tokens)
         timings.tokens_forced = gen.forced_tokens
+        timings.tokens_drafted = gen.drafted
+        timings.drafts_accepted = gen.draft_accepted
         timings.mask_ms = gen.mask_ms
         timings.decode_ms = gen.model_ms
         timings.total_ms = (time.perf_counter() - started) * 1e3
