@@ -48,6 +48,9 @@ from .quantized import Int8Weights
 
 # Preallocated cache positions; a longer sequence doubles it (up to max_context).
 DEFAULT_CAPACITY = 2048
+# Runs of up to this many new positions (decode steps, draft tokens) go through the
+# compiled step (lean_kernels); longer prefill chunks through torch's batched matmuls.
+KERNEL_MAX_POSITIONS = 16
 # Matrices of a decode step at least this large are split over the model's threads.
 LEAN_PARALLEL_MIN_WEIGHTS = 1 << 19
 # Probe prompts for the load-time check: code, prose-like comments, and a repeated line.
@@ -568,17 +571,23 @@ class LeanGemma3(TransformersModel):
         cache.reserve(c + n)
         total = c + n
         positions = pos[0]
-        if n == 1 and mask is None and self._kernel_args is not None and int(positions[0]) == c:
-            x = self._step_compiled(int(ids[0, 0]), c)
+        if (
+            n <= KERNEL_MAX_POSITIONS
+            and mask is None
+            and self._kernel_args is not None
+            and int(positions[0]) == c
+            and int(positions[-1]) == total - 1
+        ):
+            x = self._step_compiled(ids[0].numpy(), c)
             cache.filled = total
             dt = time.perf_counter() - t_start
             self.stats.forward_passes += 1
-            self.stats.tokens_prefilled += 1
+            self.stats.tokens_prefilled += n
             self.stats.forward_seconds += dt
             if prof:
                 prof.total += dt
                 prof.steps += 1
-            return x[None, None]
+            return x[None]
         x = self._embed_rows(ids[0])
         heads, kvh, hd = sp.heads, sp.kv_heads, sp.head_dim
         rep = heads // kvh
@@ -684,17 +693,17 @@ class LeanGemma3(TransformersModel):
             final_norm=self._final_norm.numpy().astype(np.float32),
         )
 
-    def _step_compiled(self, token: int, pos: int) -> torch.Tensor:
-        """The final hidden row of one token at position `pos` == the cache's length, by
-        the compiled step (its key and value are written into the cache)."""
+    def _step_compiled(self, tokens: np.ndarray, pos: int) -> torch.Tensor:
+        """The final hidden rows of `tokens` at positions from `pos` == the cache's length
+        on, by the compiled step (their keys and values are written into the cache)."""
         import numba
 
         from .lean_kernels import compiled
 
         step = compiled().step
-        out = np.empty(self.hidden_size, dtype=np.float32)
+        out = np.empty((tokens.size, self.hidden_size), dtype=np.float32)
         numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
-        step(*self.step_arguments(token, pos, self._cache.k.numpy(), self._cache.v.numpy(), out))
+        step(*self.step_arguments(tokens, pos, self._cache.k.numpy(), self._cache.v.numpy(), out))
         return torch.from_numpy(out)
 
     def time_parts(self) -> tuple[float, float]:
@@ -714,8 +723,8 @@ class LeanGemma3(TransformersModel):
         t0 = time.perf_counter()
         for quantized, scales in zip(a["weights"][0::2], a["weights"][1::2], strict=True):
             for q, s in zip(quantized, scales, strict=True):
-                x = self._probe_row(q.shape[1])
-                kern.matvec(q, s, x, np.empty(q.shape[0], dtype=np.float32))
+                x = self._probe_row(q.shape[1])[None]
+                kern.matvec(q, s, x, np.empty((1, q.shape[0]), dtype=np.float32))
         matmul = time.perf_counter() - t0
         pos = self._cache.filled - 1
         keys, values = self._cache.k.numpy(), self._cache.v.numpy()
@@ -731,11 +740,13 @@ class LeanGemma3(TransformersModel):
     def _probe_row(self, n: int) -> np.ndarray:
         return np.linspace(-1.0, 1.0, n, dtype=np.float32)
 
-    def step_arguments(self, token: int, pos: int, keys: np.ndarray, values: np.ndarray, out: np.ndarray) -> tuple:
-        """The arguments of lean_kernels.decode_step_py for one token over these cache arrays."""
+    def step_arguments(
+        self, tokens: np.ndarray, pos: int, keys: np.ndarray, values: np.ndarray, out: np.ndarray
+    ) -> tuple:
+        """The arguments of lean_kernels.decode_step_py for `tokens` over these cache arrays."""
         a = self._kernel_args
         return (
-            token,
+            np.ascontiguousarray(tokens, dtype=np.int64),
             pos,
             a["embed_q"],
             a["embed_s"],

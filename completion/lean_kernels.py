@@ -31,19 +31,25 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 
 
 def matvec_py(q, scales, x, out):
-    """out[n] = sum_k q[n, k] * scales[n, k // group] * x[k] for an int8 (out, in) matrix."""
+    """out[m, n] = sum_k q[n, k] * scales[n, k // group] * x[m, k] for an int8 (out, in)
+    matrix and a few rows x[m]. Each weight group is read once for all rows, and a row's
+    sum is added up in the same order whatever the number of rows, so a position's result
+    does not depend on the positions computed with it."""
     n_out, k_in = q.shape
     n_groups = scales.shape[1]
     gs = k_in // n_groups
+    rows = x.shape[0]
     for n in prange(n_out):
-        total = np.float32(0.0)
+        for m in range(rows):
+            out[m, n] = np.float32(0.0)
         for g in range(n_groups):
             base = g * gs
-            acc = np.float32(0.0)
-            for k in range(gs):
-                acc += np.float32(q[n, base + k]) * x[base + k]
-            total += acc * scales[n, g]
-        out[n] = total
+            scale = scales[n, g]
+            for m in range(rows):
+                acc = np.float32(0.0)
+                for k in range(gs):
+                    acc += np.float32(q[n, base + k]) * x[m, base + k]
+                out[m, n] += acc * scale
 
 
 def _rms_into(x, weight, eps, out):
@@ -97,7 +103,7 @@ def _attend_into(qr, keys, values, start, stop, scaling, scores, attn):
 
 
 def decode_step_py(
-    token,
+    tokens,
     pos,
     embed_q,
     embed_s,
@@ -123,9 +129,10 @@ def decode_step_py(
     final_norm,
     out,
 ):
-    """The final hidden row of `token` at position `pos`, the cache holding positions
-    [0, pos) of every layer in keys/values (layers, kv_heads, capacity, head_dim); the
-    token's own key and value are written at `pos`.
+    """The final hidden rows out (n, hidden) of the n `tokens` at positions pos, pos + 1,
+    ..., the cache holding positions [0, pos) of every layer in keys/values (layers,
+    kv_heads, capacity, head_dim); the tokens' own keys and values are written at their
+    positions. Each row attends causally, so row r is what a step of its own would give.
 
     Per layer li: qkv_q[li]/qkv_s[li] (fused query, key, value projection), o, gu (fused
     gate and up), d (down) int8 matrices with their scales; norms[li] the four (1 + w)
@@ -142,70 +149,81 @@ def decode_step_py(
     kv_size = kv_heads * head_dim
     inter = gu_q[0].shape[0] // 2
     egs = hidden // embed_s.shape[1]
+    n = tokens.shape[0]
 
-    x = np.empty(hidden, dtype=np.float32)
-    for i in range(hidden):
-        x[i] = np.float32(embed_q[token, i]) * embed_s[token, i // egs] * embed_scale
-    h = np.empty(hidden, dtype=np.float32)
-    t = np.empty(hidden, dtype=np.float32)
-    qkv = np.empty(q_size + 2 * kv_size, dtype=np.float32)
-    qr = np.empty(q_size, dtype=np.float32)
-    attn = np.empty(q_size, dtype=np.float32)
-    gu = np.empty(2 * inter, dtype=np.float32)
-    m = np.empty(inter, dtype=np.float32)
+    x = np.empty((n, hidden), dtype=np.float32)
+    for r in range(n):
+        token = tokens[r]
+        for i in range(hidden):
+            x[r, i] = np.float32(embed_q[token, i]) * embed_s[token, i // egs] * embed_scale
+    h = np.empty((n, hidden), dtype=np.float32)
+    t = np.empty((n, hidden), dtype=np.float32)
+    qkv = np.empty((n, q_size + 2 * kv_size), dtype=np.float32)
+    qr = np.empty((n, q_size), dtype=np.float32)
+    attn = np.empty((n, q_size), dtype=np.float32)
+    gu = np.empty((n, 2 * inter), dtype=np.float32)
+    m = np.empty((n, inter), dtype=np.float32)
     cos = np.empty(half, dtype=np.float32)
     sin = np.empty(half, dtype=np.float32)
     tmp = np.empty(head_dim, dtype=np.float32)
-    scores = np.empty((rep, pos + 1), dtype=np.float32)
+    scores = np.empty((rep, pos + n), dtype=np.float32)
 
     for li in range(n_layers):
-        _rms_into(x, norms[li, 0], eps, h)
+        for r in range(n):
+            _rms_into(x[r], norms[li, 0], eps, h[r])
         matvec_py(qkv_q[li], qkv_s[li], h, qkv)
-        for i in range(half):
-            angle = np.float32(pos) * inv_freq[li, i]
-            cos[i] = np.float32(math.cos(angle))
-            sin[i] = np.float32(math.sin(angle))
-        # Query heads: QK-norm, then the half-split rotation.
-        for hh in range(heads):
-            base = hh * head_dim
-            _rms_into(qkv[base : base + head_dim], qk_norms[li, 0], eps, tmp)
+        for r in range(n):
+            p = pos + r
             for i in range(half):
-                a = tmp[i]
-                b = tmp[i + half]
-                qr[base + i] = a * cos[i] - b * sin[i]
-                qr[base + i + half] = b * cos[i] + a * sin[i]
-        for kh in range(kv_heads):
-            base = q_size + kh * head_dim
-            _rms_into(qkv[base : base + head_dim], qk_norms[li, 1], eps, tmp)
-            for i in range(half):
-                a = tmp[i]
-                b = tmp[i + half]
-                keys[li, kh, pos, i] = a * cos[i] - b * sin[i]
-                keys[li, kh, pos, i + half] = b * cos[i] + a * sin[i]
-            vbase = q_size + kv_size + kh * head_dim
-            for i in range(head_dim):
-                values[li, kh, pos, i] = qkv[vbase + i]
-
-        start = 0
-        if sliding[li] and window > 0 and pos + 1 > window:
-            start = pos + 1 - window
-        _attend_into(qr, keys[li], values[li], start, pos + 1, scaling, scores, attn)
+                angle = np.float32(p) * inv_freq[li, i]
+                cos[i] = np.float32(math.cos(angle))
+                sin[i] = np.float32(math.sin(angle))
+            # Query heads: QK-norm, then the half-split rotation.
+            for hh in range(heads):
+                base = hh * head_dim
+                _rms_into(qkv[r, base : base + head_dim], qk_norms[li, 0], eps, tmp)
+                for i in range(half):
+                    a = tmp[i]
+                    b = tmp[i + half]
+                    qr[r, base + i] = a * cos[i] - b * sin[i]
+                    qr[r, base + i + half] = b * cos[i] + a * sin[i]
+            for kh in range(kv_heads):
+                base = q_size + kh * head_dim
+                _rms_into(qkv[r, base : base + head_dim], qk_norms[li, 1], eps, tmp)
+                for i in range(half):
+                    a = tmp[i]
+                    b = tmp[i + half]
+                    keys[li, kh, p, i] = a * cos[i] - b * sin[i]
+                    keys[li, kh, p, i + half] = b * cos[i] + a * sin[i]
+                vbase = q_size + kv_size + kh * head_dim
+                for i in range(head_dim):
+                    values[li, kh, p, i] = qkv[r, vbase + i]
+        for r in range(n):
+            stop = pos + r + 1
+            start = 0
+            if sliding[li] and window > 0 and stop > window:
+                start = stop - window
+            _attend_into(qr[r], keys[li], values[li], start, stop, scaling, scores, attn[r])
 
         matvec_py(o_q[li], o_s[li], attn, t)
-        _rms_into(t, norms[li, 1], eps, h)
-        for i in range(hidden):
-            x[i] += h[i]
-        _rms_into(x, norms[li, 2], eps, h)
+        for r in range(n):
+            _rms_into(t[r], norms[li, 1], eps, h[r])
+            for i in range(hidden):
+                x[r, i] += h[r, i]
+            _rms_into(x[r], norms[li, 2], eps, h[r])
         matvec_py(gu_q[li], gu_s[li], h, gu)
-        for i in range(inter):
-            g = gu[i]
-            inner = np.float32(SQRT_2_OVER_PI) * (g + np.float32(0.044715) * g * g * g)
-            m[i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * gu[inter + i]
+        for r in range(n):
+            for i in range(inter):
+                g = gu[r, i]
+                inner = np.float32(SQRT_2_OVER_PI) * (g + np.float32(0.044715) * g * g * g)
+                m[r, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * gu[r, inter + i]
         matvec_py(d_q[li], d_s[li], m, t)
-        _rms_into(t, norms[li, 3], eps, h)
-        for i in range(hidden):
-            x[i] += h[i]
-    _rms_into(x, final_norm, eps, out)
+        for r in range(n):
+            _rms_into(t[r], norms[li, 3], eps, h[r])
+            for i in range(hidden):
+                x[r, i] += h[r, i]
+    for r in range(n):
+        _rms_into(x[r], final_norm, eps, out[r])
 
 
 _compiled = None
