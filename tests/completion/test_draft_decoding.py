@@ -36,12 +36,12 @@ def test_no_draft_without_a_long_enough_match():
 def _cuts():
     """Cursor positions inside lines of real files of this checkout."""
     out = []
-    for rel in ("completion/decode.py", "engine/limits.py", "server/lsp.py", "midword/bench/model.py"):
+    for rel in ("completion/decode.py", "engine/limits.py", "midword/bench/model.py"):
         path = ROOT / rel
         if not path.exists():
             continue
         lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-        for frac in (0.3, 0.55, 0.8):
+        for frac in (0.35, 0.7):
             i = int(len(lines) * frac)
             while i < len(lines) and len(lines[i].strip()) < 12:
                 i += 1
@@ -59,12 +59,15 @@ def test_drafts_give_the_same_completions():
     eng = CompletionEngine("gemma3")
     eng.load()
     cuts = _cuts()
-    assert len(cuts) >= 9
+    assert len(cuts) >= 6
     drafted = accepted = 0
     for rel, prefix in cuts:
         for mode, multiline in (("cpc", "never"), ("naive", "always")):
             texts = []
-            for k in (0, 8):
+            for k in (8, 0):
+                # Plain decoding must not find the drafted run's positions in the cache.
+                if k == 0:
+                    eng.model.reset()
                 eng.draft_tokens = k
                 r = eng.complete(
                     CompletionRequest(
