@@ -7,6 +7,16 @@ Text the grammar forces is appended in one go as canonical fast-forward tokens; 
 model reads them on its next call, as a short prefill that reuses the KV cache.
 EOS is allowed only where the grammar accepts.
 
+Draft tokens from the document (prompt lookup): code repeats itself, so before a model
+step the last tokens of the sequence are looked up earlier in it (the prompt holds the
+document) and the tokens that followed there are run through the model together with the
+step's own token, in one forward of up to `draft + 1` positions (on a memory-bound CPU
+about the price of one). The draft only fills the KV cache ahead: every token is still
+picked by the loop below from its own step's logits under the constraint's mask, and a
+step whose sequence is already cached costs only its head. Where a pick differs from the
+draft, the next step's sequence diverges from the cache and the model drops the rest, so
+the output is that of plain decoding.
+
 Stop rules: end of line in single-line mode (LF, CR or CRLF: the file's own), text that already follows the cursor (never
 re-type the suffix), max tokens, a time budget, or a cancel callback polled every step.
 """
@@ -29,6 +39,9 @@ SPARSE_HEAD_LIMIT = 4096  # allowed tokens up to which only their logits are com
 # Two line breaks in a row, whichever the file uses (CRLF counts as one break; a CR at
 # the end may still become CRLF, and is one break either way).
 _BLANK_LINE = re.compile(rb"(\r\n|\r(?!\n)|\n)(\r\n|\r|\n)")
+DRAFT_TOKENS = 8  # draft tokens verified with a model step (0: no drafts)
+DRAFT_MIN_MATCH = 2  # tokens of the sequence's end that must recur before a draft is taken
+DRAFT_MAX_MATCH = 8  # the longest end match looked for (the longest match's continuation wins)
 
 
 @dataclass
@@ -51,6 +64,8 @@ class Generation:
     forward_passes: int = 0
     mask_ms: float = 0.0
     model_ms: float = 0.0
+    drafted: int = 0  # draft tokens run through the model ahead of their steps
+    draft_accepted: int = 0  # of those, tokens the decoding then took
 
 
 def choose(logits: np.ndarray, temperature: float, rng: np.random.Generator) -> int:
@@ -75,10 +90,12 @@ def generate(
     initial_tokens: Sequence[int] = (),
     typed_len: int | None = None,
     started: float | None = None,
+    draft: int = DRAFT_TOKENS,
 ) -> Generation:
     """Generates after `prompt + initial_tokens` from constraint state `state`; the first
     `typed_len` bytes of the tokens (default: what `state` still has to re-spell) re-spell
-    text before the cursor."""
+    text before the cursor. `draft`: up to that many prompt-lookup draft tokens ride along
+    with a model step (0: none; the output is the same either way)."""
     rng = rng or np.random.default_rng()
     started = time.perf_counter() if started is None else started
     gen = Generation(tokens=list(initial_tokens))
@@ -87,6 +104,7 @@ def generate(
     typed_total = len(state.typed) if typed_len is None else typed_len
     # bytes of initial tokens past the typed text
     gen.inserted = _past_typed(tokenizer, gen.tokens, typed_total)
+    drafter = _Drafter(model, prompt, draft)
     while True:
         if rules.on_text is not None:
             rules.on_text(gen.inserted)
@@ -111,6 +129,8 @@ def generate(
             gen.stop_reason = "grammar"
             break
         t0 = time.perf_counter()
+        if ids.size > 1:
+            drafter.before_step(gen)
         if ids.size == 1:
             pick = int(ids[0])
         elif ids.size <= SPARSE_HEAD_LIMIT:
@@ -129,8 +149,81 @@ def generate(
         state = constraint.advance(state, pick)
         gen.tokens.append(pick)
         gen.inserted = _past_typed(tokenizer, gen.tokens, typed_total)
+    drafter.settle(gen)
     gen.inserted = _trim(gen.inserted, rules, gen)
     return gen
+
+
+def draft_tokens(
+    seq: np.ndarray, k: int, min_match: int = DRAFT_MIN_MATCH, max_match: int = DRAFT_MAX_MATCH
+) -> np.ndarray:
+    """Prompt lookup: the up to `k` tokens that followed the latest earlier occurrence of
+    the longest end of `seq` (at least `min_match`, at most `max_match` tokens) that
+    recurs in it; empty when none does."""
+    n = seq.size
+    if k <= 0 or n < min_match + 1:
+        return seq[:0]
+    # Candidate ends: earlier positions holding the last token, each with a continuation.
+    ends = np.flatnonzero(seq[: n - 1] == seq[n - 1])
+    match = np.ones(ends.size, dtype=np.int64)
+    alive = np.ones(ends.size, dtype=bool)
+    for j in range(1, max_match):
+        ok = alive & (ends >= j)
+        ok[ok] = seq[ends[ok] - j] == seq[n - 1 - j]
+        alive = ok
+        if not alive.any():
+            break
+        match += alive
+    best = int(match.max()) if match.size else 0
+    if best < min_match:
+        return seq[:0]
+    # Among the longest matches the latest one: the nearest code is likeliest to recur.
+    end = int(ends[np.flatnonzero(match == best)[-1]])
+    return seq[end + 1 : end + 1 + k]
+
+
+class _Drafter:
+    """Runs draft tokens through the model with a step that needs a forward pass, and
+    counts how many of them the decoding took."""
+
+    def __init__(self, model, prompt: list[int], k: int):
+        self.model = model
+        self.prompt = prompt
+        self.k = int(k)
+        # Drafts need a model that prefills ahead and tells what it holds.
+        self.on = self.k > 0 and hasattr(model, "is_cached") and hasattr(model, "prefill")
+        self.limit = int(getattr(model, "max_context", 0) or 0)
+        self.pending: tuple[int, np.ndarray] | None = None
+
+    def before_step(self, gen: Generation) -> None:
+        if not self.on:
+            return
+        seq = self.prompt + gen.tokens
+        if self.model.is_cached(seq):
+            return
+        self.settle(gen)
+        arr = np.asarray(seq, dtype=np.int64)
+        guess = draft_tokens(arr, self.k)
+        if self.limit:
+            guess = guess[: max(0, self.limit - arr.size)]
+        if guess.size == 0:
+            return
+        self.model.prefill(seq + guess.tolist())
+        gen.drafted += int(guess.size)
+        self.pending = (len(gen.tokens), guess)
+
+    def settle(self, gen: Generation) -> None:
+        """Count the pending draft's tokens that the decoding took (its longest prefix
+        equal to the tokens generated at its positions)."""
+        if self.pending is None:
+            return
+        at, guess = self.pending
+        taken = gen.tokens[at : at + guess.size]
+        same = 0
+        while same < len(taken) and taken[same] == int(guess[same]):
+            same += 1
+        gen.draft_accepted += same
+        self.pending = None
 
 
 def _past_typed(tokenizer, tokens: list[int], typed_len: int) -> bytes:

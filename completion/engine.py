@@ -29,7 +29,7 @@ from midword.engine.recognizer import Recognizer
 from .constraint import Constraint, ConstraintError
 from .context import assemble, piece_key
 from .cpc import backoff, search_covers
-from .decode import StopRules, generate
+from .decode import DRAFT_TOKENS, StopRules, generate
 from .fim import template_for
 from .grammar_compiler import GrammarCompiler
 from .json_recovery import anchors
@@ -89,6 +89,8 @@ class CompletionEngine:
         self._model = model_object
         self._slot_bounds = (int(kv_slots), int(kv_slot_bytes))
         self._slots: KVSlots | None = None
+        # Prompt-lookup draft tokens per model step (decode.py; 0: none, same output).
+        self.draft_tokens = DRAFT_TOKENS
         self._lock = threading.Lock()  # one completion at a time: the model's KV cache is shared
         self._grammars: OrderedDict[tuple, tuple[Grammar | None, bool, str]] = OrderedDict()
         self._compiler: GrammarCompiler | None = None
@@ -461,11 +463,14 @@ class CompletionEngine:
             initial_tokens=initial,
             typed_len=len(back.typed),
             started=budget_started,
+            draft=self.draft_tokens,
         )
         inserted = _complete_utf8(gen.inserted)
         timings.forward_passes += gen.forward_passes
         timings.tokens_generated = len(gen.tokens)
         timings.tokens_forced = gen.forced_tokens
+        timings.tokens_drafted = gen.drafted
+        timings.drafts_accepted = gen.draft_accepted
         timings.mask_ms = gen.mask_ms
         timings.decode_ms = gen.model_ms
         timings.total_ms = (time.perf_counter() - started) * 1e3

@@ -48,6 +48,9 @@ from .quantized import Int8Weights
 
 # Preallocated cache positions; a longer sequence doubles it (up to max_context).
 DEFAULT_CAPACITY = 2048
+# Runs of up to this many new positions (decode steps, draft tokens) go through the
+# compiled step (lean_kernels); longer prefill chunks through torch's batched matmuls.
+KERNEL_MAX_POSITIONS = 16
 # Matrices of a decode step at least this large are split over the model's threads.
 LEAN_PARALLEL_MIN_WEIGHTS = 1 << 19
 # Probe prompts for the load-time check: code, prose-like comments, and a repeated line.
@@ -243,6 +246,7 @@ class LeanGemma3(TransformersModel):
         threads: int | None = None,
         max_branch_nodes: int = 1024,
         prefill_chunk: int = 512,
+        use_kernel: bool = True,
     ):
         self.name = name
         self.tokenizer = tokenizer
@@ -283,6 +287,9 @@ class LeanGemma3(TransformersModel):
         }
         self.profile: StepProfile | None = None
         self.set_threads(torch.get_num_threads() if threads is None else threads)
+        # Decode steps go through the compiled step (lean_kernels) when every matrix is int8.
+        self.use_kernel = bool(use_kernel)
+        self._prepare_kernel()
         self._reset_state()
         self.probe_tokens = self.encode_prompt(PROBE_TEXTS[0])
         self.probe_logits = None
@@ -563,6 +570,23 @@ class LeanGemma3(TransformersModel):
         cache.reserve(c + n)
         total = c + n
         positions = pos[0]
+        if (
+            n <= KERNEL_MAX_POSITIONS
+            and mask is None
+            and self._kernel_args is not None
+            and int(positions[0]) == c
+            and int(positions[-1]) == total - 1
+        ):
+            x = self._step_compiled(ids[0].numpy(), c)
+            cache.filled = total
+            dt = time.perf_counter() - t_start
+            self.stats.forward_passes += 1
+            self.stats.tokens_prefilled += n
+            self.stats.forward_seconds += dt
+            if prof:
+                prof.total += dt
+                prof.steps += 1
+            return x[None]
         x = self._embed_rows(ids[0])
         heads, kvh, hd = sp.heads, sp.kv_heads, sp.head_dim
         rep = heads // kvh
@@ -624,6 +648,122 @@ class LeanGemma3(TransformersModel):
             prof.total += dt
             prof.steps += 1
         return x[None]
+
+    def _prepare_kernel(self) -> None:
+        """The arrays of the compiled decode step (lean_kernels.decode_step_py), gathered
+        once: every matrix int8, the embedding table int8 (the tied head)."""
+        self._kernel_args = None
+        if not self.use_kernel or self._head_int8 is None:
+            return
+        if not all(m.int8 for layer in self._layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down)):
+            return
+        sp = self.spec
+
+        def mats(part):
+            m = [getattr(layer, part).w for layer in self._layers]
+            return tuple(np.ascontiguousarray(w.q) for w in m), tuple(np.ascontiguousarray(w.scales) for w in m)
+
+        qkv_q, qkv_s = mats("qkv")
+        o_q, o_s = mats("o")
+        gu_q, gu_s = mats("gate_up")
+        d_q, d_s = mats("down")
+        norms = np.stack(
+            [
+                np.stack([layer.input_norm, layer.post_attn_norm, layer.pre_ff_norm, layer.post_ff_norm])
+                for layer in (self._layers)
+            ]
+        ).astype(np.float32)
+        qk_norms = np.stack([np.stack([layer.q_norm, layer.k_norm]) for layer in self._layers]).astype(np.float32)
+        sliding = np.array([layer.kind == "sliding_attention" for layer in self._layers], dtype=np.bool_)
+        inv_freq = np.stack([self._inv_freq[layer.kind].numpy() for layer in self._layers]).astype(np.float32)
+        self._kernel_args = dict(
+            embed_q=np.ascontiguousarray(self._head_int8.q),
+            embed_s=np.ascontiguousarray(self._head_int8.scales),
+            embed_scale=np.float32(self._embed_scale.item()),
+            weights=(qkv_q, qkv_s, o_q, o_s, gu_q, gu_s, d_q, d_s),
+            norms=norms,
+            qk_norms=qk_norms,
+            sliding=sliding,
+            inv_freq=inv_freq,
+            window=int(sp.window or 0),
+            eps=float(sp.eps),
+            scaling=np.float32(sp.scaling),
+            heads=int(sp.heads),
+            final_norm=self._final_norm.numpy().astype(np.float32),
+        )
+
+    def _step_compiled(self, tokens: np.ndarray, pos: int) -> torch.Tensor:
+        """The final hidden rows of `tokens` at positions from `pos` == the cache's length
+        on, by the compiled step (their keys and values are written into the cache)."""
+        import numba
+
+        from .lean_kernels import compiled
+
+        step = compiled().step
+        out = np.empty((tokens.size, self.hidden_size), dtype=np.float32)
+        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+        step(*self.step_arguments(tokens, pos, self._cache.k.numpy(), self._cache.v.numpy(), out))
+        return torch.from_numpy(out)
+
+    def time_parts(self) -> tuple[float, float]:
+        """Seconds of one decode step's int8 products and of its attention over the cache
+        as it is now, each run apart by the compiled kernels the step calls (`bench model`'s
+        breakdown: the step itself is one call)."""
+        import numba
+
+        from .lean_kernels import compiled
+
+        if self._kernel_args is None or self._cache.filled == 0:
+            return float("nan"), float("nan")
+        kern = compiled()
+        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+        a = self._kernel_args
+        sp = self.spec
+        t0 = time.perf_counter()
+        for quantized, scales in zip(a["weights"][0::2], a["weights"][1::2], strict=True):
+            for q, s in zip(quantized, scales, strict=True):
+                x = self._probe_row(q.shape[1])[None]
+                kern.matvec(q, s, x, np.empty((1, q.shape[0]), dtype=np.float32))
+        matmul = time.perf_counter() - t0
+        pos = self._cache.filled - 1
+        keys, values = self._cache.k.numpy(), self._cache.v.numpy()
+        qr = self._probe_row(sp.heads * sp.head_dim)
+        out = np.empty(sp.heads * sp.head_dim, dtype=np.float32)
+        scores = np.empty((sp.heads // sp.kv_heads, pos + 1), dtype=np.float32)
+        t0 = time.perf_counter()
+        for li, sliding in enumerate(a["sliding"]):
+            start = pos + 1 - sp.window if sliding and sp.window and pos + 1 > sp.window else 0
+            kern.attend(qr, keys[li], values[li], start, pos + 1, a["scaling"], scores, out)
+        return matmul, time.perf_counter() - t0
+
+    def _probe_row(self, n: int) -> np.ndarray:
+        return np.linspace(-1.0, 1.0, n, dtype=np.float32)
+
+    def step_arguments(
+        self, tokens: np.ndarray, pos: int, keys: np.ndarray, values: np.ndarray, out: np.ndarray
+    ) -> tuple:
+        """The arguments of lean_kernels.decode_step_py for `tokens` over these cache arrays."""
+        a = self._kernel_args
+        return (
+            np.ascontiguousarray(tokens, dtype=np.int64),
+            pos,
+            a["embed_q"],
+            a["embed_s"],
+            a["embed_scale"],
+            *a["weights"],
+            a["norms"],
+            a["qk_norms"],
+            a["sliding"],
+            a["inv_freq"],
+            a["window"],
+            keys,
+            values,
+            a["eps"],
+            a["scaling"],
+            a["heads"],
+            a["final_norm"],
+            out,
+        )
 
     def _masks(self, mask, positions: torch.Tensor, c: int, n: int) -> dict:
         """Per layer kind: None (every cached key visible), ("slice", start) (keys from

@@ -280,6 +280,14 @@ class TransformersModel:
         """The sequence whose keys and values are cached now."""
         return tuple(self._tokens.tolist())
 
+    def is_cached(self, tokens: Sequence[int]) -> bool:
+        """Whether the cache holds a sequence that starts with `tokens` (their next-token
+        logits then cost only the head)."""
+        n = len(tokens)
+        if n == 0 or n > self._tokens.size:
+            return False
+        return bool(np.array_equal(self._tokens[:n], np.asarray(tokens, dtype=np.int64)))
+
     def reset(self) -> None:
         """Drop the KV cache (the next request prefills from scratch)."""
         with self._lock:

@@ -112,6 +112,8 @@ class Timings:
     forward_passes: int = 0
     tokens_generated: int = 0
     tokens_forced: int = 0
+    tokens_drafted: int = 0  # prompt-lookup draft tokens run ahead of their steps
+    drafts_accepted: int = 0  # of those, tokens the decoding took
     prompt_tokens: int = 0  # tokens the model read before the completion
     context_tokens: int = 0  # of those, tokens of workspace context (other files, the suffix)
     cached_tokens: int = 0  # of those, tokens whose keys and values were already cached

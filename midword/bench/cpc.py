@@ -472,6 +472,8 @@ class ModeResult:
     positions: int = 0
     logprob: float = math.nan
     note: str = ""
+    drafted: int = 0  # prompt-lookup draft tokens run ahead (decode.py)
+    draft_accepted: int = 0
 
 
 @dataclass
@@ -509,6 +511,7 @@ def run_case(engine, case: Case, modes, opts: Options) -> dict[str, ModeResult]:
         before, before_pos = model.stats.forward_passes, model.stats.tokens_prefilled
         t0 = time.perf_counter()
         note = ""
+        drafts = (0, 0)
         if mode == "exact":
             res = exact_complete(
                 model,
@@ -538,7 +541,9 @@ def run_case(engine, case: Case, modes, opts: Options) -> dict[str, ModeResult]:
                 single_line=True,
                 time_budget_s=opts.time_budget_s,
             )
-            inserted = engine.complete(request).insert_text(case.prefix)
+            completion = engine.complete(request)
+            inserted = completion.insert_text(case.prefix)
+            drafts = (completion.timings.tokens_drafted, completion.timings.drafts_accepted)
         ms = (time.perf_counter() - t0) * 1e3
         out[mode] = ModeResult(
             inserted=inserted,
@@ -548,6 +553,8 @@ def run_case(engine, case: Case, modes, opts: Options) -> dict[str, ModeResult]:
             forwards=model.stats.forward_passes - before,
             positions=model.stats.tokens_prefilled - before_pos,
             note=note,
+            drafted=drafts[0],
+            draft_accepted=drafts[1],
         )
     if opts.logprob:
         for mode in modes:
@@ -585,6 +592,13 @@ def summarize(records: list[dict[str, ModeResult]], modes) -> tuple[dict, list[s
             "forwards": _mean([float(r.forwards) for r in rs]),
             "positions": _mean([float(r.positions) for r in rs]),
         }
+        drafted = sum(r.drafted for r in rs)
+        if drafted:
+            taken = sum(r.draft_accepted for r in rs)
+            notes.append(
+                f"{mode}: {drafted} prompt-lookup draft tokens run ahead, {taken} taken "
+                f"({taken / drafted:.0%}; {taken / len(rs):.1f} per completion)"
+            )
         if len(finite) < len(lps):
             notes.append(
                 f"{mode}: {len(lps) - len(finite)} case(s) where the mode cannot spell the truth "
@@ -693,6 +707,13 @@ def add_cpc_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--max-tokens", type=int, default=DEFAULT_MAX_TOKENS)
     parser.add_argument(
+        "--drafts",
+        type=int,
+        default=None,
+        metavar="K",
+        help="prompt-lookup draft tokens per model step (0: none; default: the engine's)",
+    )
+    parser.add_argument(
         "--context-chars",
         type=int,
         default=DEFAULT_CONTEXT_CHARS,
@@ -779,6 +800,11 @@ def run_cpc(args, *, engine=None) -> int:
         engine = load_engine(args)
         if engine is None:
             return 2
+    if getattr(args, "drafts", None) is not None:
+        if args.drafts < 0:
+            print(f"midword bench cpc: --drafts must be 0 or more, not {args.drafts}", file=sys.stderr)
+            return 2
+        engine.draft_tokens = args.drafts
     opts = Options(
         max_tokens=args.max_tokens,
         time_budget_s=args.time_budget,

@@ -8,9 +8,15 @@ each thread count it reports:
 - prefill tokens/s of a fresh prompt,
 - a decode step with the head restricted to `--allowed` ids (what a grammar mask lets
   through), median and 90th percentile over `--steps` steps,
-- the step broken down into int8/float matmuls (both backends, timed around the shared
-  matmul entry point), attention (lean), the head, and the rest (Python, norms, RoPE,
-  cache; for transformers also its attention).
+- the step broken down into int8/float matmuls, attention (lean), the head, and the rest
+  (Python, norms, RoPE, cache; for transformers also its attention).
+
+Three backends: transformers, `lean` (a decode step is one compiled call,
+lean_kernels.py) and `lean-torch` (the same model with its decode step issued as torch
+operations, the path before the compiled step). transformers' and lean-torch's matmuls
+are timed around the shared matmul entry point; the compiled step is one call, so its
+matmuls and attention are timed apart right after each step, by the same kernels over
+the same cache (`LeanGemma3.time_parts`).
 
 The machine may be shared: every figure is a median of interleaved runs, and the spread
 is printed beside it.
@@ -66,6 +72,7 @@ def _steps(model, prompt: list[int], n: int, steps: int, allowed: np.ndarray, ti
     model.next_logits(prompt[:n], allowed)
     totals, matmuls, heads, attention = [], [], [], []
     prof = getattr(model, "profile", None)
+    apart = getattr(model, "_kernel_args", None) is not None
     for i in range(n + 1, n + steps + 1):
         timer.seconds = 0.0
         head0 = model.stats.head_seconds
@@ -78,6 +85,8 @@ def _steps(model, prompt: list[int], n: int, steps: int, allowed: np.ndarray, ti
         heads.append(model.stats.head_seconds - head0)
         matmuls.append(timer.seconds)
         attention.append((prof.attention - att0) if prof is not None else float("nan"))
+        if apart:
+            matmuls[-1], attention[-1] = model.time_parts()
     return {"step": totals, "matmul": matmuls, "head": heads, "attention": attention}
 
 
@@ -98,6 +107,8 @@ def run_model_bench(args: argparse.Namespace) -> int:
     tm = load_model(args.model, dtype="int8", backend="transformers")
     lean = LeanGemma3.from_transformers(tm)
     lean.profile = StepProfile()
+    lean_torch = LeanGemma3.from_transformers(tm, use_kernel=False)
+    lean_torch.profile = StepProfile()
     load_s = time.perf_counter() - t0
     prompt = tm.encode_prompt(_prompt_text())
     n = min(args.context, len(prompt) - args.steps - 1)
@@ -118,9 +129,11 @@ def run_model_bench(args: argparse.Namespace) -> int:
             for threads in args.threads:
                 torch.set_num_threads(threads)
                 lean.set_threads(threads)
-                per: dict = {"transformers": {"prefill": [], "runs": []}, "lean": {"prefill": [], "runs": []}}
+                lean_torch.set_threads(threads)
+                backends = (("transformers", tm), ("lean-torch", lean_torch), ("lean", lean))
+                per: dict = {name: {"prefill": [], "runs": []} for name, _ in backends}
                 for _ in range(args.repeats):
-                    for name, model in (("transformers", tm), ("lean", lean)):
+                    for name, model in backends:
                         per[name]["prefill"].append(_prefill(model, prompt, args.prefill))
                         per[name]["runs"].append(_steps(model, prompt, n, args.steps, allowed, timer))
                 results["threads"][threads] = _summarise(per, args.prefill)
@@ -156,6 +169,7 @@ def _summarise(per: dict, prefill_tokens: int) -> dict:
         out[name] = row
     out["ratio_step_p50"] = out["lean"]["step_ms_p50"] / out["transformers"]["step_ms_p50"]
     out["ratio_prefill"] = out["lean"]["prefill_tok_s"] / out["transformers"]["prefill_tok_s"]
+    out["ratio_step_vs_torch_ops"] = out["lean"]["step_ms_p50"] / out["lean-torch"]["step_ms_p50"]
     return out
 
 
@@ -172,7 +186,7 @@ def _print(r: dict) -> None:
             f"{'backend':14s}{'step p50':>10s}{'p90':>8s}{'min':>8s}{'matmul':>9s}{'attn':>8s}{'head':>8s}"
             f"{'other':>8s}{'prefill tok/s':>15s}"
         )
-        for name in ("transformers", "lean"):
+        for name in ("transformers", "lean-torch", "lean"):
             x = t[name]
             att = "-" if x["attention_ms"] is None else f"{x['attention_ms']:.1f}"
             print(
@@ -180,10 +194,13 @@ def _print(r: dict) -> None:
                 f"{x['matmul_ms']:9.1f}{att:>8s}{x['head_ms']:8.1f}{x['other_ms']:8.1f}"
                 f"{x['prefill_tok_s']:9.0f} ({x['prefill_tok_s_range'][0]:.0f}-{x['prefill_tok_s_range'][1]:.0f})"
             )
-        print(f"lean / transformers: step {t['ratio_step_p50']:.2f}x, prefill {t['ratio_prefill']:.2f}x")
+        print(
+            f"lean / transformers: step {t['ratio_step_p50']:.2f}x, prefill {t['ratio_prefill']:.2f}x; "
+            f"lean / lean-torch: step {t['ratio_step_vs_torch_ops']:.2f}x"
+        )
     print(
         "\n(ms per step; 'other' is the step minus matmul, attention and head: Python, norms, RoPE, the cache;"
-        " transformers' attention is inside its 'other')"
+        " transformers' attention is inside its 'other'; lean's matmul and attention are timed apart)"
     )
 
 

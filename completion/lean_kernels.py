@@ -1,0 +1,264 @@
+"""One compiled call per decode step of the lean Gemma 3 forward.
+
+A decode step of Gemma 3 270M is 18 layers of small operations on one row: four int8
+matrix-vector products, two RMSNorms, QK-norms, a rotation, attention over the cached
+keys and a gated MLP. Issued as torch operations that is a few hundred dispatches, each
+costing more than its arithmetic; here the whole stack of layers is one numba function
+that releases the GIL and allocates nothing but its scratch rows.
+
+- The int8 products (`_matvec`) read each weight row once, convert it to float32 in
+  registers and sum 64 products per scale group, as `quantized.int8_rows_py` does; their
+  output rows are spread over numba's threads (`prange`), which is where a second core
+  helps: every other part of the step is far smaller than the weights.
+- Attention reads each cached key and value row once for the query heads that share it
+  (grouped-query attention), with a numerically stable softmax.
+- The KV cache is the caller's preallocated buffer: the step writes the new position's
+  key and value into it, so the next step (or a batched forward) sees them.
+
+`decode_step_py` is the plain-Python twin (prange is range outside numba) that tests run
+against the compiled function on a small random model.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numba import prange
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+
+
+def matvec_py(q, scales, x, out):
+    """out[m, n] = sum_k q[n, k] * scales[n, k // group] * x[m, k] for an int8 (out, in)
+    matrix and a few rows x[m]. Each weight group is read once for all rows, and a row's
+    sum is added up in the same order whatever the number of rows, so a position's result
+    does not depend on the positions computed with it."""
+    n_out, k_in = q.shape
+    n_groups = scales.shape[1]
+    gs = k_in // n_groups
+    rows = x.shape[0]
+    for n in prange(n_out):
+        for m in range(rows):
+            out[m, n] = np.float32(0.0)
+        for g in range(n_groups):
+            base = g * gs
+            scale = scales[n, g]
+            for m in range(rows):
+                acc = np.float32(0.0)
+                for k in range(gs):
+                    acc += np.float32(q[n, base + k]) * x[m, base + k]
+                out[m, n] += acc * scale
+
+
+def _rms_into(x, weight, eps, out):
+    """out = x / rms(x) * weight (the weight is Gemma's 1 + scale, precomputed)."""
+    ss = 0.0
+    for i in range(x.shape[0]):
+        ss += np.float64(x[i]) * np.float64(x[i])
+    inv = np.float32(1.0 / math.sqrt(ss / x.shape[0] + eps))
+    for i in range(x.shape[0]):
+        out[i] = x[i] * inv * weight[i]
+
+
+def _attend_into(qr, keys, values, start, stop, scaling, scores, attn):
+    """Grouped-query attention of the query heads qr (heads * head_dim) over one layer's
+    cached positions [start, stop) of keys/values (kv_heads, capacity, head_dim), into
+    attn (heads * head_dim); scores is scratch of at least (heads / kv_heads, stop - start)."""
+    kv_heads = keys.shape[0]
+    head_dim = keys.shape[2]
+    rep = qr.shape[0] // head_dim // kv_heads
+    length = stop - start
+    for kh in range(kv_heads):
+        for j in range(length):
+            for r in range(rep):
+                qb = (kh * rep + r) * head_dim
+                acc = np.float32(0.0)
+                for i in range(head_dim):
+                    acc += qr[qb + i] * keys[kh, start + j, i]
+                scores[r, j] = acc * scaling
+        for r in range(rep):
+            peak = scores[r, 0]
+            for j in range(1, length):
+                if scores[r, j] > peak:
+                    peak = scores[r, j]
+            total = np.float32(0.0)
+            for j in range(length):
+                e = np.float32(math.exp(scores[r, j] - peak))
+                scores[r, j] = e
+                total += e
+            inv = np.float32(1.0) / total
+            for j in range(length):
+                scores[r, j] *= inv
+            ob = (kh * rep + r) * head_dim
+            for i in range(head_dim):
+                attn[ob + i] = 0.0
+        for j in range(length):
+            for r in range(rep):
+                ob = (kh * rep + r) * head_dim
+                p = scores[r, j]
+                for i in range(head_dim):
+                    attn[ob + i] += p * values[kh, start + j, i]
+
+
+def decode_step_py(
+    tokens,
+    pos,
+    embed_q,
+    embed_s,
+    embed_scale,
+    qkv_q,
+    qkv_s,
+    o_q,
+    o_s,
+    gu_q,
+    gu_s,
+    d_q,
+    d_s,
+    norms,
+    qk_norms,
+    sliding,
+    inv_freq,
+    window,
+    keys,
+    values,
+    eps,
+    scaling,
+    heads,
+    final_norm,
+    out,
+):
+    """The final hidden rows out (n, hidden) of the n `tokens` at positions pos, pos + 1,
+    ..., the cache holding positions [0, pos) of every layer in keys/values (layers,
+    kv_heads, capacity, head_dim); the tokens' own keys and values are written at their
+    positions. Each row attends causally, so row r is what a step of its own would give.
+
+    Per layer li: qkv_q[li]/qkv_s[li] (fused query, key, value projection), o, gu (fused
+    gate and up), d (down) int8 matrices with their scales; norms[li] the four (1 + w)
+    RMSNorm weights (input, post-attention, pre-MLP, post-MLP), qk_norms[li] the query
+    and key norms; sliding[li] whether the layer sees only the last `window` positions;
+    inv_freq[li] its rotary frequencies."""
+    hidden = embed_q.shape[1]
+    n_layers = len(qkv_q)
+    kv_heads = keys.shape[1]
+    head_dim = keys.shape[3]
+    half = head_dim // 2
+    rep = heads // kv_heads
+    q_size = heads * head_dim
+    kv_size = kv_heads * head_dim
+    inter = gu_q[0].shape[0] // 2
+    egs = hidden // embed_s.shape[1]
+    n = tokens.shape[0]
+
+    x = np.empty((n, hidden), dtype=np.float32)
+    for r in range(n):
+        token = tokens[r]
+        for i in range(hidden):
+            x[r, i] = np.float32(embed_q[token, i]) * embed_s[token, i // egs] * embed_scale
+    h = np.empty((n, hidden), dtype=np.float32)
+    t = np.empty((n, hidden), dtype=np.float32)
+    qkv = np.empty((n, q_size + 2 * kv_size), dtype=np.float32)
+    qr = np.empty((n, q_size), dtype=np.float32)
+    attn = np.empty((n, q_size), dtype=np.float32)
+    gu = np.empty((n, 2 * inter), dtype=np.float32)
+    m = np.empty((n, inter), dtype=np.float32)
+    cos = np.empty(half, dtype=np.float32)
+    sin = np.empty(half, dtype=np.float32)
+    tmp = np.empty(head_dim, dtype=np.float32)
+    scores = np.empty((rep, pos + n), dtype=np.float32)
+
+    for li in range(n_layers):
+        for r in range(n):
+            _rms_into(x[r], norms[li, 0], eps, h[r])
+        matvec_py(qkv_q[li], qkv_s[li], h, qkv)
+        for r in range(n):
+            p = pos + r
+            for i in range(half):
+                angle = np.float32(p) * inv_freq[li, i]
+                cos[i] = np.float32(math.cos(angle))
+                sin[i] = np.float32(math.sin(angle))
+            # Query heads: QK-norm, then the half-split rotation.
+            for hh in range(heads):
+                base = hh * head_dim
+                _rms_into(qkv[r, base : base + head_dim], qk_norms[li, 0], eps, tmp)
+                for i in range(half):
+                    a = tmp[i]
+                    b = tmp[i + half]
+                    qr[r, base + i] = a * cos[i] - b * sin[i]
+                    qr[r, base + i + half] = b * cos[i] + a * sin[i]
+            for kh in range(kv_heads):
+                base = q_size + kh * head_dim
+                _rms_into(qkv[r, base : base + head_dim], qk_norms[li, 1], eps, tmp)
+                for i in range(half):
+                    a = tmp[i]
+                    b = tmp[i + half]
+                    keys[li, kh, p, i] = a * cos[i] - b * sin[i]
+                    keys[li, kh, p, i + half] = b * cos[i] + a * sin[i]
+                vbase = q_size + kv_size + kh * head_dim
+                for i in range(head_dim):
+                    values[li, kh, p, i] = qkv[r, vbase + i]
+        for r in range(n):
+            stop = pos + r + 1
+            start = 0
+            if sliding[li] and window > 0 and stop > window:
+                start = stop - window
+            _attend_into(qr[r], keys[li], values[li], start, stop, scaling, scores, attn[r])
+
+        matvec_py(o_q[li], o_s[li], attn, t)
+        for r in range(n):
+            _rms_into(t[r], norms[li, 1], eps, h[r])
+            for i in range(hidden):
+                x[r, i] += h[r, i]
+            _rms_into(x[r], norms[li, 2], eps, h[r])
+        matvec_py(gu_q[li], gu_s[li], h, gu)
+        for r in range(n):
+            for i in range(inter):
+                g = gu[r, i]
+                inner = np.float32(SQRT_2_OVER_PI) * (g + np.float32(0.044715) * g * g * g)
+                m[r, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * gu[r, inter + i]
+        matvec_py(d_q[li], d_s[li], m, t)
+        for r in range(n):
+            _rms_into(t[r], norms[li, 3], eps, h[r])
+            for i in range(hidden):
+                x[r, i] += h[r, i]
+    for r in range(n):
+        _rms_into(x[r], final_norm, eps, out[r])
+
+
+_compiled = None
+
+
+class Kernels(NamedTuple):
+    step: object
+    matvec: object
+    attend: object
+
+
+def compiled():
+    """The compiled step, matvec and attention (the matvec parallel over output rows; the thread count is
+    numba's, set per call by the caller)."""
+    global _compiled
+    if _compiled is None:
+        import numba
+
+        opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
+        mv = numba.njit(parallel=True, **opts)(matvec_py)
+        rms = numba.njit(**opts)(_rms_into)
+        attend = numba.njit(**opts)(_attend_into)
+        # The step calls the compiled helpers through its globals.
+        g = dict(decode_step_py.__globals__)
+        g.update(matvec_py=mv, _rms_into=rms, _attend_into=attend)
+        step_fn = _rebind(decode_step_py, g)
+        step = numba.njit(**opts)(step_fn)
+        _compiled = Kernels(step, mv, attend)
+    return _compiled
+
+
+def _rebind(fn, globals_):
+    import types
+
+    new = types.FunctionType(fn.__code__, globals_, fn.__name__, fn.__defaults__, fn.__closure__)
+    new.__qualname__ = fn.__qualname__
+    new.__module__ = fn.__module__
+    return new
