@@ -137,7 +137,11 @@ def _request(
 
     context = ()
     if setting == "on":
-        context = tuple(ContextChunk(text, path=p, kind="document") for p, text in files.items() if p != rc.path)
+        context = tuple(
+            ContextChunk(text, path=p, kind="document")
+            for p, text in files.items()
+            if p != rc.path and same_package(p, rc.path)
+        )
     return CompletionRequest(
         prefix=rc.case.prefix if prefix is None else prefix,
         suffix=rc.suffix,
@@ -219,7 +223,8 @@ def add_repo_arguments(parser) -> None:
         "--repo",
         metavar="PKG",
         help="repository setting: cut the modules of PKG (a standard-library package such as "
-        "email, json, asyncio, or a package directory) with its other modules as context",
+        "email, json, asyncio, or a package directory; several, comma-separated, share --limit) "
+        "with the package's other modules as context",
     )
     parser.add_argument("--repo-module", metavar="NAME", help="with --repo: cut only this module")
     parser.add_argument(
@@ -235,6 +240,31 @@ def add_repo_arguments(parser) -> None:
     )
 
 
+def repo_cases(args) -> tuple[list[Path], dict[str, str], list[RepoCase]]:
+    """The packages of `--repo A,B,...`, their files ({path under the package's parent: text},
+    all packages together) and `--limit` cuts shared out evenly among the packages."""
+    names = [n.strip() for n in args.repo.split(",") if n.strip()]
+    if not names:
+        raise BenchError(f"--repo: no package named in {args.repo!r}")
+    roots = [package_root(n) for n in names]
+    tops = [r.name for r in roots]
+    if len(set(tops)) != len(tops):
+        raise BenchError(f"--repo {args.repo}: two packages share a name")
+    files: dict[str, str] = {}
+    cases: list[RepoCase] = []
+    for k, root in enumerate(roots):
+        pkg = package_files(root)
+        files.update(pkg)
+        n = args.limit // len(roots) + (1 if k < args.limit % len(roots) else 0)
+        if n:
+            cases.extend(sample_cases(pkg, n, args.seed, args.repo_module, args.context_chars))
+    return roots, files, cases
+
+
+def same_package(a: str, b: str) -> bool:
+    return a.split("/", 1)[0] == b.split("/", 1)[0]
+
+
 def run_repo(args, *, engine=None) -> int:
     """`midword bench cpc --repo PKG`; `engine` replaces the model named by `--model` (tests)."""
     try:
@@ -248,9 +278,7 @@ def run_repo(args, *, engine=None) -> int:
             raise BenchError(f"--limit must be positive, not {args.limit}")
         if args.context_tokens < 1:
             raise BenchError(f"--context-tokens must be positive, not {args.context_tokens}")
-        root = package_root(args.repo)
-        files = package_files(root)
-        cases = sample_cases(files, args.limit, args.seed, args.repo_module, args.context_chars)
+        roots, files, cases = repo_cases(args)
     except BenchError as err:
         print(f"midword bench cpc: {err}", file=sys.stderr)
         return 2
@@ -288,11 +316,16 @@ def run_repo(args, *, engine=None) -> int:
             dump.close()
     table = summarize(records, settings, modes)
     if args.json:
-        print(json.dumps({"cases": len(records), "package": str(root), "settings": table}, indent=2))
+        print(
+            json.dumps(
+                {"cases": len(records), "packages": [str(r) for r in roots], "settings": table},
+                indent=2,
+            )
+        )
     else:
         print(
-            f"repository setting: {len(records)} cuts in {root} (seed {args.seed}), the other "
-            f"{len(files) - 1} modules as context up to {args.context_tokens} tokens; model {args.model}, greedy, "
+            f"repository setting: {len(records)} cuts in {', '.join(map(str, roots))} (seed {args.seed}), the "
+            f"package's other modules as context up to {args.context_tokens} tokens; model {args.model}, greedy, "
             f"single line, at most {args.max_tokens} tokens, no grammar"
         )
         print(format_table(table))
