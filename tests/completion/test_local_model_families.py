@@ -309,3 +309,83 @@ def test_bad_paths_and_unsupported_architectures_are_named(models, tmp_path):
         with pytest.raises(ModelUnavailable) as err:
             load_model(broken)
         assert str(broken) in str(err.value) and message in str(err.value) and "qwen2" in str(err.value)
+
+
+# Qwen2 tensor names in GGUF (llama.cpp's), from the transformers names.
+_GGUF_NAMES = {
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.q_proj.bias": "attn_q.bias",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.k_proj.bias": "attn_k.bias",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.v_proj.bias": "attn_v.bias",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def write_qwen2_gguf(folder, out, architecture: str = "qwen2"):
+    """The Qwen2 model in `folder` as an unquantized .gguf file, tokenizer included."""
+    gguf = pytest.importorskip("gguf")
+    import numpy as np
+    from safetensors.numpy import load_file
+
+    cfg = json.loads((folder / "config.json").read_text())
+    tj = json.loads((folder / "tokenizer.json").read_text())
+    tokens, types = [""] * cfg["vocab_size"], [1] * cfg["vocab_size"]  # 1: normal, 3: control
+    for text, i in tj["model"]["vocab"].items():
+        tokens[i] = text
+    for a in tj["added_tokens"]:
+        tokens[a["id"]], types[a["id"]] = a["content"], 3
+    w = gguf.GGUFWriter(str(out), architecture)
+    w.add_context_length(cfg["max_position_embeddings"])
+    w.add_embedding_length(cfg["hidden_size"])
+    w.add_block_count(cfg["num_hidden_layers"])
+    w.add_feed_forward_length(cfg["intermediate_size"])
+    w.add_head_count(cfg["num_attention_heads"])
+    w.add_head_count_kv(cfg["num_key_value_heads"])
+    w.add_rope_freq_base(float((cfg.get("rope_parameters") or {}).get("rope_theta") or cfg.get("rope_theta")))
+    w.add_layer_norm_rms_eps(cfg["rms_norm_eps"])
+    w.add_tokenizer_model("gpt2")
+    w.add_token_list(tokens)
+    w.add_token_types(types)
+    w.add_token_merges([m if isinstance(m, str) else " ".join(m) for m in tj["model"]["merges"]])
+    eos = cfg["eos_token_id"]
+    w.add_eos_token_id(eos[0] if isinstance(eos, list) else eos)
+    top = {"model.embed_tokens.weight": "token_embd.weight", "model.norm.weight": "output_norm.weight"}
+    top["lm_head.weight"] = "output.weight"
+    for name, value in load_file(str(folder / "model.safetensors")).items():
+        if name not in top:
+            _, _, block, rest = name.split(".", 3)
+        w.add_tensor(top.get(name) or f"blk.{block}.{_GGUF_NAMES[rest]}", np.ascontiguousarray(value, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return out
+
+
+@pytest.mark.slow
+def test_a_gguf_file_loads_with_its_own_tokenizer(models, tmp_path, monkeypatch):
+    monkeypatch.setenv("MIDWORD_CACHE_DIR", str(tmp_path / "cache"))  # the converted copy goes here
+    folder = models[("qwen2", False)]
+    path = write_qwen2_gguf(folder, tmp_path / "tiny-qwen2.gguf")
+    hf = load_model(folder)
+    m = load_model(path)
+    assert m.source == "converted" and load_model(path).source == "cache"
+    tok = m.tokenizer
+    assert tok.all_token_bytes() == hf.tokenizer.all_token_bytes()
+    t = detect(tok)
+    assert t is not None and t.family == "qwen" and t.file_sep == _id(tok, "<|file_sep|>")
+    assert _id(tok, "<|endoftext|>") in tok.eos_token_ids
+    ids = hf.tokenizer.encode("def foo(x):\n    return x")
+    assert tok.decode(tok.encode("def foo(x):\n    return x")) == b"def foo(x):\n    return x"
+    assert abs(m.next_logits(ids) - hf.next_logits(ids)).max() < 1e-4  # the same weights
+    c = CompletionEngine("gguf", model_object=m).complete(_request())
+    assert c.typed(PREFIX) == "hel" and c.text.startswith("hel")
+    with pytest.raises(ModelUnavailable, match="architecture foo is not supported"):
+        load_model(write_qwen2_gguf(folder, tmp_path / "foo.gguf", architecture="foo"))
