@@ -133,15 +133,9 @@ def _request(
     prefix: str | None = None,
     max_tokens: int | None = None,
 ):
-    from midword.completion.types import CompletionRequest, ContextChunk, GrammarSpec
+    from midword.completion.types import CompletionRequest, GrammarSpec
 
-    context = ()
-    if setting == "on":
-        context = tuple(
-            ContextChunk(text, path=p, kind="document")
-            for p, text in files.items()
-            if p != rc.path and same_package(p, rc.path)
-        )
+    context = _other_modules(files, rc) if setting == "on" else ()
     return CompletionRequest(
         prefix=rc.case.prefix if prefix is None else prefix,
         suffix=rc.suffix,
@@ -156,6 +150,41 @@ def _request(
         context_tokens=args.context_tokens,
         path=rc.path,
     )
+
+
+def _other_modules(files: dict[str, str], rc: RepoCase):
+    from midword.completion.types import ContextChunk
+
+    return tuple(
+        ContextChunk(text, path=p, kind="document")
+        for p, text in files.items()
+        if p != rc.path and same_package(p, rc.path)
+    )
+
+
+def coverage(tokenizer, files: dict[str, str], cases: list[RepoCase], budget: int) -> dict:
+    """The context's ranking alone, no model: for how many cuts the word being completed
+    (the typed part and the rest of the identifier) is written in the document above the
+    cursor, only in the package's other modules, and in the context chosen for the cut."""
+    import re
+
+    from midword.completion.context import select
+
+    out = {"cases": len(cases), "in_document": 0, "in_other_modules": 0, "in_context": 0, "context_tokens": 0.0}
+    for rc in cases:
+        typed = rc.case.typed_word
+        word = re.compile(r"\b" + re.escape(typed + re.match(r"[A-Za-z0-9_]*", rc.case.truth).group(0)) + r"\b")
+        chunks = _other_modules(files, rc)
+        pieces, tokens = select(
+            tokenizer, chunks, prefix=rc.case.prefix, suffix=rc.suffix, budget=budget, path=rc.path, language="python"
+        )
+        out["context_tokens"] += len(tokens) / max(1, len(cases))
+        if word.search(rc.case.prefix[: len(rc.case.prefix) - len(typed)]):
+            out["in_document"] += 1
+        elif any(word.search(c.text) for c in chunks):
+            out["in_other_modules"] += 1
+            out["in_context"] += any(word.search(p.text) for p in pieces)
+    return out
 
 
 def run_case(engine, rc: RepoCase, settings, modes, files, args) -> dict:
@@ -234,6 +263,12 @@ def add_repo_arguments(parser) -> None:
         help=f"with --repo: context budget in tokens (default {DEFAULT_CONTEXT_TOKENS})",
     )
     parser.add_argument(
+        "--coverage",
+        action="store_true",
+        help="with --repo: rank the context only, no model: how often the chosen context holds the "
+        "word being completed (tokenizer of --model)",
+    )
+    parser.add_argument(
         "--suffix",
         action="store_true",
         help="with --repo: also the `suffix` setting (text after the cursor before the document)",
@@ -282,6 +317,8 @@ def run_repo(args, *, engine=None) -> int:
     except BenchError as err:
         print(f"midword bench cpc: {err}", file=sys.stderr)
         return 2
+    if args.coverage:
+        return _run_coverage(args, roots, files, cases)
     if engine is None:
         engine = load_engine(args)
         if engine is None:
@@ -329,6 +366,29 @@ def run_repo(args, *, engine=None) -> int:
             f"single line, at most {args.max_tokens} tokens, no grammar"
         )
         print(format_table(table))
+    return 0
+
+
+def _run_coverage(args, roots, files, cases) -> int:
+    from midword.engine import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_pretrained(args.model)
+    except Exception as err:
+        print(f"midword bench cpc: --model {args.model}: cannot load its tokenizer: {err}", file=sys.stderr)
+        return 2
+    cov = coverage(tokenizer, files, cases, args.context_tokens)
+    if args.json:
+        print(json.dumps({"packages": [str(r) for r in roots], **cov}, indent=2))
+    else:
+        print(
+            f"context coverage: {cov['cases']} cuts in {', '.join(map(str, roots))} (seed {args.seed}), "
+            f"{args.context_tokens}-token budget, tokenizer {args.model}\n"
+            f"  word above the cursor in the document: {cov['in_document']}\n"
+            f"  word only in the package's other modules: {cov['in_other_modules']}, "
+            f"of which in the chosen context: {cov['in_context']}\n"
+            f"  context tokens per cut: {cov['context_tokens']:.0f}"
+        )
     return 0
 
 
