@@ -424,7 +424,14 @@ def _config_eos(path: Path, config: dict, tokenizer) -> None:
     for src in sources:
         value = src.get("eos_token_id")
         for i in value if isinstance(value, list) else [value]:
-            if isinstance(i, int) and not isinstance(i, bool) and 0 <= i < tokenizer.vocab_size:
+            # Only special tokens: a config written for another vocabulary (or a default
+            # left in place) must not turn a text token into a stop.
+            if (
+                isinstance(i, int)
+                and not isinstance(i, bool)
+                and 0 <= i < tokenizer.vocab_size
+                and tokenizer.is_special(i)
+            ):
                 ids.add(i)
     if ids - tokenizer.eos_token_ids:
         tokenizer.eos_token_ids = frozenset(tokenizer.eos_token_ids | ids)

@@ -389,3 +389,15 @@ def test_a_gguf_file_loads_with_its_own_tokenizer(models, tmp_path, monkeypatch)
     assert c.typed(PREFIX) == "hel" and c.text.startswith("hel")
     with pytest.raises(ModelUnavailable, match="architecture foo is not supported"):
         load_model(write_qwen2_gguf(folder, tmp_path / "foo.gguf", architecture="foo"))
+
+
+def test_only_special_tokens_of_the_config_become_stops(models, tmp_path):
+    folder = tmp_path / "qwen2"
+    folder.mkdir()
+    for f in models[("qwen2", False)].iterdir():
+        (folder / f.name).write_bytes(f.read_bytes())
+    text_token = _tokenizer(FAMILIES["qwen2"][2]).token_to_id("d")
+    im_end = _tokenizer(FAMILIES["qwen2"][2]).token_to_id("<|im_end|>")
+    (folder / "generation_config.json").write_text(json.dumps({"eos_token_id": [text_token, im_end]}))
+    tok = load_model(folder).tokenizer
+    assert im_end in tok.eos_token_ids and text_token not in tok.eos_token_ids
