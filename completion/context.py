@@ -13,10 +13,7 @@ into the prompt's tokens:
    the word being typed, and `WINDOW_AFTER` below) are compared with each piece's:
    Jaccard similarity, plus a bonus for every name the piece *defines* that is used
    near the cursor, plus recency (the chunk's rank by time) and a kind bonus (edits and
-   definitions the caller picked), plus two hints from the word being typed: the module
-   it is looked up in (`errors.Mul|` favours a file `errors.*`) and the names it begins
-   (a piece defining `MultipartConversionError`). A document piece that shares no name
-   and defines no name the typed word begins is dropped.
+   definitions the caller picked). A document piece sharing no name is dropped.
 3. Deduplication. A piece whose significant lines are mostly (`DUPLICATE_SHARE`)
    already in the prompt (the document near the cursor or a better piece) is dropped.
 4. Budget. Pieces are taken best first while their tokens fit in the budget; the first
@@ -64,12 +61,9 @@ DEFINE_BONUS = 0.25
 STICKY_BONUS = 0.2  # for a piece the previous prompt of the same document showed
 RECENCY_BONUS = 0.15
 KIND_BONUS = {"document": 0.0, "snippet": 0.05, "edit": 0.1, "definition": 0.2}
-MODULE_BONUS = 0.5  # for a piece of the module named before the cursor's dot (`errors.Mul|`)
-TYPED_BONUS = 0.3  # for a piece defining a name the word being typed begins
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]{2,}")
 _IDENT_TAIL = re.compile(r"[A-Za-z0-9_]*\Z")
-_QUALIFIER = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\.[A-Za-z0-9_]*\Z")
 _COMMON = frozenset(keyword.kwlist) | {
     "self",
     "cls",
@@ -263,11 +257,6 @@ def _window(prefix: str, suffix: str) -> tuple[frozenset[str], set[str]]:
     return names, shown
 
 
-def _stem(path: str) -> str:
-    name = path.rsplit("/", 1)[-1]
-    return name.split(".", 1)[0]
-
-
 def piece_key(p: Piece) -> tuple:
     return (p.path, p.kind, hash(p.text))
 
@@ -285,10 +274,6 @@ def rank(
     else:
         chunks_at = list(range(len(chunks)))
     names, shown = _window(prefix, suffix)
-    tail = prefix[-256:]
-    typed = _IDENT_TAIL.search(tail).group(0)
-    q = _QUALIFIER.search(tail)
-    qualifier = q.group(1) if q else None
     times = sorted({chunks[i].time for i in chunks_at if chunks[i].time is not None})
     recency = {t: (k + 1) / len(times) for k, t in enumerate(times)}
     scored: list[Piece] = []
@@ -296,20 +281,16 @@ def rank(
         c = chunks[i]
         if c.kind == "document" and path is not None and c.path == path:
             continue  # the document itself
-        module = MODULE_BONUS if qualifier and c.path and _stem(c.path) == qualifier else 0.0
         for line, text, ids, defs in _pieces_of(c.text, c.kind):
             common = ids & names
-            begun = bool(typed) and any(d.startswith(typed) for d in defs)
-            if not common and not begun and c.kind == "document":
+            if not common and c.kind == "document":
                 continue
-            hint = module + (TYPED_BONUS if begun else 0.0)
             jaccard = len(common) / len(ids | names) if ids or names else 0.0
             score = (
                 jaccard
                 + DEFINE_BONUS * min(4, len(defs & names))
                 + RECENCY_BONUS * recency.get(c.time, 0.0)
                 + KIND_BONUS[c.kind]
-                + hint
             )
             p = Piece(text, c.path, c.time, c.kind, i, line, score)
             if sticky and piece_key(p) in sticky:
