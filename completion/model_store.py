@@ -371,10 +371,78 @@ def _load_gguf_file(path: Path, report, dtype, threads, max_context):
     )
 
 
+def _read_json(path: Path, what: str) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelUnavailable(f"{path}: cannot read the {what}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ModelUnavailable(f"{path}: the {what} is not a JSON object")
+    return data
+
+
+def _check_hf_dir(path: Path) -> dict:
+    """The model's config.json, once the directory is known to hold a causal LM that
+    transformers can run, with its weights and its own tokenizer.json; otherwise a
+    ModelUnavailable naming the path and what is wrong (the architecture, if that is it)."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    config = _read_json(path / "config.json", "model configuration (config.json)")
+    model_type = config.get("model_type")
+    arch = ", ".join(a for a in config.get("architectures") or () if isinstance(a, str)) or "not named"
+    if not isinstance(model_type, str) or not model_type:
+        raise ModelUnavailable(f"{path}: config.json names no model_type (architectures: {arch})")
+    if model_type not in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        import transformers
+
+        raise ModelUnavailable(
+            f"{path}: unsupported architecture {arch} (model_type {model_type!r}): it is not a causal language "
+            f"model that transformers {transformers.__version__} can run; midword runs causal LMs such as "
+            "Llama, Qwen2, StarCoder2 and Gemma 3"
+        )
+    weights = [*path.glob("*.safetensors"), *path.glob("pytorch_model*.bin")]
+    if not weights:
+        raise ModelUnavailable(
+            f"{path}: no weights (*.safetensors or pytorch_model*.bin) beside config.json "
+            f"(architecture {arch}, model_type {model_type!r})"
+        )
+    if not (path / "tokenizer.json").is_file():
+        raise ModelUnavailable(
+            f"{path}: no tokenizer.json; midword reads the model's own tokenizer from it "
+            f"(architecture {arch}, model_type {model_type!r})"
+        )
+    return config
+
+
+def _config_eos(path: Path, config: dict, tokenizer) -> None:
+    """Add the end tokens config.json and generation_config.json name (Qwen2.5 lists two
+    there, its tokenizer_config.json one) to the tokenizer's, which the completion stops at."""
+    ids: set[int] = set()
+    sources = [config]
+    if (path / "generation_config.json").is_file():
+        sources.append(_read_json(path / "generation_config.json", "generation configuration"))
+    for src in sources:
+        value = src.get("eos_token_id")
+        for i in value if isinstance(value, list) else [value]:
+            # Only special tokens: a config written for another vocabulary (or a default
+            # left in place) must not turn a text token into a stop.
+            if (
+                isinstance(i, int)
+                and not isinstance(i, bool)
+                and 0 <= i < tokenizer.vocab_size
+                and tokenizer.is_special(i)
+            ):
+                ids.add(i)
+    if ids - tokenizer.eos_token_ids:
+        tokenizer.eos_token_ids = frozenset(tokenizer.eos_token_ids | ids)
+
+
 def _load_hf_dir(path: Path, report, dtype, threads, max_context):
     _require(_CORE, f"model {str(path)!r}")
+    config = _check_hf_dir(path)
     tdtype = _setup(dtype, threads)
     tokenizer = _tokenizer(path, f"model {str(path)!r}", report)
+    _config_eos(path, config, tokenizer)
     from transformers import AutoModelForCausalLM
 
     from .model_transformers import TransformersModel

@@ -113,7 +113,13 @@ def _cmd_complete(args) -> int:
         engine = VllmCompletionEngine(args.model, url=args.vllm_url)
     else:
         engine = CompletionEngine(args.model, weights=args.weights)
-    engine.load(progress=_progress_bar() if not args.json else None)
+    from midword.completion.model import ModelUnavailable
+
+    try:
+        engine.load(progress=_progress_bar() if not args.json else None)
+    except ModelUnavailable as err:
+        print(f"\nmidword complete: {err}", file=sys.stderr)
+        return 2
     request = CompletionRequest(
         prefix=text[:offset],
         suffix=text[offset:],

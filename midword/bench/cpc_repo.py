@@ -133,11 +133,9 @@ def _request(
     prefix: str | None = None,
     max_tokens: int | None = None,
 ):
-    from midword.completion.types import CompletionRequest, ContextChunk, GrammarSpec
+    from midword.completion.types import CompletionRequest, GrammarSpec
 
-    context = ()
-    if setting == "on":
-        context = tuple(ContextChunk(text, path=p, kind="document") for p, text in files.items() if p != rc.path)
+    context = _other_modules(files, rc) if setting == "on" else ()
     return CompletionRequest(
         prefix=rc.case.prefix if prefix is None else prefix,
         suffix=rc.suffix,
@@ -152,6 +150,41 @@ def _request(
         context_tokens=args.context_tokens,
         path=rc.path,
     )
+
+
+def _other_modules(files: dict[str, str], rc: RepoCase):
+    from midword.completion.types import ContextChunk
+
+    return tuple(
+        ContextChunk(text, path=p, kind="document")
+        for p, text in files.items()
+        if p != rc.path and same_package(p, rc.path)
+    )
+
+
+def coverage(tokenizer, files: dict[str, str], cases: list[RepoCase], budget: int) -> dict:
+    """The context's ranking alone, no model: for how many cuts the word being completed
+    (the typed part and the rest of the identifier) is written in the document above the
+    cursor, only in the package's other modules, and in the context chosen for the cut."""
+    import re
+
+    from midword.completion.context import select
+
+    out = {"cases": len(cases), "in_document": 0, "in_other_modules": 0, "in_context": 0, "context_tokens": 0.0}
+    for rc in cases:
+        typed = rc.case.typed_word
+        word = re.compile(r"\b" + re.escape(typed + re.match(r"[A-Za-z0-9_]*", rc.case.truth).group(0)) + r"\b")
+        chunks = _other_modules(files, rc)
+        pieces, tokens = select(
+            tokenizer, chunks, prefix=rc.case.prefix, suffix=rc.suffix, budget=budget, path=rc.path, language="python"
+        )
+        out["context_tokens"] += len(tokens) / max(1, len(cases))
+        if word.search(rc.case.prefix[: len(rc.case.prefix) - len(typed)]):
+            out["in_document"] += 1
+        elif any(word.search(c.text) for c in chunks):
+            out["in_other_modules"] += 1
+            out["in_context"] += any(word.search(p.text) for p in pieces)
+    return out
 
 
 def run_case(engine, rc: RepoCase, settings, modes, files, args) -> dict:
@@ -219,7 +252,8 @@ def add_repo_arguments(parser) -> None:
         "--repo",
         metavar="PKG",
         help="repository setting: cut the modules of PKG (a standard-library package such as "
-        "email, json, asyncio, or a package directory) with its other modules as context",
+        "email, json, asyncio, or a package directory; several, comma-separated, share --limit) "
+        "with the package's other modules as context",
     )
     parser.add_argument("--repo-module", metavar="NAME", help="with --repo: cut only this module")
     parser.add_argument(
@@ -229,10 +263,41 @@ def add_repo_arguments(parser) -> None:
         help=f"with --repo: context budget in tokens (default {DEFAULT_CONTEXT_TOKENS})",
     )
     parser.add_argument(
+        "--coverage",
+        action="store_true",
+        help="with --repo: rank the context only, no model: how often the chosen context holds the "
+        "word being completed (tokenizer of --model)",
+    )
+    parser.add_argument(
         "--suffix",
         action="store_true",
         help="with --repo: also the `suffix` setting (text after the cursor before the document)",
     )
+
+
+def repo_cases(args) -> tuple[list[Path], dict[str, str], list[RepoCase]]:
+    """The packages of `--repo A,B,...`, their files ({path under the package's parent: text},
+    all packages together) and `--limit` cuts shared out evenly among the packages."""
+    names = [n.strip() for n in args.repo.split(",") if n.strip()]
+    if not names:
+        raise BenchError(f"--repo: no package named in {args.repo!r}")
+    roots = [package_root(n) for n in names]
+    tops = [r.name for r in roots]
+    if len(set(tops)) != len(tops):
+        raise BenchError(f"--repo {args.repo}: two packages share a name")
+    files: dict[str, str] = {}
+    cases: list[RepoCase] = []
+    for k, root in enumerate(roots):
+        pkg = package_files(root)
+        files.update(pkg)
+        n = args.limit // len(roots) + (1 if k < args.limit % len(roots) else 0)
+        if n:
+            cases.extend(sample_cases(pkg, n, args.seed, args.repo_module, args.context_chars))
+    return roots, files, cases
+
+
+def same_package(a: str, b: str) -> bool:
+    return a.split("/", 1)[0] == b.split("/", 1)[0]
 
 
 def run_repo(args, *, engine=None) -> int:
@@ -248,12 +313,12 @@ def run_repo(args, *, engine=None) -> int:
             raise BenchError(f"--limit must be positive, not {args.limit}")
         if args.context_tokens < 1:
             raise BenchError(f"--context-tokens must be positive, not {args.context_tokens}")
-        root = package_root(args.repo)
-        files = package_files(root)
-        cases = sample_cases(files, args.limit, args.seed, args.repo_module, args.context_chars)
+        roots, files, cases = repo_cases(args)
     except BenchError as err:
         print(f"midword bench cpc: {err}", file=sys.stderr)
         return 2
+    if args.coverage:
+        return _run_coverage(args, roots, files, cases)
     if engine is None:
         engine = load_engine(args)
         if engine is None:
@@ -288,14 +353,42 @@ def run_repo(args, *, engine=None) -> int:
             dump.close()
     table = summarize(records, settings, modes)
     if args.json:
-        print(json.dumps({"cases": len(records), "package": str(root), "settings": table}, indent=2))
+        print(
+            json.dumps(
+                {"cases": len(records), "packages": [str(r) for r in roots], "settings": table},
+                indent=2,
+            )
+        )
     else:
         print(
-            f"repository setting: {len(records)} cuts in {root} (seed {args.seed}), the other "
-            f"{len(files) - 1} modules as context up to {args.context_tokens} tokens; model {args.model}, greedy, "
+            f"repository setting: {len(records)} cuts in {', '.join(map(str, roots))} (seed {args.seed}), the "
+            f"package's other modules as context up to {args.context_tokens} tokens; model {args.model}, greedy, "
             f"single line, at most {args.max_tokens} tokens, no grammar"
         )
         print(format_table(table))
+    return 0
+
+
+def _run_coverage(args, roots, files, cases) -> int:
+    from midword.engine import Tokenizer
+
+    try:
+        tokenizer = Tokenizer.from_pretrained(args.model)
+    except Exception as err:
+        print(f"midword bench cpc: --model {args.model}: cannot load its tokenizer: {err}", file=sys.stderr)
+        return 2
+    cov = coverage(tokenizer, files, cases, args.context_tokens)
+    if args.json:
+        print(json.dumps({"packages": [str(r) for r in roots], **cov}, indent=2))
+    else:
+        print(
+            f"context coverage: {cov['cases']} cuts in {', '.join(map(str, roots))} (seed {args.seed}), "
+            f"{args.context_tokens}-token budget, tokenizer {args.model}\n"
+            f"  word above the cursor in the document: {cov['in_document']}\n"
+            f"  word only in the package's other modules: {cov['in_other_modules']}, "
+            f"of which in the chosen context: {cov['in_context']}\n"
+            f"  context tokens per cut: {cov['context_tokens']:.0f}"
+        )
     return 0
 
 
