@@ -37,7 +37,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 import torch
@@ -652,7 +652,7 @@ class LeanGemma3(TransformersModel):
     def _prepare_kernel(self) -> None:
         """The arrays of the compiled decode step (lean_kernels.decode_step_py), gathered
         once: every matrix int8, the embedding table int8 (the tied head)."""
-        self._kernel_args = None
+        self._kernel_args: dict[str, Any] | None = None
         if not self.use_kernel or self._head_int8 is None:
             return
         if not all(m.int8 for layer in self._layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down)):
@@ -701,7 +701,7 @@ class LeanGemma3(TransformersModel):
 
         step = compiled().step
         out = np.empty((tokens.size, self.hidden_size), dtype=np.float32)
-        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # set at import
         step(*self.step_arguments(tokens, pos, self._cache.k.numpy(), self._cache.v.numpy(), out))
         return torch.from_numpy(out)
 
@@ -716,7 +716,7 @@ class LeanGemma3(TransformersModel):
         if self._kernel_args is None or self._cache.filled == 0:
             return float("nan"), float("nan")
         kern = compiled()
-        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # set at import
         a = self._kernel_args
         sp = self.spec
         t0 = time.perf_counter()
@@ -744,6 +744,7 @@ class LeanGemma3(TransformersModel):
     ) -> tuple:
         """The arguments of lean_kernels.decode_step_py for `tokens` over these cache arrays."""
         a = self._kernel_args
+        assert a is not None, "the compiled step's arguments are built at load"
         return (
             np.ascontiguousarray(tokens, dtype=np.int64),
             pos,
