@@ -39,7 +39,7 @@ SPARSE_HEAD_LIMIT = 4096  # allowed tokens up to which only their logits are com
 # Two line breaks in a row, whichever the file uses (CRLF counts as one break; a CR at
 # the end may still become CRLF, and is one break either way).
 _BLANK_LINE = re.compile(rb"(\r\n|\r(?!\n)|\n)(\r\n|\r|\n)")
-DRAFT_TOKENS = 8  # draft tokens verified with a model step (0: no drafts)
+DRAFT_TOKENS = 0  # draft tokens verified with a model step; off until a run of positions costs about one step
 DRAFT_MIN_MATCH = 2  # tokens of the sequence's end that must recur before a draft is taken
 DRAFT_MAX_MATCH = 8  # the longest end match looked for (the longest match's continuation wins)
 
