@@ -578,14 +578,7 @@ class LeanGemma3(TransformersModel):
             and int(positions[-1]) == total - 1
         ):
             x = self._step_compiled(ids[0].numpy(), c)
-            cache.filled = total
-            dt = time.perf_counter() - t_start
-            self.stats.forward_passes += 1
-            self.stats.tokens_prefilled += n
-            self.stats.forward_seconds += dt
-            if prof:
-                prof.total += dt
-                prof.steps += 1
+            self._account(cache, total, n, t_start, prof)
             return x[None]
         x = self._embed_rows(ids[0])
         heads, kvh, hd = sp.heads, sp.kv_heads, sp.head_dim
@@ -639,6 +632,12 @@ class LeanGemma3(TransformersModel):
                 prof.matmul += time.perf_counter() - t0
             x = x + self._rms(d, layer.post_ff_norm)
         x = self._rms(x, self._final_norm)
+        self._account(cache, total, n, t_start, prof)
+        return x[None]
+
+    def _account(self, cache, total: int, n: int, t_start: float, prof) -> None:
+        """Marks the cache filled to `total` and counts the forward in the stats (and the
+        profile, when one is on)."""
         cache.filled = total
         dt = time.perf_counter() - t_start
         self.stats.forward_passes += 1
@@ -647,7 +646,6 @@ class LeanGemma3(TransformersModel):
         if prof:
             prof.total += dt
             prof.steps += 1
-        return x[None]
 
     def _prepare_kernel(self) -> None:
         """The arrays of the compiled decode step (lean_kernels.decode_step_py), gathered
