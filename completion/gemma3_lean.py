@@ -34,6 +34,7 @@ transformers when they differ.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from dataclasses import dataclass
@@ -45,6 +46,8 @@ import torch
 from .model import ModelStats, ModelUnavailable
 from .model_transformers import TransformersModel, _as_token_array, _mask_kinds
 from .quantized import Int8Weights
+
+log = logging.getLogger(__name__)
 
 # Preallocated cache positions; a longer sequence doubles it (up to max_context).
 DEFAULT_CAPACITY = 2048
@@ -291,6 +294,7 @@ class LeanGemma3(TransformersModel):
         self.use_kernel = bool(use_kernel)
         self._prepare_kernel()
         self._reset_state()
+        self._start_kernel_warm_up()
         self.probe_tokens = self.encode_prompt(PROBE_TEXTS[0])
         self.probe_logits = None
         # The reference logits the probe set was checked against (set by the checks).
@@ -689,6 +693,28 @@ class LeanGemma3(TransformersModel):
             heads=int(sp.heads),
             final_norm=self._final_norm.numpy().astype(np.float32),
         )
+
+    def _start_kernel_warm_up(self) -> None:
+        """Compiles the decode step on a thread (or loads it from numba's disk cache), over
+        scratch cache arrays of one position, while the rest of the start goes on: the first
+        completion after installing would otherwise wait for the compiler (a step that comes
+        first waits on numba's compile lock instead of compiling twice)."""
+        if self._kernel_args is None:
+            return
+        layers, kv_heads, _, head_dim = self._cache.k.shape
+
+        def run() -> None:
+            from .lean_kernels import compiled
+
+            try:
+                keys = np.zeros((layers, kv_heads, 1, head_dim), dtype=np.float32)
+                values = np.zeros_like(keys)
+                out = np.empty((1, self.hidden_size), dtype=np.float32)
+                compiled().step(*self.step_arguments(np.zeros(1, dtype=np.int64), 0, keys, values, out))
+            except Exception:  # noqa: BLE001 - only a head start: the first step compiles it anyway
+                log.debug("compiling the decode step ahead failed", exc_info=True)
+
+        threading.Thread(target=run, name="midword-warm-step", daemon=True).start()
 
     def _step_compiled(self, tokens: np.ndarray, pos: int) -> torch.Tensor:
         """The final hidden rows of `tokens` at positions from `pos` == the cache's length

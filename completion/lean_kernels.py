@@ -22,6 +22,7 @@ against the compiled function on a small random model.
 from __future__ import annotations
 
 import math
+import threading
 from typing import NamedTuple
 
 import numpy as np
@@ -227,6 +228,7 @@ def decode_step_py(
 
 
 _compiled = None
+_compile_lock = threading.Lock()
 
 
 class Kernels(NamedTuple):
@@ -237,22 +239,24 @@ class Kernels(NamedTuple):
 
 def compiled():
     """The compiled step, matvec and attention (the matvec parallel over output rows; the thread count is
-    numba's, set per call by the caller)."""
+    numba's, set per call by the caller). The model's start asks for them on a thread of its own while a
+    first step may ask too, hence the lock: one set of dispatchers."""
     global _compiled
-    if _compiled is None:
-        import numba
+    with _compile_lock:
+        if _compiled is None:
+            import numba
 
-        opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
-        mv = numba.njit(parallel=True, **opts)(matvec_py)
-        rms = numba.njit(**opts)(_rms_into)
-        attend = numba.njit(**opts)(_attend_into)
-        # The step calls the compiled helpers through its globals.
-        g = dict(decode_step_py.__globals__)
-        g.update(matvec_py=mv, _rms_into=rms, _attend_into=attend)
-        step_fn = _rebind(decode_step_py, g)
-        step = numba.njit(**opts)(step_fn)
-        _compiled = Kernels(step, mv, attend)
-    return _compiled
+            opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
+            mv = numba.njit(parallel=True, **opts)(matvec_py)
+            rms = numba.njit(**opts)(_rms_into)
+            attend = numba.njit(**opts)(_attend_into)
+            # The step calls the compiled helpers through its globals.
+            g = dict(decode_step_py.__globals__)
+            g.update(matvec_py=mv, _rms_into=rms, _attend_into=attend)
+            step_fn = _rebind(decode_step_py, g)
+            step = numba.njit(**opts)(step_fn)
+            _compiled = Kernels(step, mv, attend)
+        return _compiled
 
 
 def _rebind(fn, globals_):
