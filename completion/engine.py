@@ -111,45 +111,13 @@ class CompletionEngine:
         if self._model is None:
             from .model import load_model
 
-            early = self._start_mask_warm_up()
-            try:
-                self._model = load_model(self.model_name, progress=progress, dtype=self.weights)
-            finally:
-                if early is not None:
-                    early.join()
+            self._model = load_model(self.model_name, progress=progress, dtype=self.weights)
         self.warm_up()
 
-    def _start_mask_warm_up(self) -> threading.Thread | None:
-        """Starts, on a thread beside the model load, what the first mask needs and the
-        model does not: numba compiling the mask kernels (or loading them from its disk
-        cache; compiling them is most of a first start after installing), the token trie
-        and the code grammar. Only for a model named by its tokenizer's short name,
-        whose token table loads without the model (and without its BPE)."""
-        from midword.engine.tokenizer import SHORT_NAMES
-
-        if self.model_name not in SHORT_NAMES:
-            return None
-        name = self.model_name
-
-        def run() -> None:
-            try:
-                from midword.engine import Tokenizer
-                from midword.engine.brackets import code_brackets_grammar
-
-                c = Constraint(Tokenizer.from_pretrained(name), code_brackets_grammar("(", language="python"))
-                state = c.initial(typed=b"va")
-                c.allowed(state)
-                c.candidates_after(state.grammar, b"a")
-            except Exception:  # noqa: BLE001 - only a head start: warm_up does it all again
-                log.debug("warming the mask kernels up early failed", exc_info=True)
-
-        thread = threading.Thread(target=run, name="midword-warm-masks", daemon=True)
-        thread.start()
-        return thread
-
     def warm_up(self) -> None:
-        """Pays the one-time costs before the first keystroke does: the tokenizer's merge
-        tables, the token trie and slice tries (from the disk cache), compiled walks."""
+        """Pays the one-time costs before the first keystroke does: the model's compiled
+        decode step, the tokenizer's merge tables, the token trie and slice tries (from the
+        disk cache), compiled walks."""
         tok = self.tokenizer
         tok.encode("warm up")
         tok.tokenize_partial(b"def warm_up(self):\n    return self.va")
@@ -159,6 +127,9 @@ class CompletionEngine:
         state = c.initial(typed=b"va")
         c.allowed(state)
         c.candidates_after(state.grammar, b"a")
+        wait_compiled = getattr(self.model, "wait_compiled", None)
+        if wait_compiled is not None:
+            wait_compiled()
 
     @property
     def ready(self) -> bool:

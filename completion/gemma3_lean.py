@@ -699,6 +699,7 @@ class LeanGemma3(TransformersModel):
         scratch cache arrays of one position, while the rest of the start goes on: the first
         completion after installing would otherwise wait for the compiler (a step that comes
         first waits on numba's compile lock instead of compiling twice)."""
+        self._kernel_warm: threading.Thread | None = None
         if self._kernel_args is None:
             return
         layers, kv_heads, _, head_dim = self._cache.k.shape
@@ -714,7 +715,15 @@ class LeanGemma3(TransformersModel):
             except Exception:  # noqa: BLE001 - only a head start: the first step compiles it anyway
                 log.debug("compiling the decode step ahead failed", exc_info=True)
 
-        threading.Thread(target=run, name="midword-warm-step", daemon=True).start()
+        self._kernel_warm = threading.Thread(target=run, name="midword-warm-step", daemon=True)
+        self._kernel_warm.start()
+
+    def wait_compiled(self) -> None:
+        """Waits for the decode step's compilation started with the model (a server calls
+        this before it says it is ready, so that its first completion is not cut short by
+        its time budget while numba compiles)."""
+        if self._kernel_warm is not None:
+            self._kernel_warm.join()
 
     def _step_compiled(self, tokens: np.ndarray, pos: int) -> torch.Tensor:
         """The final hidden rows of `tokens` at positions from `pos` == the cache's length
