@@ -4,7 +4,7 @@ constructors the derivative and analysis code builds with. `_Derivatives` and
 
 from __future__ import annotations
 
-from abc import abstractmethod
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -131,36 +131,15 @@ class _Store:
     def kind_name(self, expr: int) -> str:
         return ("nothing", "epsilon", "bytes", "concat", "or", "and", "not", "repeat", "exclude")[self._kind[expr]]
 
-    # Constructors and questions defined further down the hierarchy (`ExprSet`,
-    # `_Analysis`) that the derivative and analysis code uses.
-    @abstractmethod
-    def alt(self, *exprs: int) -> int:
-        raise NotImplementedError
-
-    @abstractmethod
-    def and_(self, *exprs: int) -> int:
-        raise NotImplementedError
-
-    @abstractmethod
-    def not_(self, expr: int) -> int:
-        raise NotImplementedError
-
-    @abstractmethod
-    def repeat(self, expr: int, lo: int, hi: int | None) -> int:
-        raise NotImplementedError
-
-    @abstractmethod
-    def _concat2(self, a: int, b: int) -> int:
-        raise NotImplementedError
-
-    @abstractmethod
-    def _exclude_sorted(self, expr: int, words: tuple[bytes, ...]) -> int:
-        raise NotImplementedError
-
-    @abstractmethod
-    def is_empty(self, expr: int, bound: int | None = None) -> bool:
-        raise NotImplementedError
-
-    @abstractmethod
-    def to_str(self, expr: int, max_chars: int = 2000) -> str:
-        raise NotImplementedError
+    if TYPE_CHECKING:
+        # Constructors and questions defined further down the hierarchy (`ExprSet`,
+        # `_Analysis`) that the derivative and analysis code uses: declared for the type
+        # checker only, so nothing here can shadow the real ones.
+        def alt(self, *exprs: int) -> int: ...
+        def and_(self, *exprs: int) -> int: ...
+        def not_(self, expr: int) -> int: ...
+        def repeat(self, expr: int, lo: int, hi: int | None) -> int: ...
+        def _concat2(self, a: int, b: int) -> int: ...
+        def _exclude_sorted(self, expr: int, words: tuple[bytes, ...]) -> int: ...
+        def is_empty(self, expr: int, bound: int | None = None) -> bool: ...
+        def to_str(self, expr: int, max_chars: int = 2000) -> str: ...
