@@ -104,6 +104,9 @@ class CompletionEngine:
         # Show a model without FIM the text after the cursor before the document
         # (context.py). Off: `midword bench cpc --repo` measured it (see the report).
         self.suffix_context = False
+        # The running (or last) completion's timings, filled in as its stages end: a server
+        # that answers with part of a completion reads where its time went so far.
+        self.running_timings: Timings | None = None
 
     # Model ------------------------------------------------------------------------------
     def load(self, progress=None) -> None:
@@ -345,7 +348,7 @@ class CompletionEngine:
         if request.mode not in MODES:
             raise ValueError(f"unknown mode {request.mode!r}: expected one of {', '.join(MODES)}")
         model, tok = self.model, self.tokenizer
-        timings = Timings()
+        timings = self.running_timings = Timings()
         grammar, whole_document, note = self.grammar_for(request, cancelled)
         constraint = self._constraint(grammar)
         window = prompt_window(request.prefix)

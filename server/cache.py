@@ -23,8 +23,9 @@ its work worthless as long as the typed characters are the ones it predicts.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from midword.completion.types import Completion, CompletionRequest
 
@@ -46,7 +47,7 @@ class Entry:
     suffix: str
     key: tuple
     single_line: bool
-    origin: str  # "model" or "prefetch"
+    origin: str  # "model", "keystroke" (a job an edit started) or "prefetch"
 
 
 def answer_may_serve(
@@ -75,6 +76,43 @@ def answer_may_serve(
     predicted = start[:replace_start] + text
     n = min(len(predicted), len(prefix))
     return predicted[:n] == prefix[:n]
+
+
+_WORD_END = re.compile(r"[\w$]*\Z")
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
+def first_words(
+    job_request: CompletionRequest, partial: tuple[int, str] | None, request: CompletionRequest
+) -> Completion | None:
+    """The part of a completion still being decoded that can be shown for `request`
+    already: of the text `partial` = (replace_start, text so far) predicts after
+    `request`'s prefix, the whole words (the last word may go on in the next token, so
+    it waits), or the whole first line once a line break is decoded. None when that is
+    nothing yet, or the prediction does not extend `request` (other text typed, other
+    text after the cursor)."""
+    if partial is None or request.suffix != job_request.suffix:
+        return None
+    replace_start, text = partial
+    start = job_request.prefix
+    if not 0 <= replace_start <= len(start):
+        return None
+    predicted = start[:replace_start] + text
+    prefix = request.prefix
+    if len(predicted) <= len(prefix) or not predicted.startswith(prefix):
+        return None
+    rest = predicted[len(prefix) :]
+    line_end = _EOL.search(rest)
+    if line_end is not None and (request.single_line or job_request.single_line):
+        rest = rest[: line_end.start()]
+    else:
+        word = _WORD_END.search(rest)
+        assert word is not None  # the pattern matches the empty string at the end
+        rest = rest[: word.start()].rstrip(" \t")
+    if not rest.strip():
+        return None
+    completion = rebase(prefix + rest, prefix)
+    return None if completion is None else replace(completion, stop_reason="partial")
 
 
 class CompletionCache:

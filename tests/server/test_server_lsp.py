@@ -74,7 +74,8 @@ def capabilities(encodings=None, progress=True) -> types.ClientCapabilities:
 async def start(
     client: LanguageClient, *, model="fake", options=None, encodings=None, root=None, wait_ready=True, progress=True
 ) -> types.InitializeResult:
-    settings = {"model": model, "prefetch": False}
+    # whole answers: the first-words answers have tests of their own (test_lsp_keystroke.py)
+    settings = {"model": model, "prefetch": False, "firstAnswerMs": 60000}
     settings.update(options or {})
     result = await client.initialize_session(
         types.InitializeParams(
