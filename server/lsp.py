@@ -86,6 +86,8 @@ TRIGGERS_JSON = ('"', ":")
 TRIGGERS_CODE = (".",)
 ALL_TRIGGERS = [".", '"', ":"]
 MAX_LABEL = 80
+# A prefetch that finds the model thread busy tries again after at least this long.
+PREFETCH_RETRY_S = 0.05
 # Choosing a grammar may read a file (a `$schema`): past this the default grammar is used.
 GRAMMAR_CHOICE_TIMEOUT_S = 2.0
 # How long a completion waits for its document's grammar to compile (off the model
@@ -619,7 +621,8 @@ class MidwordServer(LanguageServer):
     async def _first(self, job, request: CompletionRequest, started: float) -> Outcome | Completion:
         """The job's outcome, or, when the job has not finished `first_answer_ms` after
         `started` (the keystroke), its whole words so far that extend `request` (a Completion) as soon as
-        there are some. Whichever comes first: the job's steps decide it, not the loop."""
+        there are some. Whichever comes first on the model thread wins (not whichever the
+        event loop sees first), so the answer does not depend on the loop's load."""
         delay = self.settings.first_answer_ms / 1000.0
         early: concurrent.futures.Future = concurrent.futures.Future()
 
@@ -639,8 +642,9 @@ class MidwordServer(LanguageServer):
         wrapped = asyncio.wrap_future(early)
         outcome = asyncio.ensure_future(self._wait(job))
         try:
-            done, _ = await asyncio.wait({outcome, wrapped}, return_when=asyncio.FIRST_COMPLETED)
-            if outcome in done or not early.done():
+            await asyncio.wait({outcome, wrapped}, return_when=asyncio.FIRST_COMPLETED)
+            # `early` is only ever set before the job ends: when it is set, it came first.
+            if not early.done():
                 return await outcome
             # The job goes on for the cache; this request no longer waits for its outcome.
             outcome.add_done_callback(lambda task: task.cancelled() or task.exception())
@@ -673,19 +677,10 @@ class MidwordServer(LanguageServer):
         self._latency(started)
 
         def finished(future) -> None:
-            self._store(job)
-            outcome: Outcome = future.result()
+            target = self._store(job)
             doc_now = self.document(doc.uri)
-            if (
-                self.settings.prefetch
-                and outcome.status == "done"
-                and outcome.completion is not None
-                and doc_now is not None
-                and doc_now.version == version
-            ):
-                target = self.cache.put(doc.uri, job.request, outcome.completion)
-                if target is not None:
-                    self._schedule_prefetch(doc.uri, version, replace(request, prefix=target, single_line=False))
+            if self.settings.prefetch and target is not None and doc_now is not None and doc_now.version == version:
+                self._schedule_prefetch(doc.uri, version, replace(request, prefix=target, single_line=False))
 
         job.future.add_done_callback(lambda future: self._call_soon(finished, future))
         engine = self.worker.engine if self.worker is not None else None
@@ -758,16 +753,16 @@ class MidwordServer(LanguageServer):
             self.stats.cancelled += 1
             raise
 
-    def _store(self, job) -> None:
-        """Cache a finished job's answer (also when no request waits for it any more)."""
+    def _store(self, job) -> str | None:
+        """Cache a finished job's answer (also when no request waits for it any more);
+        its target text, or None."""
         if not job.future.done():
-            return
+            return None
         outcome: Outcome = job.future.result()
-        if outcome.status == "done" and outcome.completion is not None:
-            origin = (
-                "prefetch" if job.prefetch else "keystroke" if self._keystroke_jobs.get(job.uri) is job else "model"
-            )
-            self.cache.put(job.uri, job.request, outcome.completion, origin=origin)
+        if outcome.status != "done" or outcome.completion is None:
+            return None
+        origin = "prefetch" if job.prefetch else "keystroke" if self._keystroke_jobs.get(job.uri) is job else "model"
+        return self.cache.put(job.uri, job.request, outcome.completion, origin=origin)
 
     def _check_version(self, uri: str, version: int | None) -> None:
         current = self.document(uri)
@@ -813,6 +808,18 @@ class MidwordServer(LanguageServer):
         if doc is None or doc.version != version or self.worker is None or self.cache.get(uri, request):
             return
         job = self.worker.submit(uri, version, request, prefetch=True)
+        if job.future.done() and job.future.result().status == "superseded" and self.worker.ready:
+            # The model thread is still busy (often just handing back the answer that
+            # scheduled this): try again once it may be idle. A keystroke cancels the timer.
+            if self.loop is not None:
+                self._prefetch_timer = self.loop.call_later(
+                    max(self.settings.prefetch_delay_ms / 1000.0, PREFETCH_RETRY_S),
+                    self._prefetch,
+                    uri,
+                    version,
+                    request,
+                )
+            return
         job.future.add_done_callback(lambda future: self._call_soon(self._prefetch_done, job))
 
     def _prefetch_done(self, job) -> None:
@@ -884,7 +891,13 @@ class MidwordServer(LanguageServer):
             return
         if self.cache.get(doc.uri, request) is not None:
             return
-        running = worker.join(doc.uri, self._serves(request))
+        serves = self._serves(request)
+        # Only a job that has predicted text the user then typed is worth waiting for: one
+        # still in its prefill or cover search for a shorter prefix would make the pause
+        # that follows wait for it, and then, as often as not, for a new run.
+        running = worker.join(
+            doc.uri, lambda job: serves(job) and (job.request.prefix == request.prefix or _predicted(job))
+        )
         if running is not None:
             worker.release(running)  # only looked: the running job answers here already
             return
@@ -938,6 +951,14 @@ def completion_list(doc: Document, answer: Answer, cursor: int) -> types.Complet
         data=_item_data(answer),
     )
     return types.CompletionList(is_incomplete=True, items=[item])
+
+
+def _predicted(job: Job) -> bool:
+    """Whether `job` has decoded text past its own prefix yet."""
+    if job.partial is None:
+        return False
+    replace_start, text = job.partial
+    return replace_start + len(text) > len(job.request.prefix)
 
 
 def _item_data(answer: Answer) -> dict:
