@@ -430,6 +430,18 @@ class _Replay:
             "partial_answers": sum(1 for r in shown if r.get("partial")),
             "mean_chars": _round(statistics.fmean([r["chars"] for r in shown]) if shown else None),
             "model_time_ms": _breakdown([r for r in shown if r.get("source") == "model"]),
+            # one row per pause: how long it was, what its request got, and when
+            "each": [
+                {
+                    "pause_ms": r["gap_ms"],
+                    "outcome": r.get("outcome", "pending"),
+                    "latency_ms": _round(r.get("latency_ms")),
+                    "source": r.get("source"),
+                    "partial": r.get("partial", False),
+                    "server_ms": r.get("server_ms"),
+                }
+                for r in asked
+            ],
         }
 
 

@@ -741,7 +741,11 @@ async def real_client(lsp_client: LanguageClient):
 async def test_real_engine_completes_a_cut_word(real_client: LanguageClient):
     client = real_client
     await client.initialize_session(
-        types.InitializeParams(capabilities=capabilities(), initialization_options={"midword": {"prefetch": False}})
+        types.InitializeParams(
+            capabilities=capabilities(),
+            # a whole answer, so that asking again finds that very text in the cache
+            initialization_options={"midword": {"prefetch": False, "firstAnswerMs": 60000}},
+        )
     )
     await wait_for(lambda: any(s.get("state") in ("ready", "error") for s in client.statuses), "engine", timeout=900)
     assert client.statuses[-1]["state"] == "ready", client.statuses[-1]
