@@ -60,6 +60,11 @@ RECOVERY_MAX_DEPTH = 256
 RECOVERY_MAX_ANCHORS = 4
 
 
+def _stopped(request: CompletionRequest, timings: Timings) -> Completion:
+    """The answer of a completion cancelled before it produced anything."""
+    return Completion(text="", replace_start=len(request.prefix), stop_reason="cancelled", timings=timings)
+
+
 class CompletionEngine:
     def __init__(
         self,
@@ -350,9 +355,14 @@ class CompletionEngine:
         model, tok = self.model, self.tokenizer
         timings = self.running_timings = Timings()
         grammar, whole_document, note = self.grammar_for(request, cancelled)
+        # A newer keystroke's completion waits for this one to stop: each stage checks.
+        if cancelled is not None and cancelled():
+            return _stopped(request, timings)
         constraint = self._constraint(grammar)
         window = prompt_window(request.prefix)
         back = backoff(tok, window.encode("utf-8"), request.mode)
+        if cancelled is not None and cancelled():
+            return _stopped(request, timings)
         try:
             gstate = (
                 self._grammar_state(constraint, grammar, request.prefix.encode("utf-8"))
@@ -385,8 +395,8 @@ class CompletionEngine:
         t0 = time.perf_counter()
         # A long new prompt (a file just opened) takes seconds: cancellable, and what is
         # prefilled before a cancel stays cached for the next keystroke.
-        if not model.prefill(prompt, cancelled):
-            return Completion(text="", replace_start=len(request.prefix), stop_reason="cancelled", timings=timings)
+        if not model.prefill(prompt, cancelled) or (cancelled is not None and cancelled()):
+            return _stopped(request, timings)
         timings.prefill_ms = (time.perf_counter() - t0) * 1e3
         budget_started = time.perf_counter()
         if request.mode == "cpc" and back.typed:
