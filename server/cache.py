@@ -87,10 +87,12 @@ def first_words(
 ) -> Completion | None:
     """The part of a completion still being decoded that can be shown for `request`
     already: of the text `partial` = (replace_start, text so far) predicts after
-    `request`'s prefix, the whole words (the last word may go on in the next token, so
-    it waits), or the whole first line once a line break is decoded. None when that is
-    nothing yet, or the prediction does not extend `request` (other text typed, other
-    text after the cursor)."""
+    `request`'s prefix, the whole words of its first line (the last word may go on in
+    the next token, so it waits), or the whole first line once a line break is decoded,
+    and never the text after the cursor typed again (the engine's suffix rule: the
+    decoded text is not trimmed yet). Later lines wait for the whole answer, whose end
+    the engine's block rules decide. None when that is nothing yet, or the prediction
+    does not extend `request` (other text typed, other text after the cursor)."""
     if partial is None or request.suffix != job_request.suffix:
         return None
     replace_start, text = partial
@@ -103,16 +105,38 @@ def first_words(
         return None
     rest = predicted[len(prefix) :]
     line_end = _EOL.search(rest)
-    if line_end is not None and (request.single_line or job_request.single_line):
+    if line_end is not None:
         rest = rest[: line_end.start()]
     else:
         word = _WORD_END.search(rest)
         assert word is not None  # the pattern matches the empty string at the end
-        rest = rest[: word.start()].rstrip(" \t")
+        rest = rest[: word.start()]
+    suffix_line = first_line(request.suffix).strip()
+    if suffix_line:
+        at = _suffix_at(rest, suffix_line)
+        if at >= 0:
+            rest = rest[:at]
+    rest = rest.rstrip(" \t")
     if not rest.strip():
         return None
     completion = rebase(prefix + rest, prefix)
     return None if completion is None else replace(completion, stop_reason="partial")
+
+
+def _suffix_at(text: str, suffix: str) -> int:
+    """Where `text` starts typing `suffix` again outside its own brackets, or -1: the
+    rule of `midword.completion.decode` (on text here; brackets are ASCII either way),
+    kept apart so the server does not import the decoder's compiled kernels."""
+    start = 0
+    while (at := text.find(suffix, start)) >= 0:
+        depth = 0
+        for ch in text[:at]:
+            depth += ch in "([{"
+            depth -= ch in ")]}"
+        if depth <= 0:
+            return at
+        start = at + 1
+    return -1
 
 
 class CompletionCache:

@@ -128,6 +128,13 @@ def test_first_words_waits_for_the_end_of_a_word():
     assert first_words(job, (rs, "userName = "), CompletionRequest(prefix=job.prefix, suffix="]\n")) is None
     # a one-line answer whose line break is decoded: the whole line
     assert first_words(job, (rs, "userName\nfoo"), job).text == "userName"
+    # the text after the cursor typed again (not trimmed yet while decoding) is never shown
+    assert first_words(job, (rs, "userName) + 1"), job).text == "userName"
+    assert first_words(job, (rs, "userName(x) + "), job).text == "userName(x) +"  # its own brackets stay
+    # a block: its first line only; the engine's block rules decide where the rest ends
+    block = CompletionRequest(prefix="def f():\n    return g", suffix="", single_line=False)
+    grown = (len(block.prefix) - 1, "go(1)\n\nclass")
+    assert first_words(block, grown, block).text == "go(1)"
 
 
 # -- through a real LSP session ---------------------------------------------------------------
