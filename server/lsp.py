@@ -201,6 +201,7 @@ class MidwordServer(LanguageServer):
         self.context = WorkspaceContext()  # open documents and recent edits for the prompt
         # uri -> the request kind ("completion" or "inline") the editor last sent for it: an
         # edit starts the model only in documents the editor asks completions for.
+        # (All four keyed by the unquoted URI, as pygls keys its documents.)
         self._asked: dict[str, str] = {}
         self._keystroke_tasks: dict[str, asyncio.Task] = {}  # uri -> the edit's job being started
         self._keystroke_jobs: dict[str, Job] = {}  # uri -> the job its last edit started
@@ -500,9 +501,9 @@ class MidwordServer(LanguageServer):
         if not self.settings.enable or self.worker is None or not self.worker.ready:
             self.stats.not_ready += 1
             return Answer(None, "not_ready")
-        self._note_asked(doc.uri, kind)
+        self._note_asked(unquote(doc.uri), kind)
         version = doc.version
-        starting = self._keystroke_tasks.get(doc.uri)
+        starting = self._keystroke_tasks.get(unquote(doc.uri))
         if starting is not None and not starting.done():
             await asyncio.wait({starting})  # its job is submitted then, and this request joins it
         request = await self.build_request(doc, offset, single_line=single_line)
@@ -528,7 +529,7 @@ class MidwordServer(LanguageServer):
                 _spent(started, built),
             )
 
-        edit_job = self._keystroke_jobs.get(doc.uri)
+        edit_job = self._keystroke_jobs.get(unquote(doc.uri))
         if (
             edit_job is not None
             and edit_job.future.done()
@@ -543,7 +544,7 @@ class MidwordServer(LanguageServer):
         if running is not None:
             # The user typed on while the model worked, and typed what it predicts (or the
             # edit itself started the job): its answer covers this request.
-            got = await self._first(running, request, self._since(doc.uri, version, started))
+            got = await self._first(running, request, self._since(unquote(doc.uri), version, started))
             if isinstance(got, Completion):
                 self._check_version(doc.uri, version)
                 return self._first_answer(doc, version, running, request, got, started, built)
@@ -567,7 +568,7 @@ class MidwordServer(LanguageServer):
             job = self.worker.submit(doc.uri, version, request)
             # Runs on if the user types what it predicts, after this request is gone.
             job.future.add_done_callback(lambda future: self._call_soon(self._store, job))
-        got = await self._first(job, request, self._since(doc.uri, version, started))
+        got = await self._first(job, request, self._since(unquote(doc.uri), version, started))
         if isinstance(got, Completion):
             self._check_version(doc.uri, version)
             return self._first_answer(doc, version, job, request, got, started, built)
@@ -761,7 +762,13 @@ class MidwordServer(LanguageServer):
         outcome: Outcome = job.future.result()
         if outcome.status != "done" or outcome.completion is None:
             return None
-        origin = "prefetch" if job.prefetch else "keystroke" if self._keystroke_jobs.get(job.uri) is job else "model"
+        origin = (
+            "prefetch"
+            if job.prefetch
+            else "keystroke"
+            if self._keystroke_jobs.get(unquote(job.uri)) is job
+            else "model"
+        )
         return self.cache.put(job.uri, job.request, outcome.completion, origin=origin)
 
     def _check_version(self, uri: str, version: int | None) -> None:
@@ -865,10 +872,10 @@ class MidwordServer(LanguageServer):
             return
         change = changes[0]
         cursor = min(doc.offset_of(change.range.start), doc.offset_of(change.range.end)) + len(change.text)
-        old = self._keystroke_tasks.pop(doc.uri, None)
+        old = self._keystroke_tasks.pop(unquote(doc.uri), None)
         if old is not None:
             old.cancel()  # still choosing its grammar: the newer edit wins
-        self._keystroke_tasks[doc.uri] = asyncio.ensure_future(self._keystroke_job(doc, version, cursor, kind))
+        self._keystroke_tasks[unquote(doc.uri)] = asyncio.ensure_future(self._keystroke_job(doc, version, cursor, kind))
 
     async def _keystroke_job(self, doc: Document, version: int | None, cursor: int, kind: str) -> None:
         source = doc.source
@@ -901,7 +908,7 @@ class MidwordServer(LanguageServer):
         if running is not None:
             worker.release(running)  # only looked: the running job answers here already
             return
-        job = self._keystroke_jobs[doc.uri] = worker.submit(doc.uri, version, request)
+        job = self._keystroke_jobs[unquote(doc.uri)] = worker.submit(doc.uri, version, request)
         self.stats.keystroke_starts += 1
         job.future.add_done_callback(lambda future: self._call_soon(self._store, job))
 
