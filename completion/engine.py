@@ -60,6 +60,11 @@ RECOVERY_MAX_DEPTH = 256
 RECOVERY_MAX_ANCHORS = 4
 
 
+def _stopped(request: CompletionRequest, timings: Timings) -> Completion:
+    """The answer of a completion cancelled before it produced anything."""
+    return Completion(text="", replace_start=len(request.prefix), stop_reason="cancelled", timings=timings)
+
+
 class CompletionEngine:
     def __init__(
         self,
@@ -104,6 +109,9 @@ class CompletionEngine:
         # Show a model without FIM the text after the cursor before the document
         # (context.py). Off: `midword bench cpc --repo` measured it (see the report).
         self.suffix_context = False
+        # The running (or last) completion's timings, filled in as its stages end: a server
+        # that answers with part of a completion reads where its time went so far.
+        self.running_timings: Timings | None = None
 
     # Model ------------------------------------------------------------------------------
     def load(self, progress=None) -> None:
@@ -345,11 +353,16 @@ class CompletionEngine:
         if request.mode not in MODES:
             raise ValueError(f"unknown mode {request.mode!r}: expected one of {', '.join(MODES)}")
         model, tok = self.model, self.tokenizer
-        timings = Timings()
+        timings = self.running_timings = Timings()
         grammar, whole_document, note = self.grammar_for(request, cancelled)
+        # A newer keystroke's completion waits for this one to stop: each stage checks.
+        if cancelled is not None and cancelled():
+            return _stopped(request, timings)
         constraint = self._constraint(grammar)
         window = prompt_window(request.prefix)
         back = backoff(tok, window.encode("utf-8"), request.mode)
+        if cancelled is not None and cancelled():
+            return _stopped(request, timings)
         try:
             gstate = (
                 self._grammar_state(constraint, grammar, request.prefix.encode("utf-8"))
@@ -382,8 +395,8 @@ class CompletionEngine:
         t0 = time.perf_counter()
         # A long new prompt (a file just opened) takes seconds: cancellable, and what is
         # prefilled before a cancel stays cached for the next keystroke.
-        if not model.prefill(prompt, cancelled):
-            return Completion(text="", replace_start=len(request.prefix), stop_reason="cancelled", timings=timings)
+        if not model.prefill(prompt, cancelled) or (cancelled is not None and cancelled()):
+            return _stopped(request, timings)
         timings.prefill_ms = (time.perf_counter() - t0) * 1e3
         budget_started = time.perf_counter()
         if request.mode == "cpc" and back.typed:

@@ -23,8 +23,9 @@ its work worthless as long as the typed characters are the ones it predicts.
 
 from __future__ import annotations
 
+import re
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from midword.completion.types import Completion, CompletionRequest
 
@@ -46,7 +47,7 @@ class Entry:
     suffix: str
     key: tuple
     single_line: bool
-    origin: str  # "model" or "prefetch"
+    origin: str  # "model", "keystroke" (a job an edit started) or "prefetch"
 
 
 def answer_may_serve(
@@ -75,6 +76,67 @@ def answer_may_serve(
     predicted = start[:replace_start] + text
     n = min(len(predicted), len(prefix))
     return predicted[:n] == prefix[:n]
+
+
+_WORD_END = re.compile(r"[\w$]*\Z")
+_EOL = re.compile(r"\r\n|\r|\n")
+
+
+def first_words(
+    job_request: CompletionRequest, partial: tuple[int, str] | None, request: CompletionRequest
+) -> Completion | None:
+    """The part of a completion still being decoded that can be shown for `request`
+    already: of the text `partial` = (replace_start, text so far) predicts after
+    `request`'s prefix, the whole words of its first line (the last word may go on in
+    the next token, so it waits), or the whole first line once a line break is decoded,
+    and never the text after the cursor typed again (the engine's suffix rule: the
+    decoded text is not trimmed yet). Later lines wait for the whole answer, whose end
+    the engine's block rules decide. None when that is nothing yet, or the prediction
+    does not extend `request` (other text typed, other text after the cursor)."""
+    if partial is None or request.suffix != job_request.suffix:
+        return None
+    replace_start, text = partial
+    start = job_request.prefix
+    if not 0 <= replace_start <= len(start):
+        return None
+    predicted = start[:replace_start] + text
+    prefix = request.prefix
+    if len(predicted) <= len(prefix) or not predicted.startswith(prefix):
+        return None
+    rest = predicted[len(prefix) :]
+    line_end = _EOL.search(rest)
+    if line_end is not None:
+        rest = rest[: line_end.start()]
+    else:
+        word = _WORD_END.search(rest)
+        assert word is not None  # the pattern matches the empty string at the end
+        rest = rest[: word.start()]
+    suffix_line = first_line(request.suffix).strip()
+    if suffix_line:
+        at = _suffix_at(rest, suffix_line)
+        if at >= 0:
+            rest = rest[:at]
+    rest = rest.rstrip(" \t")
+    if not rest.strip():
+        return None
+    completion = rebase(prefix + rest, prefix)
+    return None if completion is None else replace(completion, stop_reason="partial")
+
+
+def _suffix_at(text: str, suffix: str) -> int:
+    """Where `text` starts typing `suffix` again outside its own brackets, or -1: the
+    rule of `midword.completion.decode` (on text here; brackets are ASCII either way),
+    kept apart so the server does not import the decoder's compiled kernels."""
+    start = 0
+    while (at := text.find(suffix, start)) >= 0:
+        depth = 0
+        for ch in text[:at]:
+            depth += ch in "([{"
+            depth -= ch in ")]}"
+        if depth <= 0:
+            return at
+        start = at + 1
+    return -1
 
 
 class CompletionCache:

@@ -20,6 +20,13 @@ the engine:
   types its characters, and is served from memory; when the user pauses, the server
   completes at the end of the shown completion so that accepting it finds the next
   one ready.
+- *Start at the keystroke, answer with the first words* (the time from a keystroke to
+  a shown completion is what the user feels): once the editor has asked for
+  completions in a document, an edit the cache cannot serve starts the model at once,
+  and the request that follows the editor's debounce joins that job. A request whose
+  model work has run `firstAnswerMs` is answered with the whole words decoded so far;
+  the job goes on, and the next keystroke that types them is served its full answer
+  from the cache (or from the job still running).
 
 `midword/status` carries `{state: "loading"|"ready"|"error"|"busy", message,
 lastLatencyMs}` for status bars, and `grammar: {uri, note}` when how much of a document
@@ -30,6 +37,7 @@ tests and benchmarks.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import functools
 import itertools
 import logging
@@ -47,13 +55,13 @@ from pygls.protocol.language_server import lsp_method
 from midword import __version__
 from midword.completion.types import Completion, CompletionRequest, ContextChunk, GrammarSpec
 
-from .cache import CompletionCache, answer_may_serve, request_key
+from .cache import CompletionCache, answer_may_serve, first_words, request_key
 from .documents import Document, DocumentWorkspace
 from .editing import first_line, fit_to_line, wants_multiline
 from .grammar_choice import Choice, GrammarResolver, document_language, fallback_grammar, is_json_document, uri_to_path
 from .positions import choose_encoding
 from .settings import SECTION, Settings, parse_settings, section_of
-from .worker import EngineFactory, Event, ModelWorker, Outcome
+from .worker import EngineFactory, Event, Job, ModelWorker, Outcome
 from .workspace_context import WorkspaceContext
 
 log = logging.getLogger(__name__)
@@ -78,6 +86,8 @@ TRIGGERS_JSON = ('"', ":")
 TRIGGERS_CODE = (".",)
 ALL_TRIGGERS = [".", '"', ":"]
 MAX_LABEL = 80
+# A prefetch that finds the model thread busy tries again after at least this long.
+PREFETCH_RETRY_S = 0.05
 # Choosing a grammar may read a file (a `$schema`): past this the default grammar is used.
 GRAMMAR_CHOICE_TIMEOUT_S = 2.0
 # How long a completion waits for its document's grammar to compile (off the model
@@ -96,6 +106,10 @@ LOAD_HOLD_S = 300.0
 class Answer(NamedTuple):
     completion: Completion | None
     source: str  # "model", "cache", "prefetch", or why there is none: "not_ready", "error", "superseded", ...
+    # Where the server's time went (ms): request (building it), queue (waiting for the model
+    # thread), prefill, cpc, decode, mask, server (all of it); sent in the item's `data`.
+    ms: dict[str, float] | None = None
+    partial: bool = False  # the first words of an answer the model is still decoding
 
 
 @dataclass
@@ -107,6 +121,8 @@ class Stats:
     prefetch_hits: int = 0
     model_completions: int = 0  # answers the model produced for requests (not from cache)
     joined: int = 0  # requests that waited for a running job started by an earlier keystroke
+    keystroke_starts: int = 0  # jobs an edit started before the editor asked
+    first_answers: int = 0  # answers with the first words of a job still decoding
     prefetches: int = 0
     cancelled: int = 0
     superseded: int = 0
@@ -183,6 +199,13 @@ class MidwordServer(LanguageServer):
         # grammars whose compilation or use failed -> the message shown; they fall back
         self._broken_grammars: dict[GrammarSpec, str] = {}
         self.context = WorkspaceContext()  # open documents and recent edits for the prompt
+        # uri -> the request kind ("completion" or "inline") the editor last sent for it: an
+        # edit starts the model only in documents the editor asks completions for.
+        # (All four keyed by the unquoted URI, as pygls keys its documents.)
+        self._asked: dict[str, str] = {}
+        self._keystroke_tasks: dict[str, asyncio.Task] = {}  # uri -> the edit's job being started
+        self._keystroke_jobs: dict[str, Job] = {}  # uri -> the job its last edit started
+        self._edited_at: dict[str, tuple[int | None, float]] = {}  # uri -> (version, when its last edit came)
 
     # -- documents -------------------------------------------------------------------------
 
@@ -468,7 +491,7 @@ class MidwordServer(LanguageServer):
             multiline="never" if single_line else "always",
         )
 
-    async def complete(self, doc: Document, offset: int, *, single_line: bool) -> Answer:
+    async def complete(self, doc: Document, offset: int, *, single_line: bool, kind: str = "completion") -> Answer:
         """A completion at `offset` of `doc` (or none) and where it came from. Raises
         ContentModified when the document changed while the model worked."""
         await self._until_loaded(doc)
@@ -478,13 +501,23 @@ class MidwordServer(LanguageServer):
         if not self.settings.enable or self.worker is None or not self.worker.ready:
             self.stats.not_ready += 1
             return Answer(None, "not_ready")
+        self._note_asked(unquote(doc.uri), kind)
         version = doc.version
+        starting = self._keystroke_tasks.get(unquote(doc.uri))
+        if starting is not None and not starting.done():
+            await asyncio.wait({starting})  # its job is submitted then, and this request joins it
         request = await self.build_request(doc, offset, single_line=single_line)
+        built = time.perf_counter()
         self._check_version(doc.uri, version)
         hit = self.cache.get(doc.uri, request)
         if hit is not None:
             completion, entry = hit
-            self.stats.cache_hits += 1
+            # the model's answer for this very keystroke, which the edit started: not a cache hit
+            own = entry.origin == "keystroke" and entry.anchor_len == len(request.prefix)
+            if own:
+                self.stats.model_completions += 1
+            else:
+                self.stats.cache_hits += 1
             if entry.origin == "prefetch":
                 self.stats.prefetch_hits += 1
             self._latency(started)
@@ -492,23 +525,29 @@ class MidwordServer(LanguageServer):
                 self._schedule_prefetch(doc.uri, doc.version, replace(request, prefix=entry.target, single_line=False))
             return Answer(
                 fit_to_line(completion, request.prefix, single_line=request.single_line),
-                "prefetch" if entry.origin == "prefetch" else "cache",
+                "model" if own else "prefetch" if entry.origin == "prefetch" else "cache",
+                _spent(started, built),
             )
 
-        key = request_key(request)
-        running = self.worker.join(
-            doc.uri,
-            lambda job: (
-                not job.prefetch
-                and request_key(job.request) == key
-                and (request.single_line or not job.request.single_line)
-                and answer_may_serve(job.request, job.partial, request.prefix, request.suffix)
-            ),
-        )
+        edit_job = self._keystroke_jobs.get(unquote(doc.uri))
+        if (
+            edit_job is not None
+            and edit_job.future.done()
+            and edit_job.version == version
+            and edit_job.request == request
+            and edit_job.future.result().status == "done"
+        ):
+            running = None  # the edit's job answered this very request already (with nothing to cache)
+        else:
+            edit_job = None
+            running = self.worker.join(doc.uri, self._serves(request))
         if running is not None:
-            # The user typed on while the model worked, and typed what it predicts: its
-            # answer will cover this keystroke too.
-            await self._wait(running)
+            # The user typed on while the model worked, and typed what it predicts (or the
+            # edit itself started the job): its answer covers this request.
+            got = await self._first(running, request, self._since(unquote(doc.uri), version, started))
+            if isinstance(got, Completion):
+                self._check_version(doc.uri, version)
+                return self._first_answer(doc, version, running, request, got, started, built)
             self._store(running)
             hit = self.cache.get(doc.uri, request)
             if hit is not None:
@@ -518,11 +557,22 @@ class MidwordServer(LanguageServer):
                 completion, entry = hit
                 if self.settings.prefetch:
                     self._schedule_prefetch(doc.uri, version, replace(request, prefix=entry.target, single_line=False))
-                return Answer(fit_to_line(completion, request.prefix, single_line=request.single_line), "model")
-        job = self.worker.submit(doc.uri, version, request)
-        # Runs on if the user types what it predicts, after this request is gone.
-        job.future.add_done_callback(lambda future: self._call_soon(self._store, job))
-        outcome = await self._wait(job)
+                return Answer(
+                    fit_to_line(completion, request.prefix, single_line=request.single_line),
+                    "model",
+                    _spent(started, built, running, got.completion),
+                )
+        if edit_job is not None:
+            job = edit_job
+        else:
+            job = self.worker.submit(doc.uri, version, request)
+            # Runs on if the user types what it predicts, after this request is gone.
+            job.future.add_done_callback(lambda future: self._call_soon(self._store, job))
+        got = await self._first(job, request, self._since(unquote(doc.uri), version, started))
+        if isinstance(got, Completion):
+            self._check_version(doc.uri, version)
+            return self._first_answer(doc, version, job, request, got, started, built)
+        outcome = got
         if outcome.completion is not None and outcome.status == "done":
             self.stats.model_completions += 1
             # still right for the prefix it answered, which the user may type next
@@ -534,7 +584,7 @@ class MidwordServer(LanguageServer):
             self.stats.errors += 1
             self.log(f"completion failed in {doc.uri}: {outcome.error}", types.MessageType.Error)
             if self._grammar_failed(doc, request, outcome.error):
-                return await self.complete(doc, offset, single_line=single_line)
+                return await self.complete(doc, offset, single_line=single_line, kind=kind)
             return Answer(None, "error")
         if outcome.status != "done" or outcome.completion is None:
             self.stats.superseded += outcome.status == "superseded"
@@ -547,7 +597,100 @@ class MidwordServer(LanguageServer):
         self._report_grammar(doc.uri, note)
         if target is not None and self.settings.prefetch:
             self._schedule_prefetch(doc.uri, version, replace(request, prefix=target, single_line=False))
-        return Answer(fit_to_line(outcome.completion, request.prefix, single_line=request.single_line), "model")
+        return Answer(
+            fit_to_line(outcome.completion, request.prefix, single_line=request.single_line),
+            "model",
+            _spent(started, built, job, outcome.completion),
+        )
+
+    def _since(self, uri: str, version: int | None, started: float) -> float:
+        """When the user made the document as it is for this request: its last edit
+        (the keystroke), or the request's arrival when the edit is not known."""
+        edited = self._edited_at.get(uri)
+        return min(started, edited[1]) if edited is not None and edited[0] == version else started
+
+    def _serves(self, request: CompletionRequest):
+        """Whether a running job's answer will cover `request` (for `ModelWorker.join`)."""
+        key = request_key(request)
+        return lambda job: (
+            not job.prefetch
+            and request_key(job.request) == key
+            and (request.single_line or not job.request.single_line)
+            and answer_may_serve(job.request, job.partial, request.prefix, request.suffix)
+        )
+
+    async def _first(self, job, request: CompletionRequest, started: float) -> Outcome | Completion:
+        """The job's outcome, or, when the job has not finished `first_answer_ms` after
+        `started` (the keystroke), its whole words so far that extend `request` (a Completion) as soon as
+        there are some. Whichever comes first on the model thread wins (not whichever the
+        event loop sees first), so the answer does not depend on the loop's load."""
+        delay = self.settings.first_answer_ms / 1000.0
+        early: concurrent.futures.Future = concurrent.futures.Future()
+
+        def check(_job=None) -> None:  # on the model thread after each step, or the loop's timer
+            if early.done() or job.future.done() or time.perf_counter() - started < delay:
+                return
+            completion = first_words(job.request, job.partial, request)
+            if completion is not None:
+                try:
+                    early.set_result(completion)
+                except concurrent.futures.InvalidStateError:  # the other caller was first
+                    pass
+
+        job.listeners.append(check)
+        assert self.loop is not None  # set at `initialized`, before any request
+        timer = self.loop.call_later(max(0.0, delay - (time.perf_counter() - started)), check)
+        wrapped = asyncio.wrap_future(early)
+        outcome = asyncio.ensure_future(self._wait(job))
+        try:
+            await asyncio.wait({outcome, wrapped}, return_when=asyncio.FIRST_COMPLETED)
+            # `early` is only ever set before the job ends: when it is set, it came first.
+            if not early.done():
+                return await outcome
+            # The job goes on for the cache; this request no longer waits for its outcome.
+            outcome.add_done_callback(lambda task: task.cancelled() or task.exception())
+            return early.result()
+        except asyncio.CancelledError:
+            outcome.cancel()  # `_wait` releases the job
+            raise
+        finally:
+            timer.cancel()
+            wrapped.cancel()
+            try:
+                job.listeners.remove(check)
+            except ValueError:
+                pass
+
+    def _first_answer(
+        self,
+        doc: Document,
+        version: int | None,
+        job,
+        request: CompletionRequest,
+        completion: Completion,
+        started,
+        built,
+    ) -> Answer:
+        """The answer with a job's first words; the rest goes to the cache when the job
+        ends, and a prefetch after it, if the user has not moved on by then."""
+        self.stats.first_answers += 1
+        self.stats.model_completions += 1
+        self._latency(started)
+
+        def finished(future) -> None:
+            target = self._store(job)
+            doc_now = self.document(doc.uri)
+            if self.settings.prefetch and target is not None and doc_now is not None and doc_now.version == version:
+                self._schedule_prefetch(doc.uri, version, replace(request, prefix=target, single_line=False))
+
+        job.future.add_done_callback(lambda future: self._call_soon(finished, future))
+        engine = self.worker.engine if self.worker is not None else None
+        return Answer(
+            fit_to_line(completion, request.prefix, single_line=request.single_line),
+            "model",
+            _spent(started, built, job, None, getattr(engine, "running_timings", None)),
+            partial=True,
+        )
 
     def _grammar_failed(self, doc: Document, request: CompletionRequest, error: str | None) -> bool:
         """After a failed completion with a grammar of the document's own (a schema, a
@@ -611,13 +754,22 @@ class MidwordServer(LanguageServer):
             self.stats.cancelled += 1
             raise
 
-    def _store(self, job) -> None:
-        """Cache a finished job's answer (also when no request waits for it any more)."""
+    def _store(self, job) -> str | None:
+        """Cache a finished job's answer (also when no request waits for it any more);
+        its target text, or None."""
         if not job.future.done():
-            return
+            return None
         outcome: Outcome = job.future.result()
-        if outcome.status == "done" and outcome.completion is not None:
-            self.cache.put(job.uri, job.request, outcome.completion, origin="prefetch" if job.prefetch else "model")
+        if outcome.status != "done" or outcome.completion is None:
+            return None
+        origin = (
+            "prefetch"
+            if job.prefetch
+            else "keystroke"
+            if self._keystroke_jobs.get(unquote(job.uri)) is job
+            else "model"
+        )
+        return self.cache.put(job.uri, job.request, outcome.completion, origin=origin)
 
     def _check_version(self, uri: str, version: int | None) -> None:
         current = self.document(uri)
@@ -663,6 +815,18 @@ class MidwordServer(LanguageServer):
         if doc is None or doc.version != version or self.worker is None or self.cache.get(uri, request):
             return
         job = self.worker.submit(uri, version, request, prefetch=True)
+        if job.future.done() and job.future.result().status == "superseded" and self.worker.ready:
+            # The model thread is still busy (often just handing back the answer that
+            # scheduled this): try again once it may be idle. A keystroke cancels the timer.
+            if self.loop is not None:
+                self._prefetch_timer = self.loop.call_later(
+                    max(self.settings.prefetch_delay_ms / 1000.0, PREFETCH_RETRY_S),
+                    self._prefetch,
+                    uri,
+                    version,
+                    request,
+                )
+            return
         job.future.add_done_callback(lambda future: self._call_soon(self._prefetch_done, job))
 
     def _prefetch_done(self, job) -> None:
@@ -676,12 +840,85 @@ class MidwordServer(LanguageServer):
 
     # -- document changes --------------------------------------------------------------------
 
-    def on_did_change(self, uri: str, version: int | None) -> None:
+    def on_did_change(self, uri: str, version: int | None, changes=()) -> None:
+        self._edited_at.pop(unquote(uri), None)
+        self._edited_at[unquote(uri)] = (version, time.perf_counter())
+        while len(self._edited_at) > 256:
+            self._edited_at.pop(next(iter(self._edited_at)))
         self._cancel_prefetch()
         if self.worker is not None:
             self.worker.cancel_stale(uri, version)
+        self._start_at_keystroke(uri, version, changes)
+
+    def _note_asked(self, uri: str, kind: str) -> None:
+        self._asked.pop(uri, None)
+        self._asked[uri] = kind
+        while len(self._asked) > 256:
+            self._asked.pop(next(iter(self._asked)))
+
+    def _start_at_keystroke(self, uri: str, version: int | None, changes) -> None:
+        """After one edit at a place the editor asks completions for, start the model
+        for the cursor it leaves (after the inserted text) without waiting for the
+        editor's request: unless the cache or a running job already answers there."""
+        kind = self._asked.get(unquote(uri))
+        s = self.settings
+        worker = self.worker
+        if kind is None or not (s.enable and s.start_on_keystroke) or worker is None or not worker.ready:
+            return
+        if len(changes) != 1 or getattr(changes[0], "range", None) is None or self.loop is None:
+            return
+        doc = self.document(uri)
+        if doc is None or doc.version != version:
+            return
+        change = changes[0]
+        cursor = min(doc.offset_of(change.range.start), doc.offset_of(change.range.end)) + len(change.text)
+        old = self._keystroke_tasks.pop(unquote(doc.uri), None)
+        if old is not None:
+            old.cancel()  # still choosing its grammar: the newer edit wins
+        self._keystroke_tasks[unquote(doc.uri)] = asyncio.ensure_future(self._keystroke_job(doc, version, cursor, kind))
+
+    async def _keystroke_job(self, doc: Document, version: int | None, cursor: int, kind: str) -> None:
+        source = doc.source
+        if kind == "inline":
+            lines = self.settings.multiline
+            single_line = not (
+                lines == "always"
+                or (lines == "auto" and wants_multiline(source[:cursor], source[cursor : cursor + 200]))
+            )
+        else:
+            single_line = True
+        try:
+            request = await self.build_request(doc, cursor, single_line=single_line)
+        except Exception:  # noqa: BLE001 - the editor's own request reports what is wrong
+            log.debug("starting at the keystroke failed", exc_info=True)
+            return
+        worker = self.worker
+        current = self.document(doc.uri)
+        if worker is None or not worker.ready or current is None or current.version != version:
+            return
+        if self.cache.get(doc.uri, request) is not None:
+            return
+        serves = self._serves(request)
+        # Only a job that has predicted text the user then typed is worth waiting for: one
+        # still in its prefill or cover search for a shorter prefix would make the pause
+        # that follows wait for it, and then, as often as not, for a new run.
+        running = worker.join(
+            doc.uri, lambda job: serves(job) and (job.request.prefix == request.prefix or _predicted(job))
+        )
+        if running is not None:
+            worker.release(running)  # only looked: the running job answers here already
+            return
+        job = self._keystroke_jobs[unquote(doc.uri)] = worker.submit(doc.uri, version, request)
+        self.stats.keystroke_starts += 1
+        job.future.add_done_callback(lambda future: self._call_soon(self._store, job))
 
     def on_did_close(self, uri: str) -> None:
+        task = self._keystroke_tasks.pop(unquote(uri), None)
+        if task is not None:
+            task.cancel()
+        self._keystroke_jobs.pop(unquote(uri), None)
+        self._asked.pop(unquote(uri), None)
+        self._edited_at.pop(unquote(uri), None)
         self.cache.forget(uri)
         self.context.forget(unquote(uri))
         if self.worker is not None:
@@ -718,9 +955,42 @@ def completion_list(doc: Document, answer: Answer, cursor: int) -> types.Complet
         preselect=True,
         insert_text_format=types.InsertTextFormat.PlainText,
         text_edit=types.TextEdit(range=edit_range, new_text=text),
-        data={"source": answer.source},
+        data=_item_data(answer),
     )
     return types.CompletionList(is_incomplete=True, items=[item])
+
+
+def _predicted(job: Job) -> bool:
+    """Whether `job` has decoded text past its own prefix yet."""
+    if job.partial is None:
+        return False
+    replace_start, text = job.partial
+    return replace_start + len(text) > len(job.request.prefix)
+
+
+def _item_data(answer: Answer) -> dict:
+    data: dict[str, object] = {"source": answer.source}
+    if answer.ms is not None:
+        data["ms"] = answer.ms
+    if answer.partial:
+        data["partial"] = True
+    return data
+
+
+def _spent(started: float, built: float, job=None, completion: Completion | None = None, timings=None) -> dict:
+    """Where a request's time went, in ms (see `Answer.ms`)."""
+    now = time.perf_counter()
+    out = {"request": (built - started) * 1e3}
+    if job is not None and job.started is not None:
+        out["queue"] = max(0.0, (job.started - built) * 1e3)
+    t = completion.timings if completion is not None else timings
+    if t is not None:
+        out.update(prefill=t.prefill_ms, cpc=t.cpc_ms, decode=t.decode_ms, mask=t.mask_ms)
+        if completion is None and job is not None and job.started is not None:
+            # still decoding: what its stages have not claimed so far is decoding
+            out["decode"] = max(0.0, (now - job.started) * 1e3 - t.prefill_ms - t.cpc_ms)
+    out["server"] = (now - started) * 1e3
+    return {k: round(v, 1) for k, v in out.items()}
 
 
 def inline_list(doc: Document, answer: Answer, cursor: int) -> types.InlineCompletionList:
@@ -785,8 +1055,8 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     def did_change(ls: MidwordServer, params: types.DidChangeTextDocumentParams):
-        ls.on_did_change(params.text_document.uri, params.text_document.version)
         ls.context.note_change(unquote(params.text_document.uri), params.content_changes)
+        ls.on_did_change(params.text_document.uri, params.text_document.version, params.content_changes)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     def did_close(ls: MidwordServer, params: types.DidCloseTextDocumentParams):
@@ -820,7 +1090,7 @@ def create_server(engine_factory: EngineFactory | None = None, *, default_model:
         multi = lines == "always" or (
             lines == "auto" and wants_multiline(doc.source[:cursor], doc.source[cursor : cursor + 200])
         )
-        result = await ls.complete(doc, cursor, single_line=not multi)
+        result = await ls.complete(doc, cursor, single_line=not multi, kind="inline")
         return inline_list(doc, result, cursor)
 
     @server.feature(STATS)

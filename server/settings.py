@@ -18,6 +18,8 @@ and the previous value stays, so one typo never disables the rest (or the server
 | `timeBudgetMs` | int 10..60000 | 2000 | wall-clock budget of one completion, after prefilling a new prompt |
 | `multiline` | `auto`/`never`/`always` | `auto` | inline completions: a block after a block opener or on an empty line (`auto`), one line (`never`), a block (`always`) |
 | `contextTokens` | int 0..8192 | 1024 | prompt tokens for other open documents and recent edits (0: none) |
+| `startOnKeystroke` | bool | true | start the model at an edit, before the editor asks (its answer is ready sooner) |
+| `firstAnswerMs` | int 0..60000 | 100 | this long after the keystroke a request is answered with the whole words decoded so far; the rest comes on the next keystroke |
 """
 
 from __future__ import annotations
@@ -47,6 +49,8 @@ class Settings:
     time_budget_ms: int = 2000
     multiline: str = "auto"
     context_tokens: int = DEFAULT_CONTEXT_TOKENS
+    start_on_keystroke: bool = True
+    first_answer_ms: int = 100
 
 
 def _show(value: Any) -> str:
@@ -137,6 +141,8 @@ _KEYS = {
     "timeBudgetMs": ("time_budget_ms", _int(10, 60_000)),
     "multiline": ("multiline", _multiline),
     "contextTokens": ("context_tokens", _int(0, 8192)),
+    "startOnKeystroke": ("start_on_keystroke", _bool),
+    "firstAnswerMs": ("first_answer_ms", _int(0, 60_000)),
 }
 
 

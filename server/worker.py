@@ -89,6 +89,8 @@ class Job:
     # changed since the job started: only then is it worth finishing for nobody.
     orphaned_at: float | None = None
     edited: bool = False
+    # When the model thread took the job (time.perf_counter()): the wait before is queueing.
+    started: float | None = None
     # Called on the model thread with the job after each step (when `partial` changed):
     # a front end's early stops and token streaming, without polling.
     listeners: list[Callable[["Job"], None]] = field(default_factory=list)
@@ -413,7 +415,7 @@ class ModelWorker:
             _resolve(job.future, Outcome("not_ready"))
             return
         self._emit(Event("busy", "completing", data={"prefetch": job.prefetch}))
-        started = time.perf_counter()
+        started = job.started = time.perf_counter()
 
         def stop_now() -> bool:
             if job.stopped():

@@ -7,11 +7,18 @@ longer pause at each line end. After each keystroke it waits `--debounce-ms` and
 no other key came, asks for a completion at the cursor; a keystroke that arrives
 before the answer cancels the request (`$/cancelRequest`), as editors do.
 
+With `--trace bursts` the typing comes in bursts instead (a seeded schedule, see
+`burst_schedule`): a few to a few dozen keys at typing speed, then a pause of 300 to
+1,500 ms, as a person who stops to think or to read a completion. Each pause is
+scored by the time from its last keystroke to a shown completion (the answer to the
+request for that keystroke, when it has items and comes before the next key).
+
 Latency is measured from the keystroke to the answer. The report gives p50/p95/max
 over answered requests (and split by source: the model, the type-through cache, a
 prefetched completion), how many requests were cancelled or came back
 ContentModified, and the server's counters (model runs, tokens generated, cache
-hits). Nothing asserts on time; the figures are for a person to read or to compare
+hits), and, from the timings the server puts in each item's `data`, where a model
+answer's time went: grammar choice, queue wait, prefill, CPC, decode. Nothing asserts on time; the figures are for a person to read or to compare
 runs, with `--json` for machines.
 """
 
@@ -21,11 +28,12 @@ import argparse
 import asyncio
 import json
 import os
+import random
 import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 DEFAULT_ENGINE = "midword.completion.engine:CompletionEngine"
 
@@ -90,6 +98,63 @@ def add_lsp_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--language", default=None, help="languageId (default: from the file extension)")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--trace",
+        choices=["steady", "bursts"],
+        default="steady",
+        help="steady: one key every --interval-ms; bursts: typing bursts, then 300-1,500 ms pauses (seeded)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the bursts trace")
+    parser.add_argument(
+        "--setting",
+        action="append",
+        default=[],
+        metavar="KEY=JSON",
+        help="a midword setting sent to the server, e.g. startOnKeystroke=false (repeatable)",
+    )
+
+
+class Burst(NamedTuple):
+    """Keystrokes `start`..`end` (exclusive, offsets into the typed text) typed at
+    `gaps_ms` apart (one gap per key, the last one being the pause after the burst)."""
+
+    start: int
+    end: int
+    gaps_ms: tuple[float, ...]
+
+
+# A typist's rhythm: keys 60-220 ms apart inside a burst, 3-30 keys a burst, and a pause
+# of 300-1,500 ms after it (reading, thinking, or looking at a completion).
+BURST_KEYS = (3, 30)
+BURST_GAP_MS = (60.0, 220.0)
+PAUSE_MS = (300.0, 1500.0)
+
+
+def burst_schedule(n: int, seed: int) -> list[Burst]:
+    """The bursts trace for typing `n` characters: the same list for the same seed."""
+    rng = random.Random(seed)
+    bursts: list[Burst] = []
+    at = 0
+    while at < n:
+        end = min(n, at + rng.randint(*BURST_KEYS))
+        gaps = [rng.uniform(*BURST_GAP_MS) for _ in range(at, end - 1)]
+        gaps.append(rng.uniform(*PAUSE_MS))
+        bursts.append(Burst(at, end, tuple(round(g, 1) for g in gaps)))
+        at = end
+    return bursts
+
+
+def _parse_settings(pairs: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--setting {pair!r}: expected KEY=VALUE with a JSON value")
+        try:
+            out[key] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key] = value  # a bare word: a string setting such as a model name
+    return out
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -113,8 +178,8 @@ def _summary(values: list[float]) -> dict[str, Any]:
     }
 
 
-def _round(x):
-    return None if x is None else round(x, 1)
+def _round(x, digits: int = 1):
+    return None if x is None else round(x, digits)
 
 
 class _Replay:
@@ -164,6 +229,7 @@ class _Replay:
         env["PYTHONPATH"] = os.getcwd() + os.pathsep + env.get("PYTHONPATH", "")
         await self.client.start_io(*cmd, env=env)
         settings: dict[str, Any] = {"prefetch": not args.no_prefetch}
+        settings.update(_parse_settings(args.setting))
         if args.model:
             settings["model"] = args.model
         started = time.perf_counter()
@@ -216,6 +282,7 @@ class _Replay:
         outstanding: dict[str, Any] | None = None
         when = loop.time()
         cursor = start
+        gaps = self._gaps(start, end)
         for i in range(start, end):
             ch = self.text[i]
             await _sleep_until(loop, when)
@@ -237,12 +304,14 @@ class _Replay:
             )
             buffer = buffer[:cursor] + ch + buffer[cursor:]
             cursor += 1
-            gap = args.interval_ms + (args.line_pause_ms if ch == "\n" else 0.0)
+            gap, pause = gaps[i - start]
             when += gap / 1000.0
             if args.debounce_ms < gap:
                 await _sleep_until(loop, loop.time() + args.debounce_ms / 1000.0 - (time.perf_counter() - keystroke))
                 line, character = LineIndex(buffer).position(cursor, UTF16)
                 outstanding = self._ask(uri, types.Position(line=line, character=character), keystroke)
+                outstanding["gap_ms"] = gap
+                outstanding["pause"] = pause
         if outstanding is not None:  # let the last one finish
             try:
                 await asyncio.wait_for(asyncio.wrap_future(outstanding["future"]), 60)
@@ -250,6 +319,19 @@ class _Replay:
                 pass
         await asyncio.sleep(0.05)
         return self._report(end - start)
+
+    def _gaps(self, start: int, end: int) -> list[tuple[float, bool]]:
+        """(ms to the next key, whether a pause of the bursts trace follows) per key."""
+        args = self.args
+        if args.trace == "bursts":
+            return [
+                (g, k == b.end - b.start - 1)
+                for b in burst_schedule(end - start, args.seed)
+                for k, g in enumerate(b.gaps_ms)
+            ]
+        return [
+            (args.interval_ms + (args.line_pause_ms if self.text[i] == "\n" else 0.0), False) for i in range(start, end)
+        ]
 
     def _ask(self, uri: str, position, keystroke: float) -> dict[str, Any]:
         types = self.types
@@ -288,6 +370,10 @@ class _Replay:
                 record["source"] = (
                     _get(data, "source") if data is not None else "unreported (inline items carry no data)"
                 )
+                record["partial"] = bool(_get(data, "partial"))
+                spent = _plain(_get(data, "ms"))
+                if isinstance(spent, dict):
+                    record["server_ms"] = spent
                 text = getattr(items[0], "insert_text", None)
                 if text is None:
                     text = items[0].text_edit.new_text
@@ -309,6 +395,7 @@ class _Replay:
             "file": self.args.file,
             "request": self.args.request,
             "typed_chars": typed,
+            "trace": self.args.trace,
             "interval_ms": self.args.interval_ms,
             "debounce_ms": self.args.debounce_ms,
             "requests": len(self.records),
@@ -320,7 +407,59 @@ class _Replay:
             ),
             "latency_by_source": {k: _summary(v) for k, v in sorted(by_source.items())},
             "mean_chars": _round(statistics.fmean([r["chars"] for r in answered]) if answered else None),
+            "model_time_ms": _breakdown([r for r in answered if r.get("source") == "model"]),
+            "pauses": self._pauses() if self.args.trace == "bursts" else None,
         }
+
+    def _pauses(self) -> dict[str, Any]:
+        """Per pause of the bursts trace: the time from its last keystroke to a shown
+        completion (an answer with items that came before the next key)."""
+        asked = [r for r in self.records if r.get("pause")]
+        shown = [r for r in asked if r.get("outcome") == "answered" and r["latency_ms"] <= r["gap_ms"]]
+        by_source: dict[str, list[float]] = {}
+        for r in shown:
+            by_source.setdefault(r.get("source", "?"), []).append(r["latency_ms"])
+        return {
+            "seed": self.args.seed,
+            "pauses": len(asked),
+            "shown": len(shown),
+            "answered_share": _round(len(shown) / len(asked) if asked else None, 3),
+            "pause_ms": _summary([r["gap_ms"] for r in asked]),
+            "latency": _summary([r["latency_ms"] for r in shown]),
+            "latency_by_source": {k: _summary(v) for k, v in sorted(by_source.items())},
+            "partial_answers": sum(1 for r in shown if r.get("partial")),
+            "mean_chars": _round(statistics.fmean([r["chars"] for r in shown]) if shown else None),
+            "model_time_ms": _breakdown([r for r in shown if r.get("source") == "model"]),
+            # one row per pause: how long it was, what its request got, and when
+            "each": [
+                {
+                    "pause_ms": r["gap_ms"],
+                    "outcome": r.get("outcome", "pending"),
+                    "latency_ms": _round(r.get("latency_ms")),
+                    "source": r.get("source"),
+                    "partial": r.get("partial", False),
+                    "server_ms": r.get("server_ms"),
+                }
+                for r in asked
+            ],
+        }
+
+
+# What the server reports per answer (item `data.ms`), in the order time is spent.
+TIME_PARTS = ("request", "queue", "prefill", "cpc", "decode", "mask", "server")
+
+
+def _breakdown(records: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """p50 and mean of each part of the server's time over `records` that report it."""
+    rows = [r["server_ms"] for r in records if "server_ms" in r]
+    if not rows:
+        return None
+    out: dict[str, Any] = {"n": len(rows)}
+    for part in TIME_PARTS:
+        values = [float(row[part]) for row in rows if row.get(part) is not None]
+        if values:
+            out[part] = {"p50": _round(percentile(values, 50)), "mean": _round(statistics.fmean(values))}
+    return out
 
 
 async def _sleep_until(loop, when: float) -> None:
@@ -352,7 +491,8 @@ def format_report(report: dict[str, Any]) -> str:
     server = report.get("server") or {}
     rows = [
         f"midword bench lsp: {report['file']} ({report['request']}, {report['typed_chars']} keystrokes, "
-        f"{report['interval_ms']:.0f} ms apart, debounce {report['debounce_ms']:.0f} ms; model loaded in {report['load_s']} s)",
+        + ("in bursts" if report.get("trace") == "bursts" else f"{report['interval_ms']:.0f} ms apart")
+        + f", debounce {report['debounce_ms']:.0f} ms; model loaded in {report['load_s']} s)",
         "",
         f"{'answers':<22} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}",
     ]
@@ -392,7 +532,30 @@ def format_report(report: dict[str, Any]) -> str:
                 f"where the time goes, ms per model run (mean of {runs}): total {spent.get('total', 0.0) / runs:.0f}"
                 f" = {parts} + the rest (grammar, tokenizer)"
             )
+    _format_breakdown(rows, "model answers", report.get("model_time_ms"))
+    pauses = report.get("pauses")
+    if pauses:
+        rows.append("")
+        share = pauses["answered_share"]
+        rows.append(
+            f"bursts trace (seed {pauses['seed']}): {pauses['pauses']} pauses "
+            f"(p50 {pauses['pause_ms']['p50_ms']} ms), a completion shown in {pauses['shown']}"
+            + ("" if share is None else f" ({share * 100:.0f} %)")
+            + f", {pauses['partial_answers']} of them a first part of a longer answer; mean {pauses['mean_chars']} chars"
+        )
+        rows.append(f"{'last key to shown':<22} {'n':>5} {'p50 ms':>8} {'p95 ms':>8} {'max ms':>8}")
+        row("all pauses shown", pauses["latency"])
+        for source, s in pauses["latency_by_source"].items():
+            row(f"  from {source}", s)
+        _format_breakdown(rows, "pause answers from the model", pauses.get("model_time_ms"))
     return "\n".join(rows)
+
+
+def _format_breakdown(rows: list[str], what: str, parts: dict[str, Any] | None) -> None:
+    if not parts:
+        return
+    shown = ", ".join(f"{k} {parts[k]['p50']:.0f}" for k in TIME_PARTS if k in parts)
+    rows.append(f"{what}, server time p50 ms (of {parts['n']}): {shown}")
 
 
 def run_lsp_bench(args: argparse.Namespace) -> int:
@@ -403,6 +566,11 @@ def run_lsp_bench(args: argparse.Namespace) -> int:
         return 2
     if args.interval_ms <= 0 or args.debounce_ms < 0:
         print("midword bench lsp: --interval-ms must be positive and --debounce-ms not negative", file=sys.stderr)
+        return 2
+    try:
+        _parse_settings(args.setting)
+    except ValueError as e:
+        print(f"midword bench lsp: {e}", file=sys.stderr)
         return 2
     try:
         report = asyncio.run(_Replay(args, text).run())

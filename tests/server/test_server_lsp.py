@@ -74,7 +74,8 @@ def capabilities(encodings=None, progress=True) -> types.ClientCapabilities:
 async def start(
     client: LanguageClient, *, model="fake", options=None, encodings=None, root=None, wait_ready=True, progress=True
 ) -> types.InitializeResult:
-    settings = {"model": model, "prefetch": False}
+    # whole answers: the first-words answers have tests of their own (test_lsp_keystroke.py)
+    settings = {"model": model, "prefetch": False, "firstAnswerMs": 60000}
     settings.update(options or {})
     result = await client.initialize_session(
         types.InitializeParams(
@@ -431,15 +432,20 @@ async def test_prefetch_while_idle(client: LanguageClient, tmp_path):
     open_doc(client, "file:///w/k.py", text)
     first = await complete(client, "file:///w/k.py", 2, 8)
     assert first.items[0].text_edit.new_text == "compute(1)"
-    await wait_for(lambda: len(read_log(log)) == 2, "prefetch call", timeout=5)
-    prefetch_call = read_log(log)[-1]
+
+    def prefetched() -> bool:
+        # The server stores the prefetched completion before it reports the model idle again.
+        seen = [(status.get("state"), status.get("message")) for status in client.statuses]
+        return ("busy", "prefetching") in seen and ("ready", "ready") in seen[seen.index(("busy", "prefetching")) :]
+
+    await wait_for(prefetched, "the prefetch to end", timeout=120)
+    calls = read_log(log)
+    assert len(calls) == 2
+    prefetch_call = calls[1]
     assert (
         prefetch_call["prefix"] == "a = compute(1)\nb = compute(2)\nc = compute(1)" and not prefetch_call["single_line"]
     )
-    for _ in range(1000):  # the prefetched completion is stored when the worker hands it back (10 s on a busy CI)
-        if (await stats(client))["prefetches"] == 1:
-            break
-        await asyncio.sleep(0.01)
+    assert (await stats(client))["prefetches"] == 1
     # the user accepts the completion and presses Enter: the next line comes from the prefetch
     client.text_document_did_change(
         types.DidChangeTextDocumentParams(
@@ -478,18 +484,21 @@ async def _type_while_running(client: LanguageClient, uri: str, typed: str):
         msg_id="first",
     )
     await wait_for(lambda: client.statuses[-1]["state"] == "busy", "the model working")
-    await asyncio.sleep(0.1)  # a few of the fake's steps: part of the answer exists
+    await asyncio.sleep(0.1)  # a few of the fake's steps: part of the answer exists (none is fine too)
+    # Back to back, as an editor sends them: the server must not take the cancel alone
+    # (without the edit that explains it) for the user's giving up on the completion.
     client.protocol.notify(types.CANCEL_REQUEST, types.CancelParams(id="first"))
+    insert(client, uri, 2, 1, 17, typed)
     with pytest.raises(JsonRpcRequestCancelled):
         await asyncio.wrap_future(first)
-    insert(client, uri, 2, 1, 17, typed)
     return await complete(client, uri, 1, 17 + len(typed))
 
 
 @pytest.mark.asyncio
 async def test_typing_what_the_model_predicts_keeps_its_work(client: LanguageClient, tmp_path):
     log = tmp_path / "calls.jsonl"
-    await start(client, model=f"fake?step_ms=20&log={log}")
+    # the edit must not start a run of its own (test_lsp_keystroke.py tests that): this is the join
+    await start(client, model=f"fake?step_ms=20&log={log}", options={"startOnKeystroke": False})
     uri = "file:///w/t.py"
     open_doc(client, uri, f"{LONG} = 1\nprint(identifier_)\n")
     # the fake predicts identifier_xxx...: typing "xx" agrees with it
@@ -506,7 +515,7 @@ async def test_typing_what_the_model_predicts_keeps_its_work(client: LanguageCli
 @pytest.mark.asyncio
 async def test_typing_something_else_stops_the_running_job(client: LanguageClient, tmp_path):
     log = tmp_path / "calls.jsonl"
-    await start(client, model=f"fake?step_ms=20&log={log}")
+    await start(client, model=f"fake?step_ms=20&log={log}", options={"startOnKeystroke": False})
     uri = "file:///w/u.py"
     open_doc(client, uri, f"{LONG} = 1\nprint(identifier_)\n")
     result = await _type_while_running(client, uri, "q")
@@ -732,7 +741,11 @@ async def real_client(lsp_client: LanguageClient):
 async def test_real_engine_completes_a_cut_word(real_client: LanguageClient):
     client = real_client
     await client.initialize_session(
-        types.InitializeParams(capabilities=capabilities(), initialization_options={"midword": {"prefetch": False}})
+        types.InitializeParams(
+            capabilities=capabilities(),
+            # a whole answer, so that asking again finds that very text in the cache
+            initialization_options={"midword": {"prefetch": False, "firstAnswerMs": 60000}},
+        )
     )
     await wait_for(lambda: any(s.get("state") in ("ready", "error") for s in client.statuses), "engine", timeout=900)
     assert client.statuses[-1]["state"] == "ready", client.statuses[-1]
