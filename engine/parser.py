@@ -25,6 +25,11 @@ nonterminal's prediction closure is computed once per grammar, on the first row 
 needs it (compiled, `predict_closure_py`: by the mask walk itself or by `_make_row`),
 and added wholesale. Non-productive rules are dropped up front so every allowed lexeme
 can be completed.
+
+Unique-member objects (JSON objects whose keys come in any order, each once, some
+required) are a side condition on rows rather than grammar states (`KeySets`): each
+row knows the keys its innermost open object has written, from its parent's, and
+leaves out the items that would scan a written key or close the object early.
 """
 
 from __future__ import annotations
