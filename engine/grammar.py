@@ -58,7 +58,8 @@ class Lexeme:
     flags: str = ""
     expr: Term | None = None
     # Set on the lexemes of unique-member objects (GrammarBuilder.object_open and the
-    # two after it): ("open",), ("close", required keys) or ("key", key text).
+    # three after it): ("open",), ("close", required keys), ("more", keys) or ("key",
+    # key text).
     role: tuple | None = None
 
 
@@ -226,12 +227,13 @@ class GrammarBuilder:
     # An object whose members may come in any order, each key at most once, with some
     # keys required, written as a linear grammar over three kinds of lexeme with roles:
     #
-    #     object := OPEN CLOSE_R | OPEN member (COMMA member)* CLOSE_R
+    #     object := OPEN CLOSE_R | OPEN member (SEP member)* CLOSE_R
     #     member := KEY_k COLON value_k | (members of unlisted keys)
     #
     # The parser enforces the rest as a side condition (parser.KeySets): a KEY_k the
-    # innermost open object has written is not expected again, and CLOSE_R only once
-    # every key of R is written. So grammar size and row size stay linear in the keys,
+    # innermost open object has written is not expected again, CLOSE_R only once every
+    # key of R is written, and SEP (object_separator, where no unlisted key may come)
+    # only while a key is left. So grammar size and row size stay linear in the keys,
     # whatever their number. Every `{` and `}` of such a grammar must be made here (the
     # parser's object stack follows them); the condition follows JSON's bracket nesting,
     # so it is for JSON grammars (the JSON Schema front end) only.
@@ -241,6 +243,11 @@ class GrammarBuilder:
     def object_close(self, required: Iterable[str] = ()) -> int:
         """`}`, allowed once the innermost open object has written every key in `required`."""
         return self._role_lexeme("}", ("close", tuple(sorted(set(required)))))
+
+    def object_separator(self, keys: Iterable[str]) -> int:
+        """`,` before a member of an object whose members are `keys` only: allowed while
+        one of them is not written yet (a comma with nothing to follow is a dead end)."""
+        return self._role_lexeme(",", ("more", tuple(sorted(set(keys)))))
 
     def member_key(self, key: str, text: str) -> int:
         """The key `key`, spelled `text` (its JSON string), at most once per object."""

@@ -50,12 +50,13 @@ NOTHING_SCANS = 3  # the parent row expects none of the scanned lexemes
 NEED_SCRATCH = 4  # the scratch arrays are too small for this row: grow them and build again
 NEED_POOL = 5  # the row pool has no room for this row: grow it and build again
 
-# Lexeme roles of unique-member objects (KeySets.role): a key id is >= 0; a close with
-# required-key set j is ROLE_CLOSE_REQUIRED - j.
+# Lexeme roles of unique-member objects (KeySets.role): a key id is >= 0; a close that
+# needs every key of key set j written is ROLE_SET - 2j, a separator that needs some key
+# of set j unwritten ROLE_SET - 2j - 1.
 ROLE_NONE = -1
 ROLE_OPEN = -2
 ROLE_CLOSE = -3
-ROLE_CLOSE_REQUIRED = -4
+ROLE_SET = -4
 
 # EarleyParser.counts
 ROWS, POOL_USED, EPOCH, STEPS_USED, PRED_USED, PREDNT_USED = range(6)
@@ -218,8 +219,8 @@ def build_row_py(
                 work_pos[n_work] = pos + 1
                 work_origin[n_work] = origin
                 n_work += 1
-    # The object context (KeySets): the parent's, changed by the first lexeme of the
-    # scanned set with a role (a scanned set is one text: at most one brace or key).
+    # The object context (KeySets): the parent's, changed by the first brace or key of
+    # the scanned set (a scanned set is one text: at most one brace or key).
     has_roles = ks_role.shape[0] > 0
     ctx = -1
     if has_roles:
@@ -227,8 +228,8 @@ def build_row_py(
             ctx = ks_ctx[4 * parent]
             for k in range(lexemes.shape[0]):
                 role = ks_role[lexemes[k]]
-                if role == ROLE_NONE:
-                    continue
+                if role == ROLE_NONE or (role <= ROLE_SET and (ROLE_SET - role) & 1 == 1):
+                    continue  # no role, or a separator
                 if role == ROLE_OPEN:
                     ks_ctx[4 * row_id + 1] = ctx
                     ks_ctx[4 * row_id + 2] = -1
@@ -267,7 +268,7 @@ def build_row_py(
             continue
         if has_roles and sym < 0:
             role = ks_role[-sym - 1]
-            if role >= 0 or role <= ROLE_CLOSE_REQUIRED:
+            if role >= 0 or role <= ROLE_SET:
                 if not stamped:
                     # The keys the innermost open object has written, stamped once.
                     c = ctx
@@ -279,14 +280,17 @@ def build_row_py(
                     if key_stamp[role] == epoch:
                         continue  # a key written already
                 else:
-                    j = ROLE_CLOSE_REQUIRED - role
+                    j = (ROLE_SET - role) >> 1
                     complete = ctx >= 0
                     for q in range(ks_req_ptr[j], ks_req_ptr[j + 1]):
                         if key_stamp[ks_req_keys[q]] != epoch:
                             complete = False
                             break
-                    if not complete:
-                        continue  # a required key missing
+                    if (ROLE_SET - role) & 1 == 0:
+                        if not complete:
+                            continue  # a close before a required key
+                    elif complete:
+                        continue  # a separator with no key left to follow it
         adv_sym[base + m] = sym
         adv_pos[base + m] = pos + 1
         adv_origin[base + m] = origin
@@ -445,7 +449,8 @@ class KeySets:
     it has written, as nodes stored at the row that made them (`ks_ctx`, four slots a
     row). Scanning an open brace pushes, a close pops, a key adds its id to the
     innermost object. A row does not expect a key lexeme whose key that object has,
-    nor a close lexeme whose required keys it lacks (build_row_py). JSON's brackets
+    nor a close lexeme whose required keys it lacks, nor a separator of an object with
+    no unlisted keys once every listed key is written (build_row_py). JSON's brackets
     nest the same whichever parse is followed, so one context per row is exact."""
 
     def __init__(self, role: np.ndarray, req_ptr: np.ndarray, req_keys: np.ndarray, n_keys: int):
@@ -459,7 +464,7 @@ class KeySets:
         roles = [lx.role for lx in grammar.lexemes]
         empty = np.zeros(0, dtype=np.int64)
         # Braces alone need no context: only keys and required sets make one useful.
-        if not any(r is not None and r[0] in ("key", "close") and (r[0] == "key" or r[1]) for r in roles):
+        if not any(r is not None and (r[0] in ("key", "more") or (r[0] == "close" and r[1])) for r in roles):
             return KeySets(empty, np.zeros(1, dtype=np.int64), empty, 0)
         key_ids: dict[str, int] = {}
         sets: dict[tuple[str, ...], int] = {}
@@ -474,13 +479,15 @@ class KeySets:
             elif r[0] == "close" and not r[1]:
                 role[i] = ROLE_CLOSE
             elif r[0] == "close":
-                role[i] = ROLE_CLOSE_REQUIRED - sets.setdefault(tuple(r[1]), len(sets))
+                role[i] = ROLE_SET - 2 * sets.setdefault(tuple(r[1]), len(sets))
+            elif r[0] == "more":
+                role[i] = ROLE_SET - 2 * sets.setdefault(tuple(r[1]), len(sets)) - 1
             else:
                 raise ValueError(f"unknown lexeme role {r!r}")
         req_ptr = [0]
         req_keys: list[int] = []
         for required in sets:  # in id order (dicts keep insertion order)
-            # A required key no lexeme writes still gets an id: it is never written.
+            # A key no lexeme writes still gets an id: it is never written.
             req_keys += [key_ids.setdefault(k, len(key_ids)) for k in required]
             req_ptr.append(len(req_keys))
         return KeySets(role, np.array(req_ptr, dtype=np.int64), np.array(req_keys, dtype=np.int64), len(key_ids))

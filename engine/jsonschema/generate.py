@@ -497,6 +497,10 @@ class _Generator:
                 f"object schema with minProperties {lo} / maxProperties {hi} needs {cap + 1} grammar states, "
                 f"past Limits.max_object_states={self.limits.max_object_states}"
             )
+        if extra is None and lo > n:
+            # The grammar alone would take more members than the keys allow; the parser
+            # would then refuse every way on (a dead end instead of a refusal).
+            return self.nothing()
         names = {k for k, _, _ in listed}
         member = self.nt("member")
         for k, v, _ in listed:
@@ -504,6 +508,8 @@ class _Generator:
         if extra is not None:
             b.rule(member, [extra])
         close = b.object_close([k for k in required if k in names])
+        # Without unlisted keys a comma needs a listed key left to follow it.
+        comma = self.COMMA if extra is not None else b.object_separator(names)
         obj = self.nt("object")
         if lo == 0 and not any(req for _, _, req in listed):
             b.rule(obj, [self.LBRACE, close])
@@ -517,12 +523,12 @@ class _Generator:
             if hi is None and c == cap:
                 # Left recursion: any number more, in constant items per row.
                 b.rule(nt, [])
-                b.rule(nt, [nt, self.COMMA, member])
+                b.rule(nt, [nt, comma, member])
                 continue
             if c >= lo:
                 b.rule(nt, [])
             if c < cap:
-                b.rule(nt, [self.COMMA, member, after[c + 1]])
+                b.rule(nt, [comma, member, after[c + 1]])
         b.rule(obj, [self.LBRACE, member, after[1], close])
         return obj
 

@@ -8,12 +8,14 @@ import time
 
 import jsonschema
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from toy import toy
 
 from midword.engine.grammar import GrammarBuilder
 from midword.engine.jsonschema import compile_json_schema
+from midword.engine.limits import GrammarError
 from midword.engine.matcher import Matcher
 from midword.engine.recognizer import grammar_accepts
 
@@ -66,6 +68,7 @@ def test_masks_equal_their_definition_and_the_python_twin():
             assert np.array_equal(mask, jit.reference_mask())
             allowed = allowed_ids(mask)
             if not allowed:
+                assert jit.is_accepting()  # never a dead end: where nothing may come, the end may
                 break
             t = rng.choice(allowed)
             jit.consume_token(t)
@@ -212,3 +215,45 @@ def test_the_builder_construct_is_a_linear_grammar_with_roles():
     s3 = with_role.nonterminal("start")
     with_role.rule(s3, [with_role.object_open()])
     assert plain.build(s2).fingerprint() != with_role.build(s3).fingerprint()
+
+
+def test_fast_forward_forces_the_last_key_left_and_never_a_written_one():
+    schema = {
+        "type": "object",
+        "properties": {"alpha": {"type": "integer"}, "beta": {"type": "integer"}, "gamma": {"type": "integer"}},
+        "required": ["alpha", "beta", "gamma"],
+        "additionalProperties": False,
+    }
+    g = compile_json_schema(schema, whitespace="compact")
+    m = Matcher(TOY, g)
+    m.consume_bytes(b'{"gamma":1,"alpha":2,')
+    assert m.compute_ff_bytes() == b'"beta":'  # the one key neither written nor optional
+    m = Matcher(TOY, g)
+    m.consume_bytes(b'{"gamma":1,')
+    assert m.compute_ff_bytes() == b'"'  # alpha or beta: only the quote is forced
+    m.consume_bytes(b'"beta":3,"alpha":4')
+    assert m.compute_ff_bytes() == b""  # the integer may go on
+    m.consume_bytes(b"5")
+    assert not m.rec.allowed_byte_mask(m._state) >> ord(",") & 1  # no key is left after a comma
+
+
+def test_no_comma_is_offered_once_every_listed_key_is_written():
+    schema = {"type": "object", "properties": {"alpha": {"type": "integer"}, "beta": {}}, "additionalProperties": False}
+    g = compile_json_schema(schema, whitespace="compact")
+    m = Matcher(TOY, g)
+    m.consume_bytes(b'{"beta":1,"alpha":2')
+    comma = TOY._bytes.index(b",")
+    assert not m.compute_mask()[comma >> 5] >> (comma & 31) & 1  # nothing could follow it
+    assert not grammar_accepts(g, b'{"beta":1,"alpha":2,}')
+    assert grammar_accepts(g, b'{"beta":1,"alpha":2}')
+    # With unlisted keys allowed, a comma may always come.
+    g = compile_json_schema({**schema, "additionalProperties": True}, whitespace="compact")
+    m = Matcher(TOY, g)
+    m.consume_bytes(b'{"beta":1,"alpha":2,')
+    assert m.compute_mask().any()
+
+
+def test_more_members_required_than_keys_allowed_is_refused():
+    schema = {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "minProperties": 3}
+    with pytest.raises(GrammarError, match="no finite JSON value"):
+        compile_json_schema(schema)
