@@ -497,14 +497,20 @@ class _Generator:
                 f"object schema with minProperties {lo} / maxProperties {hi} needs {cap + 1} grammar states, "
                 f"past Limits.max_object_states={self.limits.max_object_states}"
             )
-        if extra is None and lo > n:
+        # A key whose value has no instance is no member: the parser must not count on it
+        # (a required one makes the object impossible, an optional one is never written).
+        values = [(k, self.sym(v), req) for k, v, req in listed]
+        if any(req and v == self._nothing for _, v, req in values):
+            return self.nothing()
+        values = [x for x in values if x[1] != self._nothing]
+        if extra is None and lo > len(values):
             # The grammar alone would take more members than the keys allow; the parser
             # would then refuse every way on (a dead end instead of a refusal).
             return self.nothing()
-        names = {k for k, _, _ in listed}
+        names = {k for k, _, _ in values}
         member = self.nt("member")
-        for k, v, _ in listed:
-            b.rule(member, [b.member_key(k, _json_str(k)), self.COLON, self.sym(v)])
+        for k, v, _ in values:
+            b.rule(member, [b.member_key(k, _json_str(k)), self.COLON, v])
         if extra is not None:
             b.rule(member, [extra])
         close = b.object_close([k for k in required if k in names])

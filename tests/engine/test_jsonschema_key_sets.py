@@ -257,3 +257,15 @@ def test_more_members_required_than_keys_allowed_is_refused():
     schema = {"type": "object", "properties": {"a": {}, "b": {}}, "additionalProperties": False, "minProperties": 3}
     with pytest.raises(GrammarError, match="no finite JSON value"):
         compile_json_schema(schema)
+
+
+def test_a_key_whose_value_has_no_instance_is_never_counted_on():
+    never = {"type": "string", "pattern": "^[0-9]+$", "maxLength": 0}
+    schema = {"type": "object", "properties": {"a": {}, "z": never}, "additionalProperties": False}
+    g = compile_json_schema(schema, whitespace="compact")
+    m = Matcher(TOY, g)
+    m.consume_bytes(b'{"a":1')
+    comma = TOY._bytes.index(b",")
+    assert not m.compute_mask()[comma >> 5] >> (comma & 31) & 1  # "z" cannot follow
+    with pytest.raises(GrammarError, match="accepts no"):
+        compile_json_schema({**schema, "required": ["z"]})
