@@ -480,8 +480,9 @@ class _Generator:
         A unique-member object (GrammarBuilder.object_open): the grammar is linear,
         `{ member (, member)* }` with a member per listed key (its own key lexeme) and
         the extra members (additional/patternProperties), and the parser keeps the keys
-        each open object has written, so a listed key is not offered twice and the
-        close brace only once every required key is written. Exact, with grammar size
+        each open object has written, so a listed key is not offered twice, the
+        close brace only once every required key is written, and (where no unlisted key
+        may come) a comma only while a listed key is left. Exact, with grammar size
         linear in the keys however many there are. minProperties/maxProperties count
         members through a chain of `cap` states, as in schema order: a cap past
         `Limits.max_object_states` is refused. Keys outside the listed ones are not
