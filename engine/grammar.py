@@ -57,6 +57,10 @@ class Lexeme:
     literal: bytes | None = None
     flags: str = ""
     expr: Term | None = None
+    # Set on the lexemes of unique-member objects (GrammarBuilder.object_open and the
+    # three after it): ("open",), ("close", required keys), ("more", keys) or ("key",
+    # key text).
+    role: tuple | None = None
 
 
 class Rule(NamedTuple):
@@ -138,7 +142,7 @@ class Grammar:
         # bytes whatever objects it shares. The format may change between Python
         # versions, which would only matter to caches on disk (grammars have none).
         content = (
-            [(lx.regex, lx.literal, lx.flags, lx.expr) for lx in self.lexemes],
+            [(lx.regex, lx.literal, lx.flags, lx.expr, lx.role) for lx in self.lexemes],
             [(r.lhs, r.rhs) for r in self.rules],
             self.start,
             list(self.ignore),
@@ -149,7 +153,7 @@ class Grammar:
     @cached_property
     def _content_key(self) -> tuple:
         return (
-            tuple([(lx.regex, lx.literal, lx.flags, lx.expr) for lx in self.lexemes]),
+            tuple([(lx.regex, lx.literal, lx.flags, lx.expr, lx.role) for lx in self.lexemes]),
             tuple(self.rules),
             self.start,
             tuple(self.ignore),
@@ -218,6 +222,46 @@ class GrammarBuilder:
         sym = self.lexeme(name or _literal_name(raw), regex_escape_bytes(raw), literal=raw)
         self._literal_index[data] = sym
         return sym
+
+    # Unique-member objects ---------------------------------------------------------
+    # An object whose members may come in any order, each key at most once, with some
+    # keys required, written as a linear grammar over three kinds of lexeme with roles:
+    #
+    #     object := OPEN CLOSE_R | OPEN member (SEP member)* CLOSE_R
+    #     member := KEY_k COLON value_k | (members of unlisted keys)
+    #
+    # The parser enforces the rest as a side condition (parser.KeySets): a KEY_k the
+    # innermost open object has written is not expected again, CLOSE_R only once every
+    # key of R is written, and SEP (object_separator, where no unlisted key may come)
+    # only while a key is left. So grammar size and row size stay linear in the keys,
+    # whatever their number. Every `{` and `}` of such a grammar must be made here (the
+    # parser's object stack follows them); the condition follows JSON's bracket nesting,
+    # so it is for JSON grammars (the JSON Schema front end) only.
+    def object_open(self) -> int:
+        return self._role_lexeme("{", ("open",))
+
+    def object_close(self, required: Iterable[str] = ()) -> int:
+        """`}`, allowed once the innermost open object has written every key in `required`."""
+        return self._role_lexeme("}", ("close", tuple(sorted(set(required)))))
+
+    def object_separator(self, keys: Iterable[str]) -> int:
+        """`,` before a member of an object whose members are `keys` only: allowed while
+        one of them is not written yet (a comma with nothing to follow is a dead end)."""
+        return self._role_lexeme(",", ("more", tuple(sorted(set(keys)))))
+
+    def member_key(self, key: str, text: str) -> int:
+        """The key `key`, spelled `text` (its JSON string), at most once per object."""
+        return self._role_lexeme(text, ("key", key))
+
+    def _role_lexeme(self, text: str, role: tuple) -> int:
+        key = ("role", role)
+        idx = self._lexeme_index.get(key)
+        if idx is None:
+            raw = text.encode("utf-8")
+            idx = len(self.lexemes)
+            self.lexemes.append(Lexeme(_literal_name(raw), regex_escape_bytes(raw), raw, "", None, role))
+            self._lexeme_index[key] = idx
+        return lexeme_symbol(idx)
 
     def nonterminal(self, name: str, *, fresh: bool = False) -> int:
         """Symbol for a nonterminal; `fresh=True` makes a new one even if the name exists."""

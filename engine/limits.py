@@ -74,9 +74,6 @@ class Limits:
     max_synthetic_refs: int = 20_000
     # JSON Schema: states of one object's member machine (listed keys x counts).
     max_object_states: int = 20_000
-    # JSON Schema, key_order "any": nonterminals tracking the set of keys an object has
-    # written (2^keys tracked); beyond it optional keys go untracked (see jsonschema).
-    max_key_set_states: int = 16
     # JSON Schema: patternProperties groups an object's extra keys may fall in.
     max_pattern_groups: int = 4
     # JSON Schema: `contains` constraints combined on one array.

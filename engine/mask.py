@@ -286,6 +286,11 @@ def scan_in_walk_py(
         rule_first,
         closure_stack,
         closure_todo,
+        ks_role,
+        ks_req_ptr,
+        ks_req_keys,
+        ks_ctx,
+        key_stamp,
     ) = parser_arrays
     (
         step_fill,
@@ -303,6 +308,7 @@ def scan_in_walk_py(
     if (
         lexset >= n_lexsets[0]
         or child >= row_start.shape[0]
+        or 4 * child + 4 > ks_ctx.shape[0]
         or child >= row_lexstate.shape[0]
         or 2 * (step_fill[0] + 1) > step_keys.shape[0]
         or counts[STEPS_USED] >= parser_fuel
@@ -347,6 +353,11 @@ def scan_in_walk_py(
             pred_list,
             allowed_out,
             max_items,
+            ks_role,
+            ks_req_ptr,
+            ks_req_keys,
+            ks_ctx,
+            key_stamp,
         )
         if status != NEED_PREDICTION:
             break
@@ -471,6 +482,7 @@ _PARSER_DTYPES = (
     + (np.int32,) * 3
     + (np.int64,) * 10
     + (np.int64,) * 5
+    + (np.int64,) * 5
 )
 _PARSER_SCALARS = (4, 27, 28)
 _SCAN_DTYPES = (np.int64,) * 10
@@ -576,6 +588,11 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
         view_1d(p, 28, np.int64),
         view_1d(p, 29, np.int64),
         view_1d(p, 30, np.int64),
+        view_1d(p, 31, np.int64),
+        view_1d(p, 32, np.int64),
+        view_1d(p, 33, np.int64),
+        view_1d(p, 34, np.int64),
+        view_1d(p, 35, np.int64),
     )
     s = view_1d(book, 3, np.int64)
     scan_arrays = (

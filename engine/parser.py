@@ -25,6 +25,11 @@ nonterminal's prediction closure is computed once per grammar, on the first row 
 needs it (compiled, `predict_closure_py`: by the mask walk itself or by `_make_row`),
 and added wholesale. Non-productive rules are dropped up front so every allowed lexeme
 can be completed.
+
+Unique-member objects (JSON objects whose keys come in any order, each once, some
+required) are a side condition on rows rather than grammar states (`KeySets`): each
+row knows the keys its innermost open object has written, from its parent's, and
+leaves out the items that would scan a written key or close the object early.
 """
 
 from __future__ import annotations
@@ -44,6 +49,14 @@ TOO_MANY_ITEMS = 2  # value: items in the row so far
 NOTHING_SCANS = 3  # the parent row expects none of the scanned lexemes
 NEED_SCRATCH = 4  # the scratch arrays are too small for this row: grow them and build again
 NEED_POOL = 5  # the row pool has no room for this row: grow it and build again
+
+# Lexeme roles of unique-member objects (KeySets.role): a key id is >= 0; a close that
+# needs every key of key set j written is ROLE_SET - 2j, a separator that needs some key
+# of set j unwritten ROLE_SET - 2j - 1.
+ROLE_NONE = -1
+ROLE_OPEN = -2
+ROLE_CLOSE = -3
+ROLE_SET = -4
 
 # EarleyParser.counts
 ROWS, POOL_USED, EPOCH, STEPS_USED, PRED_USED, PREDNT_USED = range(6)
@@ -108,6 +121,11 @@ def build_row_py(
     pred_list,
     allowed_out,
     max_items,
+    ks_role,
+    ks_req_ptr,
+    ks_req_keys,
+    ks_ctx,
+    key_stamp,
 ):
     """Builds Earley row `row_id` at `adv_*[pool_used:]`; returns (status, value, n):
     when built, the row's expected lexemes are `allowed_out[:n]`, ascending.
@@ -120,7 +138,13 @@ def build_row_py(
     stopped for a missing prediction closure is simply run again.
 
     `epoch` (unique per call) marks the scratch sets: a slot belongs to this build iff
-    its stamp equals `epoch`, so nothing is cleared between builds."""
+    its stamp equals `epoch`, so nothing is cleared between builds.
+
+    `ks_*` and `key_stamp` are the unique-member objects' side condition (`KeySets`;
+    empty `ks_role` where the grammar has none): the row's object context is set in
+    `ks_ctx` from the parent's and the scanned lexemes' roles, and the row drops its
+    items before a key the innermost open object has written or before a close whose
+    required keys it lacks, so those lexemes are not expected."""
     n_work = 0
     if parent >= 0:
         for k in range(lexemes.shape[0]):
@@ -195,6 +219,33 @@ def build_row_py(
                 work_pos[n_work] = pos + 1
                 work_origin[n_work] = origin
                 n_work += 1
+    # The object context (KeySets): the parent's, changed by the first brace or key of
+    # the scanned set (a scanned set is one text: at most one brace or key).
+    has_roles = ks_role.shape[0] > 0
+    ctx = -1
+    if has_roles:
+        if parent >= 0:
+            ctx = ks_ctx[4 * parent]
+            for k in range(lexemes.shape[0]):
+                role = ks_role[lexemes[k]]
+                if role == ROLE_NONE or (role <= ROLE_SET and (ROLE_SET - role) & 1 == 1):
+                    continue  # no role, or a separator
+                if role == ROLE_OPEN:
+                    ks_ctx[4 * row_id + 1] = ctx
+                    ks_ctx[4 * row_id + 2] = -1
+                    ks_ctx[4 * row_id + 3] = -1
+                    ctx = row_id
+                elif role >= 0:
+                    if ctx >= 0:
+                        ks_ctx[4 * row_id + 1] = ks_ctx[4 * ctx + 1]
+                        ks_ctx[4 * row_id + 2] = ctx
+                        ks_ctx[4 * row_id + 3] = role
+                        ctx = row_id
+                elif ctx >= 0:  # a close, plain or with required keys
+                    ctx = ks_ctx[4 * ctx + 1]
+                break
+        ks_ctx[4 * row_id] = ctx
+    stamped = False
     # Store the row: items with a symbol after the dot, advanced, sorted by symbol.
     base = pool_used
     if base + n_items + n_pred > adv_sym.shape[0]:
@@ -215,6 +266,31 @@ def build_row_py(
             if pos == accept_pos and origin == 0:
                 accepting = True
             continue
+        if has_roles and sym < 0:
+            role = ks_role[-sym - 1]
+            if role >= 0 or role <= ROLE_SET:
+                if not stamped:
+                    # The keys the innermost open object has written, stamped once.
+                    c = ctx
+                    while c >= 0 and ks_ctx[4 * c + 3] >= 0:
+                        key_stamp[ks_ctx[4 * c + 3]] = epoch
+                        c = ks_ctx[4 * c + 2]
+                    stamped = True
+                if role >= 0:
+                    if key_stamp[role] == epoch:
+                        continue  # a key written already
+                else:
+                    j = (ROLE_SET - role) >> 1
+                    complete = ctx >= 0
+                    for q in range(ks_req_ptr[j], ks_req_ptr[j + 1]):
+                        if key_stamp[ks_req_keys[q]] != epoch:
+                            complete = False
+                            break
+                    if (ROLE_SET - role) & 1 == 0:
+                        if not complete:
+                            continue  # a close before a required key
+                    elif complete:
+                        continue  # a separator with no key left to follow it
         adv_sym[base + m] = sym
         adv_pos[base + m] = pos + 1
         adv_origin[base + m] = origin
@@ -362,6 +438,61 @@ def predict_closure_py(
 predict_closure_jit = njit(predict_closure_py)
 
 
+class KeySets:
+    """The unique-member objects' side condition, as the parser's arrays.
+
+    A grammar whose lexemes carry roles (`Lexeme.role`, made by
+    `GrammarBuilder.object_open/object_close/member_key`) has objects whose members
+    come in any order, each key at most once, some keys required: the grammar itself
+    is linear (`{ member (, member)* }`), and the rest is this condition. Every row
+    has an object context: a persistent stack of the open objects, each with the keys
+    it has written, as nodes stored at the row that made them (`ks_ctx`, four slots a
+    row). Scanning an open brace pushes, a close pops, a key adds its id to the
+    innermost object. A row does not expect a key lexeme whose key that object has,
+    nor a close lexeme whose required keys it lacks, nor a separator of an object with
+    no unlisted keys once every listed key is written (build_row_py). JSON's brackets
+    nest the same whichever parse is followed, so one context per row is exact."""
+
+    def __init__(self, role: np.ndarray, req_ptr: np.ndarray, req_keys: np.ndarray, n_keys: int):
+        self.role = role
+        self.req_ptr = req_ptr
+        self.req_keys = req_keys
+        self.n_keys = n_keys
+
+    @staticmethod
+    def of(grammar: Grammar) -> "KeySets":
+        roles = [lx.role for lx in grammar.lexemes]
+        empty = np.zeros(0, dtype=np.int64)
+        # Braces alone need no context: only keys and required sets make one useful.
+        if not any(r is not None and (r[0] in ("key", "more") or (r[0] == "close" and r[1])) for r in roles):
+            return KeySets(empty, np.zeros(1, dtype=np.int64), empty, 0)
+        key_ids: dict[str, int] = {}
+        sets: dict[tuple[str, ...], int] = {}
+        role = np.full(len(roles), ROLE_NONE, dtype=np.int64)
+        for i, r in enumerate(roles):
+            if r is None:
+                continue
+            if r[0] == "open":
+                role[i] = ROLE_OPEN
+            elif r[0] == "key":
+                role[i] = key_ids.setdefault(r[1], len(key_ids))
+            elif r[0] == "close" and not r[1]:
+                role[i] = ROLE_CLOSE
+            elif r[0] == "close":
+                role[i] = ROLE_SET - 2 * sets.setdefault(tuple(r[1]), len(sets))
+            elif r[0] == "more":
+                role[i] = ROLE_SET - 2 * sets.setdefault(tuple(r[1]), len(sets)) - 1
+            else:
+                raise ValueError(f"unknown lexeme role {r!r}")
+        req_ptr = [0]
+        req_keys: list[int] = []
+        for required in sets:  # in id order (dicts keep insertion order)
+            # A key no lexeme writes still gets an id: it is never written.
+            req_keys += [key_ids.setdefault(k, len(key_ids)) for k in required]
+            req_ptr.append(len(req_keys))
+        return KeySets(role, np.array(req_ptr, dtype=np.int64), np.array(req_keys, dtype=np.int64), len(key_ids))
+
+
 class EarleyParser:
     def __init__(self, grammar: Grammar, limits: Limits = DEFAULT_LIMITS, use_jit: bool = True):
         self.grammar = grammar
@@ -429,6 +560,14 @@ class EarleyParser:
         self.row_start = np.zeros(64, dtype=np.int64)
         self.row_end = np.zeros(64, dtype=np.int64)
         self.row_accepting = np.zeros(64, dtype=np.bool_)
+        keysets = KeySets.of(grammar)
+        self.ks_role = keysets.role
+        self.ks_req_ptr = keysets.req_ptr
+        self.ks_req_keys = keysets.req_keys
+        self.key_stamp = filled(keysets.n_keys, -1, dtype=np.int64)
+        # Per row: its object context, then (as a context node) the context outside its
+        # object, the node before it in its object and the key it added (KeySets).
+        self.ks_ctx = np.zeros(4 * 64, dtype=np.int64)
         self.adv_sym = np.zeros(1024, dtype=np.int32)
         self.adv_pos = np.zeros(1024, dtype=np.int32)
         self.adv_origin = np.zeros(1024, dtype=np.int32)
@@ -483,6 +622,11 @@ class EarleyParser:
                 self.rule_first,
                 self._closure_stack,
                 self._closure_todo,
+                self.ks_role,
+                self.ks_req_ptr,
+                self.ks_req_keys,
+                self.ks_ctx,
+                self.key_stamp,
             )
         return arrays
 
@@ -508,6 +652,7 @@ class EarleyParser:
             self.row_start = grown(self.row_start, grow, 0)
             self.row_end = grown(self.row_end, grow, 0)
             self.row_accepting = grown(self.row_accepting, grow, 0)
+            self.ks_ctx = grown(self.ks_ctx, 4 * grow, 0)
         while True:
             counts[EPOCH] += 1
             args = (
@@ -546,6 +691,11 @@ class EarleyParser:
                 self._pred_list,
                 self._allowed_out,
                 self.limits.max_items_per_row,
+                self.ks_role,
+                self.ks_req_ptr,
+                self.ks_req_keys,
+                self.ks_ctx,
+                self.key_stamp,
             )
             build = self._build
             if build is None:

@@ -168,6 +168,7 @@ class Recognizer:
             + parser.adv_origin.nbytes
             + parser.row_start.nbytes
             + parser.row_end.nbytes
+            + parser.ks_ctx.nbytes
             + self.lexer.table.nbytes
             + self.step_keys.nbytes
             + self.step_vals.nbytes

@@ -22,8 +22,12 @@ The compiler works in two stages, like llguidance's JSON front end.
    regexes (`numeric`). Structure (objects, arrays, alternatives) becomes CFG rules;
    object members come in schema order with commas threaded through a small state
    machine that also counts members for minProperties/maxProperties (and array
-   elements for `contains`), or, with key_order "any", in any order through a
-   nonterminal per set of keys written (`_Generator.object_any_order`).
+   elements for `contains`), or, with key_order "any", in any order: a linear
+   `{ member (, member)* }` whose key and close lexemes carry roles, and the parser
+   refuses a key the object has written and a close before its required keys
+   (`_Generator.object_any_order`, `parser.KeySets`). Grammar and rows stay linear in
+   the keys; only a maxProperties/minProperties count past
+   `Limits.max_object_states` is refused.
 
 Output is valid JSON by construction. Strings whose content is constrained
 (`pattern`, `format`, `enum`, exclusions, object keys) are produced in the
@@ -37,12 +41,14 @@ grammar's `warnings` list. Bounds on the work come from `Limits`.
 
 Stricter-than-schema choices (valid instances a grammar may still reject, never
 the reverse): with key_order "schema", properties in schema order (`schema_ordered`
-reorders an instance); with "any" (the default), past `Limits.max_key_set_states` the
-orders the warnings name; bounded numbers allow exponents only where every digit
+reorders an instance); bounded numbers allow exponents only where every digit
 choice stays in range (Python's `1e-06` and `1e+16` forms are covered); integers are
 written without exponent (`1.0` is the integer 1, `1e0` is refused); integral number
 constants match with any zero fraction, others in their `json.dumps` spelling; string
 constants and keys in canonical escapes; lone surrogate escapes are rejected.
+Looser than the schema in one way, on documents no JSON parser reads alike: with
+key_order "any" a key outside the listed properties (additional or pattern
+properties) is not tracked, so writing it twice in one object is not refused.
 """
 
 from .entry import compile_json_schema, schema_ordered

@@ -38,9 +38,9 @@ def compile_json_schema(
     whitespace: "flexible" skips JSON whitespace between lexemes (an `%ignore`),
     "compact" allows none. key_order: "any" (the default) accepts an object's keys
     in any order, each listed key at most once; "schema" lists properties in schema
-    order, then additional ones (what generation in schema order wants). Where "any"
-    cannot be exact within `Limits.max_key_set_states` the object is compiled as the
-    `warnings` say (see `_Generator.object_any_order`). strict: a relaxed keyword (see
+    order, then additional ones (what generation in schema order wants). "any" is
+    exact for any number of keys: the parser keeps the keys each object has written
+    (`_Generator.object_any_order`, `GrammarBuilder.object_open`). strict: a relaxed keyword (see
     RELAXED_KEYWORDS) is an error instead of a warning. lenient: compile `uniqueItems`
     without enforcing it (refused otherwise: no grammar can check it). formats: "assert"
     (the default: a known `format` constrains the string, which is what generation

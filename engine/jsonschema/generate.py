@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from itertools import compress
 from typing import TYPE_CHECKING, Any
 
@@ -67,7 +66,12 @@ class _Generator:
         text = _Generator._PUNCTUATION.get(name)
         if text is None:
             raise AttributeError(name)
-        sym = self.b.literal(text)
+        if self.key_order == "any" and name in ("LBRACE", "RBRACE"):
+            # Objects with keys in any order need every brace to carry its role
+            # (GrammarBuilder.object_open): the parser's object stack follows them.
+            sym = self.b.object_open() if name == "LBRACE" else self.b.object_close()
+        else:
+            sym = self.b.literal(text)
         setattr(self, name, sym)
         return sym
 
@@ -470,121 +474,69 @@ class _Generator:
         return obj
 
     def object_any_order(self, listed: list, required: tuple, extra: int | None, lo: int, hi: int | None) -> int | None:
-        """An object whose members come in any order, or None (after a warning) where
-        that cannot be compiled within the limits: then the members follow schema order.
+        """An object whose members come in any order, each listed key at most once, or
+        None where there is nothing to order (no listed key: schema order is the same).
 
-        A context-free grammar remembers only through its nonterminals, so the keys
-        written so far are a nonterminal per set of them: T[S] derives the members after
-        the first, given the keys S were written; it offers each key not in S once, the
-        extra members (additional/patternProperties) any number of times, and the end
-        once every required key is in S. With all n listed keys tracked that is exact,
-        at 2^n nonterminals, so it is done while 2^n is within
-        `Limits.max_key_set_states`. Past that only the required keys are tracked and an
-        optional listed key may repeat (each value still matches its schema, so whichever
-        value a JSON parser keeps the object is valid); past that too, the required keys
-        come in the order of `required` or in that of `properties` (each once; authors
-        write one of the two), the optional ones anywhere. maxProperties then counts
-        members as written (a repeat counts: never more than the schema allows). The
-        warnings say which applies."""
+        A unique-member object (GrammarBuilder.object_open): the grammar is linear,
+        `{ member (, member)* }` with a member per listed key (its own key lexeme) and
+        the extra members (additional/patternProperties), and the parser keeps the keys
+        each open object has written, so a listed key is not offered twice, the
+        close brace only once every required key is written, and (where no unlisted key
+        may come) a comma only while a listed key is left. Exact, with grammar size
+        linear in the keys however many there are. minProperties/maxProperties count
+        members through a chain of `cap` states, as in schema order: a cap past
+        `Limits.max_object_states` is refused. Keys outside the listed ones are not
+        tracked: such a key written twice is not caught (a JSON parser keeps one value,
+        and each matched the schema)."""
         n = len(listed)
         if n == 0:
-            return None  # nothing to order: the schema-order grammar is the same
-        budget = self.limits.max_key_set_states
-        index = {k: i for i, (k, _, _) in enumerate(listed)}
-        req_idx = [index[k] for k in dict.fromkeys(required) if k in index]
-        where = "object with keys " + ", ".join(json.dumps(k) for k, _, _ in listed[:4]) + (", ..." if n > 4 else "")
-        chains: list[list[int]] = []
-        if (1 << n) <= budget:
-            tracked = list(range(n))
-            n_sets = 1 << n
-        elif (1 << len(req_idx)) <= budget:
-            tracked = req_idx
-            n_sets = 1 << len(req_idx)
-        else:
-            tracked = []
-            chains = [req_idx] if req_idx == sorted(req_idx) else [req_idx, sorted(req_idx)]
-            n_sets = 2 * (len(req_idx) + 1)
-        # Exact when every member is a tracked key: its count is |S|. Otherwise members
-        # are counted as written when maxProperties needs it, and minProperties must be
-        # met by the required keys alone (repeats must not count towards it).
-        counted = len(tracked) == n and extra is None
-        count_members = hi is not None and not counted
-        if not counted and lo > len(req_idx):
-            self.c.note(
-                f"{where}: minProperties {lo} beyond its required keys, past "
-                f"Limits.max_key_set_states={budget}; its keys must come in schema order"
-            )
             return None
-        if count_members and hi is not None and n_sets * (hi + 1) > self.limits.max_object_states:
-            self.c.note(
-                f"{where}: maxProperties {hi} past Limits.max_object_states={self.limits.max_object_states}; "
-                "its keys must come in schema order"
-            )
-            return None
-        if len(tracked) < n:
-            self.c.note(
-                f"{where}: {n} keys are past Limits.max_key_set_states={budget}; an optional key may repeat"
-                + ("; the required keys come in the order of `required` or `properties`" if chains else "")
-            )
         b = self.b
-        member = []
-        for k, v, _ in listed:
-            m = self.nt("member")
-            b.rule(m, [b.literal(_json_str(k)), self.COLON, self.sym(v)])
-            member.append(m)
-        bit = {i: 1 << j for j, i in enumerate(tracked)}
-        all_required = 0
-        for i in req_idx:
-            all_required |= bit.get(i, 0)
-        free = None  # the untracked members: optional listed keys beyond the budget, extra ones
-        in_chains = set(req_idx) if chains else set()
-        untracked = [i for i in range(n) if i not in bit and i not in in_chains]
-        if untracked or extra is not None:
-            free = self.nt("member")
-            for i in untracked:
-                b.rule(free, [member[i]])
-            if extra is not None:
-                b.rule(free, [extra])
-        # A state: (tracked keys written, chain followed, its keys written, members written
-        # when counted apart from the keys).
-        states: dict[tuple[int, int, int, int], int] = {}
-        work: list[tuple[int, int, int, int]] = []
-
-        def state(s: int, c: int, j: int, cnt: int) -> int:
-            key = (s, c, j, cnt if count_members else 0)
-            nt = states.get(key)
-            if nt is None:
-                nt = states[key] = self.nt("members")
-                work.append(key)
-            return nt
-
+        cap = hi if hi is not None else max(lo, 1)
+        if cap + 1 > self.limits.max_object_states:
+            raise GrammarError(
+                f"object schema with minProperties {lo} / maxProperties {hi} needs {cap + 1} grammar states, "
+                f"past Limits.max_object_states={self.limits.max_object_states}"
+            )
+        # A key whose value has no instance is no member: the parser must not count on it
+        # (a required one makes the object impossible, an optional one is never written).
+        values = [(k, self.sym(v), req) for k, v, req in listed]
+        if any(req and v == self._nothing for _, v, req in values):
+            return self.nothing()
+        values = [x for x in values if x[1] != self._nothing]
+        if extra is None and lo > len(values):
+            # The grammar alone would take more members than the keys allow; the parser
+            # would then refuse every way on (a dead end instead of a refusal).
+            return self.nothing()
+        names = {k for k, _, _ in values}
+        member = self.nt("member")
+        for k, v, _ in values:
+            b.rule(member, [b.member_key(k, _json_str(k)), self.COLON, v])
+        if extra is not None:
+            b.rule(member, [extra])
+        close = b.object_close([k for k in required if k in names])
+        # Without unlisted keys a comma needs a listed key left to follow it.
+        comma = self.COMMA if extra is not None else b.object_separator(names)
         obj = self.nt("object")
-        if not req_idx and lo == 0:
-            b.rule(obj, [self.LBRACE, self.RBRACE])
-        if hi is None or hi >= 1:
-            for i in tracked:
-                b.rule(obj, [self.LBRACE, member[i], state(bit[i], 0, 0, 1), self.RBRACE])
-            for c, chain in enumerate(chains):
-                b.rule(obj, [self.LBRACE, member[chain[0]], state(0, c, 1, 1), self.RBRACE])
-            for c in range(max(1, len(chains))):
-                if free is not None:
-                    b.rule(obj, [self.LBRACE, free, state(0, c, 0, 1), self.RBRACE])
-        while work:
-            s, c, j, cnt = work.pop()
-            nt = states[(s, c, j, cnt)]
-            written = s.bit_count() if counted else cnt
-            chain = chains[c] if chains else []
-            if s & all_required == all_required and j == len(chain) and (not counted or written >= lo):
+        if lo == 0 and not any(req for _, _, req in listed):
+            b.rule(obj, [self.LBRACE, close])
+        if hi is not None and hi == 0:
+            return obj
+        # after[c]: the members after the first c, counted up to `cap` (saturating past
+        # minProperties when maxProperties does not bound them).
+        after = [0] + [self.nt("members") for _ in range(cap)]
+        for c in range(1, cap + 1):
+            nt = after[c]
+            if hi is None and c == cap:
+                # Left recursion: any number more, in constant items per row.
                 b.rule(nt, [])
-            if hi is not None and (counted or count_members) and written >= hi:
+                b.rule(nt, [nt, comma, member])
                 continue
-            for i in tracked:
-                if not s & bit[i]:
-                    b.rule(nt, [self.COMMA, member[i], state(s | bit[i], c, j, cnt + 1)])
-            if j < len(chain):
-                b.rule(nt, [self.COMMA, member[chain[j]], state(s, c, j + 1, cnt + 1)])
-            if free is not None:
-                b.rule(nt, [self.COMMA, free, state(s, c, j, cnt + 1)])
+            if c >= lo:
+                b.rule(nt, [])
+            if c < cap:
+                b.rule(nt, [comma, member, after[c + 1]])
+        b.rule(obj, [self.LBRACE, member, after[1], close])
         return obj
 
     def extra_members(self, node: _Obj, listed: list[str]) -> int | None:

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from midword.engine.jsonschema import compile_json_schema
-from midword.engine.limits import Limits
+from midword.engine.limits import GrammarError, Limits
 from midword.engine.recognizer import grammar_accepts
 
 
@@ -77,37 +77,48 @@ def test_min_and_max_properties_count_members_in_any_order():
     assert not accepts(g, '{"d":1}') and not accepts(g, '{"d":1,"c":1,"b":2,"a":3}')
 
 
-def test_many_optional_keys_stay_bounded_and_say_what_they_relax():
+def test_many_optional_keys_take_any_order_exactly_in_a_linear_grammar():
     n = 300
     props = {f"k{i}": {"type": "integer"} for i in range(n)}
     schema = {"type": "object", "properties": props, "required": ["k7", "k250"], "additionalProperties": False}
     g = compile_json_schema(schema)
-    # Two required keys tracked (4 sets), the optional ones through one shared member.
-    assert g.size() < 10 * n
-    assert any("may repeat" in w for w in g.warnings)
+    assert g.warnings == []
+    assert g.size() < 10 * n  # a member per key, no state per set of keys
     assert accepts(g, '{"k250": 1, "k3": 2, "k7": 3, "k299": 4}')
     assert not accepts(g, '{"k250": 1, "k3": 2}')
     assert not accepts(g, '{"k250": 1, "k7": 2, "k250": 3}')  # a required key twice
+    assert not accepts(g, '{"k250": 1, "k3": 1, "k7": 2, "k3": 3}')  # an optional key twice
     assert not accepts(g, '{"k250": 1, "k7": 2, "k300": 3}')
     assert not accepts(g, '{"k250": 1, "k7": 2, "k3": "s"}')
 
 
-def test_max_properties_counts_members_as_written_past_the_key_set_budget():
+def test_a_key_is_once_per_object_not_per_document():
+    inner = {"type": "object", "properties": {"a": {"type": "integer"}, "b": {}}, "required": ["a"]}
+    schema = {"type": "object", "properties": {"a": inner, "b": {"type": "array", "items": inner}}, "required": ["a"]}
+    g = compile_json_schema(schema)
+    assert accepts(g, '{"b": [{"a": 1}, {"b": {"a": 2, "a": 3}, "a": 2}], "a": {"a": 1}}')
+    assert not accepts(g, '{"b": [{"a": 1, "a": 1}], "a": {"a": 1}}')
+    assert not accepts(g, '{"b": [{"b": 1}], "a": {"a": 1}}')  # required a inside
+    assert not accepts(g, '{"a": {"a": 1}, "b": [], "a": {"a": 1}}')
+
+
+def test_max_properties_counts_members_with_extra_keys():
     props = {f"k{i}": {"type": "integer"} for i in range(8)}
     schema = {"properties": props, "required": ["k1"], "maxProperties": 3}
-    g = compile_json_schema(schema, limits=Limits(max_key_set_states=16))
-    assert any("may repeat" in w for w in g.warnings)
+    g = compile_json_schema(schema)
+    assert g.warnings == []
     assert accepts(g, '{"k5": 1, "k1": 2, "zz": 3}')
     assert not accepts(g, '{"k5": 1, "k1": 2, "zz": 3, "k0": 4}')
     assert not accepts(g, '{"k5": 1, "k0": 2}')
+    assert not accepts(g, '{"k5": 1, "k1": 2, "k5": 3}')
 
 
-def test_many_required_keys_come_in_required_or_properties_order():
-    props = {f"k{i}": {"type": "integer"} for i in range(12)}
-    required = [f"k{i}" for i in reversed(range(12))]
+def test_many_required_keys_take_any_order():
+    props = {f"k{i}": {"type": "integer"} for i in range(30)}
+    required = [f"k{i}" for i in reversed(range(30))]
     schema = {"properties": {**props, "opt": {"type": "string"}}, "required": required, "additionalProperties": False}
-    g = compile_json_schema(schema, limits=Limits(max_key_set_states=256))
-    assert any("order of `required` or `properties`" in w for w in g.warnings)
+    g = compile_json_schema(schema)
+    assert g.warnings == []
 
     def doc(order, opt_at=None):
         members = [f'"k{i}":{i}' for i in order]
@@ -115,15 +126,17 @@ def test_many_required_keys_come_in_required_or_properties_order():
             members.insert(opt_at, '"opt":"s"')
         return "{" + ",".join(members) + "}"
 
-    assert accepts(g, doc(range(12))) and accepts(g, doc(reversed(range(12))))
-    assert accepts(g, doc(range(12), opt_at=5)) and accepts(g, doc(reversed(range(12)), opt_at=0))
-    assert not accepts(g, doc([1, 0] + list(range(2, 12))))  # neither order
-    assert not accepts(g, doc(range(11)))  # k11 missing
-    assert not accepts(g, doc(list(range(12)) + [3]))  # a required key twice
-    # Within the budget the same schema takes any order exactly.
-    g = compile_json_schema(schema, limits=Limits(max_key_set_states=1 << 13))
-    assert g.warnings == []
-    assert accepts(g, doc([1, 0] + list(range(2, 12)), opt_at=3))
+    assert accepts(g, doc(range(30))) and accepts(g, doc(reversed(range(30))))
+    assert accepts(g, doc([1, 0] + list(range(2, 30)), opt_at=3))
+    assert not accepts(g, doc(range(29)))  # k29 missing
+    assert not accepts(g, doc(list(range(30)) + [3]))  # a required key twice
+    assert not accepts(g, doc(range(30), opt_at=0)[:-1] + ',"opt":"t"}')  # opt twice
+
+
+def test_max_properties_beyond_the_state_limit_is_refused_by_name():
+    schema = {"properties": {"a": {}}, "maxProperties": 50}
+    with pytest.raises(GrammarError, match="max_object_states"):
+        compile_json_schema(schema, limits=Limits(max_object_states=20))
 
 
 def test_bundled_package_json_schema_takes_keys_in_the_authors_order():
@@ -144,5 +157,5 @@ def test_bundled_package_json_schema_takes_keys_in_the_authors_order():
     }
     assert accepts(g, json.dumps(doc, indent=2))
     assert not accepts(g, json.dumps({**doc, "version": 1}))
-    # 37 optional keys are past the key-set budget: a repeat is let through, and said.
-    assert any("may repeat" in w for w in g.warnings)
+    assert g.warnings == []
+    assert not accepts(g, json.dumps(doc)[:-1] + ', "name": "again"}')  # a key twice
