@@ -693,7 +693,7 @@ _MAX_LONG_TOKENS = 4096
 def spell_leaves_py(node_byte, node_depth, subtree_size, min_len, out, out_len):
     """Writes the bytes of each trie leaf at least `min_len` deep into the rows of `out`
     (its length into `out_len`), in preorder; returns how many."""
-    path = np.zeros(node_depth.shape[0] and int(node_depth.max()) + 1, dtype=np.uint8)
+    path = np.zeros(int(node_depth.max()) + 1, dtype=np.uint8)
     n = 0
     for node in range(1, node_depth.shape[0]):
         d = node_depth[node]

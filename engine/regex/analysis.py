@@ -111,7 +111,7 @@ class _Analysis(_Derivatives):
         floor = depth if bounds is None else min(depth, bounds.floor)
         if self._max_count[expr] <= floor or self._has_bool[expr]:
             return expr
-        key = depth if bounds is None else (depth, bounds.key)
+        key = depth if bounds is None else (depth, bounds.key, bounds.floor)
         memo = self._clamped.get(key)
         if memo is None:
             memo = self._clamped[key] = {}
@@ -425,7 +425,7 @@ class RepeatBounds:
     most. `long_strings(n)` gives the distinct strings of the vocabulary's tokens of at
     least n bytes (longest first), or None when there are too many to search; groups
     whose least length is 1 are left to the length bound, as for them nearly every long
-    token (a run of spaces) is a long chain. Answers are kept per group."""
+    token (a run of spaces) is a long chain. Answers are kept per group in its ExprSet."""
 
     # Counts up to this many repetitions are never clamped through a vocabulary search.
     FLOOR = 12
@@ -436,13 +436,15 @@ class RepeatBounds:
         self.key = key
         self.floor = self.FLOOR
         self._long_strings = long_strings
-        self._most: dict[int, int | None] = {}
 
     def most_repeats(self, exprs: "_Analysis", inner: int) -> int | None:
         """The most whole repetitions of `inner` (no & or ~) one token can hold, at
-        least `floor`; None when not worked out (the length bound then applies)."""
-        if inner in self._most:
-            return self._most[inner]
+        least `floor`; None when not worked out (the length bound then applies). Kept in
+        `exprs`, whose node ids these are."""
+        memo = exprs._most_repeats
+        key = (self.key, self.floor, inner)
+        if key in memo:
+            return memo[key]
         got: int | None = None
         least = exprs._min_len[inner]
         if 2 <= least < (1 << 20):
@@ -451,5 +453,5 @@ class RepeatBounds:
                 found = exprs.most_chained(inner, strings, self.MAX_STEPS)
                 if found is not None:
                     got = max(self.floor, found)
-        self._most[inner] = got
+        memo[key] = got
         return got

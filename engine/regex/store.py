@@ -57,6 +57,9 @@ class _Store:
         # depth (or depth and a vocabulary's key) -> expression -> its clamped form: see
         # `clamped`.
         self._clamped: dict[int | tuple, dict[int, int]] = {}
+        # (vocabulary's key, group) -> the most whole repetitions of the group one token
+        # of the vocabulary holds, or None: see `RepeatBounds`.
+        self._most_repeats: dict[tuple, int | None] = {}
         self._parsed: dict[tuple, int] = {}
         # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
         self._groups: dict[tuple, int] = {}
