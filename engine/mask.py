@@ -733,14 +733,19 @@ _REPEAT_BOUNDS: dict[str, RepeatBounds] = {}
 
 
 def repeat_bounds_for(trie: TokenTrie) -> RepeatBounds:
+    """The trie's RepeatBounds. Its long tokens are spelled here, once per trie, when
+    the first walker is made (a compiled pass, whose first call in a process also loads
+    it), not in the middle of a mask: the searches read those of at least
+    2 * (floor + 1) bytes (two-byte groups) or more."""
     got = _REPEAT_BOUNDS.get(trie.fingerprint)
     if got is None:
-        strings: dict[int, list[bytes] | None] = {}
+        least = 2 * (RepeatBounds.FLOOR + 1)
+        spelled = _long_token_strings(trie, least)
 
         def long_strings(min_len: int) -> list[bytes] | None:
-            if min_len not in strings:
-                strings[min_len] = _long_token_strings(trie, min_len)
-            return strings[min_len]
+            if spelled is None or min_len < least:
+                return None
+            return [s for s in spelled if len(s) >= min_len]
 
         if len(_REPEAT_BOUNDS) >= 8:
             _REPEAT_BOUNDS.clear()
@@ -823,6 +828,8 @@ class MaskWalker:
             split_at_lexeme,
         )
         self.space = _WalkSpace.of(rec, trie)
+        if self.space.repeat_bounds is None:
+            self.space.repeat_bounds = repeat_bounds_for(trie)
         self.last_sliced = False
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
         self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
@@ -1113,8 +1120,7 @@ class MaskWalker:
             exprs = lexer.exprs
             depth = self.trie.max_depth
             bounds = space.repeat_bounds
-            if bounds is None:
-                bounds = space.repeat_bounds = repeat_bounds_for(self.trie)
+            assert bounds is not None  # set when the walker was made
             pairs = lexer.states[lexstate]
             content = pairs
             if exprs.has_count_above(pairs, min(depth, bounds.floor)):
