@@ -59,6 +59,7 @@ from .parser import (
     predict_closure_py,
 )
 from .recognizer import LEXSET_BITS, NO_ROW, START_COUNT, START_POOL_USED, STEP_EMPTY, Recognizer
+from .regex import RepeatBounds
 from .slicer import applicable_slices
 from .trie import (
     RECORD_DEPTH_MASK,
@@ -701,6 +702,72 @@ MASK_CACHE = MaskCache(32 << 20)
 
 # Lexer states remembered as visited per recognizer and trie (at most about 7.5 MiB).
 _MAX_SEEN_INSIDE = 1 << 16
+# The most distinct long tokens a vocabulary's repeat search (`RepeatBounds`) reads;
+# past it, a group's counts clamp by token length only.
+_MAX_LONG_TOKENS = 4096
+
+
+def spell_leaves_py(node_byte, node_depth, subtree_size, min_len, out, out_len):
+    """Writes the bytes of each trie leaf at least `min_len` deep into the rows of `out`
+    (its length into `out_len`), in preorder; returns how many."""
+    path = np.zeros(int(node_depth.max()) + 1, dtype=np.uint8)
+    n = 0
+    for node in range(1, node_depth.shape[0]):
+        d = node_depth[node]
+        path[d - 1] = node_byte[node]
+        if d >= min_len and subtree_size[node] == 1:
+            for k in range(d):
+                out[n, k] = path[k]
+            out_len[n] = d
+            n += 1
+    return n
+
+
+_spell_leaves_jit = njit(spell_leaves_py)
+
+
+def _long_token_strings(trie: TokenTrie, min_len: int, use_jit: bool = True) -> list[bytes] | None:
+    """The byte strings of the trie's leaves at least `min_len` bytes deep (every
+    token that long is one of them or a prefix of one), longest first; None when there
+    are more than _MAX_LONG_TOKENS."""
+    depth = trie.node_depth
+    count = int(np.count_nonzero((depth >= min_len) & (trie.subtree_size == 1)))
+    if count > _MAX_LONG_TOKENS:
+        return None
+    if not count:
+        return []
+    out = np.zeros((count, int(depth.max())), dtype=np.uint8)
+    out_len = np.zeros(count, dtype=np.int64)
+    spell = _spell_leaves_jit if use_jit else spell_leaves_py
+    spell(trie.node_byte, depth, trie.subtree_size, min_len, out, out_len)
+    order = np.argsort(-out_len, kind="stable")
+    return list(dict.fromkeys(out[i, : int(out_len[i])].tobytes() for i in order))
+
+
+# Trie fingerprint -> its RepeatBounds: what a group's counts clamp at depends on the
+# vocabulary only, so grammars share the answers.
+_REPEAT_BOUNDS: dict[str, RepeatBounds] = {}
+
+
+def repeat_bounds_for(trie: TokenTrie) -> RepeatBounds:
+    """The trie's RepeatBounds. Its long tokens are spelled here, once per trie, when
+    the first walker is made (a compiled pass, whose first call in a process also loads
+    it), not in the middle of a mask: the searches read those of at least
+    2 * (floor + 1) bytes (two-byte groups) or more."""
+    got = _REPEAT_BOUNDS.get(trie.fingerprint)
+    if got is None:
+        least = 2 * (RepeatBounds.FLOOR + 1)
+        spelled = _long_token_strings(trie, least)
+
+        def long_strings(min_len: int) -> list[bytes] | None:
+            if spelled is None or min_len < least:
+                return None
+            return [s for s in spelled if len(s) >= min_len]
+
+        if len(_REPEAT_BOUNDS) >= 8:
+            _REPEAT_BOUNDS.clear()
+        got = _REPEAT_BOUNDS[trie.fingerprint] = RepeatBounds(trie.fingerprint, long_strings)
+    return got
 
 
 class _WalkSpace:
@@ -731,6 +798,7 @@ class _WalkSpace:
         # clamping depth is the trie's.
         self.representative: dict[int, int] = {}
         self.by_clamped: dict[tuple, int] = {}
+        self.repeat_bounds: RepeatBounds | None = None
         # (representative, applicable slices) whose inside walk was once wanted
         # (MaskWalker._first_visit).
         self.seen_inside: set[tuple[int, tuple[bool, ...]]] = set()
@@ -777,6 +845,8 @@ class MaskWalker:
             split_at_lexeme,
         )
         self.space = _WalkSpace.of(rec, trie)
+        if self.space.repeat_bounds is None:
+            self.space.repeat_bounds = repeat_bounds_for(trie)
         self.last_sliced = False
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
         self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
@@ -1052,22 +1122,28 @@ class MaskWalker:
 
     def _representative(self, lexstate: int) -> int:
         """The lexer state of `lexstate`'s expressions clamped (`ExprSet.clamped`, at the
-        trie's depth): both allow the same tokens inside the lexeme, with the same
-        frontier nodes, and the frontier's own lexer states accept the same lexemes, so
-        a walk from either gives the same mask. Each position of a string with a long `maxLength` is a
-        lexer state of its own (the count left), and all of them but the last
-        `depth` share one inside walk; so do the counts of a word-count limit
-        (`(?:\\S+\\s+){0,99}`) above `depth` // 2, the least bytes a repetition takes."""
+        trie's depth and by the whole repetitions its tokens hold, `RepeatBounds`): both
+        allow the same tokens inside the lexeme, with the same frontier nodes, and the
+        frontier's own lexer states accept the same lexemes, so a walk from either gives
+        the same mask. Each position of a string with a long `maxLength` is a lexer state
+        of its own (the count left), and all of them but the last `depth` share one
+        inside walk; so do the counts of a word-count limit (`(?:\\S+\\s+){0,99}`) above
+        the most words one token spells (a few), and of any bounded repetition of a
+        group at least two bytes long."""
         space = self.space
         rep = space.representative.get(lexstate)
         if rep is None:
             lexer = self.rec.lexer
             exprs = lexer.exprs
             depth = self.trie.max_depth
+            bounds = space.repeat_bounds
+            assert bounds is not None  # set when the walker was made
             pairs = lexer.states[lexstate]
-            if exprs.has_count_above(pairs, depth):
+            content = pairs
+            if exprs.has_count_above(pairs, min(depth, bounds.floor)):
                 clamped = exprs.clamped
-                content = tuple([(i, clamped(e, depth)) for i, e in pairs])
+                content = tuple([(i, clamped(e, depth, bounds)) for i, e in pairs])
+            if content != pairs:
                 rep = space.by_clamped.get(content)
                 if rep is None:
                     # The clamped expressions' own state, not the first state met: a

@@ -6,6 +6,7 @@ hash-consed expressions with `derivatives` and `analysis` over `store`), `printe
 `dfa`, and `term` (expressions as values, for front ends that parse their own syntax).
 """
 
+from .analysis import RepeatBounds
 from .charset import utf8_sequences
 from .dfa import LazyDFA
 from .exprset import ExprSet
@@ -17,6 +18,7 @@ from .printer import regex_escape_bytes
 
 __all__ = [
     "ExprSet",
+    "RepeatBounds",
     "LazyDFA",
     "refine_byte_sets",
     "utf8_sequences",

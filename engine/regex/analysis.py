@@ -88,7 +88,7 @@ class _Analysis(_Derivatives):
                 return True
         return False
 
-    def clamped(self, expr: int, depth: int) -> int:
+    def clamped(self, expr: int, depth: int, bounds: "RepeatBounds | None" = None) -> int:
         """`expr` with every repeat count above `depth // m` clamped, m being the least
         length of what it repeats (at least 1): an upper bound made unbounded, a lower
         bound made depth // m + 1. It matches the same strings of at most `depth` bytes,
@@ -101,12 +101,20 @@ class _Analysis(_Derivatives):
 
         A mask walk reads tokens of at most `depth` bytes: two lexer states whose
         expressions clamp alike allow the same tokens inside the lexeme and end it at the
-        same trie nodes, so the count states of a long `maxLength` string share one walk."""
-        if self._max_count[expr] <= depth or self._has_bool[expr]:
+        same trie nodes, so the count states of a long `maxLength` string share one walk.
+
+        With `bounds` (a vocabulary's `RepeatBounds`) the argument holds for the strings
+        inside that vocabulary's tokens instead of every string of `depth` bytes: a repeat
+        count above the most whole repetitions any token holds is clamped too, so the
+        counts of a word-count limit (`(\\S+\\s+){0,99}`) share one walk down to a
+        handful of words left, not 64."""
+        floor = depth if bounds is None else min(depth, bounds.floor)
+        if self._max_count[expr] <= floor or self._has_bool[expr]:
             return expr
-        memo = self._clamped.get(depth)
+        key = depth if bounds is None else (depth, bounds.key, bounds.floor)
+        memo = self._clamped.get(key)
         if memo is None:
-            memo = self._clamped[depth] = {}
+            memo = self._clamped[key] = {}
         r = memo.get(expr)
         if r is not None:
             return r
@@ -117,22 +125,81 @@ class _Analysis(_Derivatives):
             x = expr
             while self._kind[x] == _CONCAT:
                 h, x = self._args[x]
-                heads.append(self.clamped(h, depth))
-            r = self.clamped(x, depth)
+                heads.append(self.clamped(h, depth, bounds))
+            r = self.clamped(x, depth, bounds)
             for h in reversed(heads):
                 r = self._concat2(h, r)
         elif k == _OR:
-            r = self.alt(*[self.clamped(m, depth) for m in a])
+            r = self.alt(*[self.clamped(m, depth, bounds) for m in a])
         elif k == _REPEAT:
             inner, lo, hi = a
             # A repetition takes at least max(1, least length of inner) bytes, so a
             # string of at most `depth` bytes holds at most `most` of them.
             most = depth // max(1, self._min_len[inner])
-            r = self.repeat(self.clamped(inner, depth), min(lo, most + 1), None if hi is None or hi > most else hi)
+            clamped_inner = self.clamped(inner, depth, bounds)
+            if bounds is not None and max(lo, hi or 0) > bounds.floor:
+                whole = bounds.most_repeats(self, clamped_inner)
+                if whole is not None:
+                    most = min(most, whole)
+            r = self.repeat(clamped_inner, min(lo, most + 1), None if hi is None or hi > most else hi)
         else:
             r = expr
         memo[expr] = r
         return r
+
+    def most_chained(self, expr: int, strings, max_steps: int) -> int | None:
+        """The most non-empty matches of `expr` that follow one another inside one of
+        `strings` (anywhere in it), or None when that takes more than `max_steps`
+        derivative lookups. `expr` has no & or ~. Strings in sorted order share the
+        work of their common prefix."""
+        derivative = self.derivative
+        deriv = self._deriv
+        nullable = self._nullable
+        best = 0
+        steps = 0
+        # Per position of the previous string: the chains in progress there (partial
+        # match -> whole matches before it) and ends[i], the longest chain of whole
+        # matches ending at byte i (0: none). A chain may start at any byte, where it
+        # continues the chain ending there.
+        prev = b""
+        actives: list[dict[int, int]] = [{}]
+        ends = [0]
+        for s in sorted(strings):
+            p = 0
+            limit = min(len(s), len(prev))
+            while p < limit and s[p] == prev[p]:
+                p += 1
+            del actives[p + 1 :]
+            del ends[p + 1 :]
+            prev = s
+            active = actives[p]
+            for i in range(p, len(s)):
+                b = s[i]
+                start = ends[i]
+                if active.get(expr, -1) < start:
+                    active = dict(active)
+                    active[expr] = start
+                steps += len(active)
+                if steps > max_steps:
+                    return None
+                nxt: dict[int, int] = {}
+                ended = 0
+                for e, done in active.items():
+                    d = deriv.get((e << 8) | b)
+                    if d is None:
+                        d = derivative(e, b)
+                    if d == 0:
+                        continue
+                    if nxt.get(d, -1) < done:
+                        nxt[d] = done
+                    if nullable[d] and done + 1 > ended:
+                        ended = done + 1
+                ends.append(ended)
+                if ended > best:
+                    best = ended
+                active = nxt
+                actives.append(active)
+        return best
 
     # Emptiness -------------------------------------------------------------------------
     def is_empty(self, expr: int, bound: int | None = None) -> bool:
@@ -346,3 +413,45 @@ class _Analysis(_Derivatives):
         if n_l is not None and (n_s is None or n_s > n_l):
             return False
         return self._subset(y, x)
+
+
+class RepeatBounds:
+    """How many whole repetitions of a group fit inside one token of a vocabulary: what
+    `_Analysis.clamped` may clamp repeat counts at for that vocabulary's mask walks.
+
+    `floor` repetitions always count as possible; for more, the tokens at least
+    `(floor + 1) * m` bytes long (m the group's least length) are searched for the longest
+    chain of whole matches (`_Analysis.most_chained`): a shorter token holds `floor` at
+    most. `long_strings(n)` gives the distinct strings of the vocabulary's tokens of at
+    least n bytes (longest first), or None when there are too many to search; groups
+    whose least length is 1 are left to the length bound, as for them nearly every long
+    token (a run of spaces) is a long chain. Answers are kept per group in its ExprSet."""
+
+    # Counts up to this many repetitions are never clamped through a vocabulary search.
+    FLOOR = 12
+    # Derivative lookups one group's search may take before it gives up.
+    MAX_STEPS = 200_000
+
+    def __init__(self, key, long_strings):
+        self.key = key
+        self.floor = self.FLOOR
+        self._long_strings = long_strings
+
+    def most_repeats(self, exprs: "_Analysis", inner: int) -> int | None:
+        """The most whole repetitions of `inner` (no & or ~) one token can hold, at
+        least `floor`; None when not worked out (the length bound then applies). Kept in
+        `exprs`, whose node ids these are."""
+        memo = exprs._most_repeats
+        key = (self.key, self.floor, inner)
+        if key in memo:
+            return memo[key]
+        got: int | None = None
+        least = exprs._min_len[inner]
+        if 2 <= least < (1 << 20):
+            strings = self._long_strings((self.floor + 1) * least)
+            if strings is not None:
+                found = exprs.most_chained(inner, strings, self.MAX_STEPS)
+                if found is not None:
+                    got = max(self.floor, found)
+        memo[key] = got
+        return got

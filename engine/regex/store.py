@@ -54,8 +54,12 @@ class _Store:
         self._empty: dict[int, bool] = {}
         self._next: dict[int, np.ndarray] = {}
         self._maxlen: dict[int, int | None] = {}
-        # depth -> expression -> its clamped form: see `clamped`.
-        self._clamped: dict[int, dict[int, int]] = {}
+        # depth (or depth and a vocabulary's key) -> expression -> its clamped form: see
+        # `clamped`.
+        self._clamped: dict[int | tuple, dict[int, int]] = {}
+        # (vocabulary's key, group) -> the most whole repetitions of the group one token
+        # of the vocabulary holds, or None: see `RepeatBounds`.
+        self._most_repeats: dict[tuple, int | None] = {}
         self._parsed: dict[tuple, int] = {}
         # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
         self._groups: dict[tuple, int] = {}
