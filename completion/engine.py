@@ -104,6 +104,7 @@ class CompletionEngine:
         # Show a model without FIM the text after the cursor before the document
         # (context.py). Off: `midword bench cpc --repo` measured it (see the report).
         self.suffix_context = False
+        self.warm_up_seconds: dict[str, float] = {}
 
     # Model ------------------------------------------------------------------------------
     def load(self, progress=None) -> None:
@@ -118,18 +119,33 @@ class CompletionEngine:
         """Pays the one-time costs before the first keystroke does: the model's compiled
         decode step, the tokenizer's merge tables, the token trie and slice tries (from the
         disk cache), compiled walks."""
+        # Seconds of each step, for `midword bench start`.
+        took = self.warm_up_seconds = {}
+        t = time.perf_counter()
+
+        def mark(step: str) -> None:
+            nonlocal t
+            now = time.perf_counter()
+            took[step] = now - t
+            t = now
+
         tok = self.tokenizer
         tok.encode("warm up")
+        mark("encode")
         tok.tokenize_partial(b"def warm_up(self):\n    return self.va")
+        mark("tokenize_partial")
         from midword.engine.brackets import code_brackets_grammar
 
         c = self._constraint(code_brackets_grammar("(", language="python"))
+        mark("constraint")
         state = c.initial(typed=b"va")
         c.allowed(state)
         c.candidates_after(state.grammar, b"a")
+        mark("first_mask")
         wait_compiled = getattr(self.model, "wait_compiled", None)
         if wait_compiled is not None:
             wait_compiled()
+        mark("wait_compiled")
 
     @property
     def ready(self) -> bool:

@@ -190,6 +190,7 @@ def _open_lean_cache(stored, report: _Progress, threads, max_context):
     why = lean_store.problem(folder)
     if why is None:
         _require({"torch": "torch"}, f"model {name!r}")
+        report("importing torch", 0.1)
         _setup("float32", threads)
         tokenizer = _tokenizer(tokenizer_source, f"model {name!r}", report)
         report("loading int8 weights", 0.3)
