@@ -60,6 +60,43 @@ RECOVERY_MAX_DEPTH = 256
 RECOVERY_MAX_ANCHORS = 4
 
 
+def _warm_up_constraint(tokenizer) -> Constraint:
+    """The grammar engine's first steps of a completion: a code grammar's constraint over
+    `tokenizer`, a re-spelling mask, the candidates after a typed byte."""
+    from midword.engine.brackets import code_brackets_grammar
+
+    c = Constraint(tokenizer, code_brackets_grammar("(", language="python"))
+    state = c.initial(typed=b"va")
+    c.allowed(state)
+    c.candidates_after(state.grammar, b"a")
+    return c
+
+
+def _warm_grammar_beside(tokenizer) -> threading.Thread:
+    """Starts the grammar side of the warm-up (`_warm_up_constraint`: the token trie and
+    slice tries from their disk caches, the engine's kernels from numba's, or compiled
+    after a fresh install) on a thread, while the model's weights load.
+
+    The thread uses the tokenizer's table only, never its BPE, and imports nothing of its
+    own (its modules are imported here, on the caller's thread): a tokenizer load beside
+    the model load once raced transformers' lazy imports."""
+    import platformdirs  # noqa: F401 - imported before the thread runs (the disk caches' folder)
+
+    import midword.engine.brackets  # noqa: F401
+    import midword.engine.slicer  # noqa: F401
+    import midword.grammars  # noqa: F401
+
+    def run() -> None:
+        try:
+            _warm_up_constraint(tokenizer)
+        except Exception:  # noqa: BLE001 - only a head start: warm_up does what is missing
+            log.debug("warming the grammar engine ahead failed", exc_info=True)
+
+    thread = threading.Thread(target=run, name="midword-warm-grammar", daemon=True)
+    thread.start()
+    return thread
+
+
 class CompletionEngine:
     def __init__(
         self,
@@ -109,10 +146,18 @@ class CompletionEngine:
     # Model ------------------------------------------------------------------------------
     def load(self, progress=None) -> None:
         """Loads the model (blocking, seconds; minutes the very first time)."""
+        beside: list[threading.Thread] = []
+
+        def on_tokenizer(tokenizer) -> None:
+            if not beside:  # a damaged cache's rebuild loads the tokenizer again
+                beside.append(_warm_grammar_beside(tokenizer))
+
         if self._model is None:
             from .model import load_model
 
-            self._model = load_model(self.model_name, progress=progress, dtype=self.weights)
+            self._model = load_model(self.model_name, progress=progress, dtype=self.weights, on_tokenizer=on_tokenizer)
+        for thread in beside:
+            thread.join()
         self.warm_up()
 
     def warm_up(self) -> None:
