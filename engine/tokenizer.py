@@ -540,6 +540,8 @@ class Tokenizer:
 
     # A Hugging Face tokenizer.json with this vocabulary, where one exists on disk.
     tokenizer_file: str | None = None
+    # Converted from a .gguf file by this load (its cache was missing): a one-time cost.
+    converted: bool = False
 
     def __init__(
         self,
@@ -746,6 +748,7 @@ class Tokenizer:
         if not hasattr(hf, "backend_tokenizer"):
             raise TypeError(f"{path}: transformers gave a slow tokenizer ({type(hf).__name__}); a fast one is needed")
         out, spec, text = cls._from_json_text(hf.backend_tokenizer.to_str(), name, eos_names, bos_name)
+        out.converted = True
         cls._store_cached(key, out, spec, text)
         stored = cache_root() / f"{key}-v{_CACHE_FORMAT}" / "tokenizer.json"
         if stored.is_file():

@@ -74,8 +74,9 @@ print(json.dumps({"imports": t1 - t0, "model": t2 - t1, "warm_up": t3 - t2, "rea
                   "first_completion": t4 - t3, "total": t4 - t0, "rss_ready_mb": ready_rss, "rss_mb": rss(),
                   "cpu_ready": ready_cpu, "cpu_total": cpu(),
                   "backend": getattr(engine.model, "backend", "?"), "source": getattr(engine.model, "source", "?"),
-                  "stages": sorted(marks.items(), key=lambda kv: kv[1]), "warm_up_steps": engine.warm_up_seconds,
+                  "stages": sorted(marks.items(), key=lambda kv: kv[1]), "warm_up_steps": getattr(engine, "warm_up_seconds", {}),
                   "bpe_load": getattr(engine.tokenizer, "backend_load_seconds", 0.0),
+                  "tokenizer_converted": getattr(engine.tokenizer, "converted", False),
                   "text": result.text, "stop": getattr(result, "stop_reason", None)}))
 """
 
@@ -194,13 +195,16 @@ def stage_durations(row: dict) -> list[tuple[str, float]]:
 
 def conversion_seconds(row: dict) -> float:
     """Seconds of the one-time stages. "checking model" checks a converted model's logits
-    on every start of the transformers path, so it only counts in a run that converted."""
+    on every start of the transformers path, so it only counts in a run that converted;
+    loading the tokenizer counts when it was converted from the GGUF file."""
     stages = stage_durations(row)
     converted = any(name == "converting GGUF weights (first run only)" for name, _ in stages)
     return sum(
         d
         for name, d in stages
-        if (name in ONE_TIME_STAGES and (converted or name != "checking model")) or name.startswith("rebuilding")
+        if (name in ONE_TIME_STAGES and (converted or name != "checking model"))
+        or name.startswith("rebuilding")
+        or (name == "loading tokenizer" and row.get("tokenizer_converted"))
     )
 
 

@@ -61,6 +61,8 @@ def test_stage_durations_and_the_one_time_share():
     assert conversion_seconds({"stages": [["loading tokenizer", 0.1], ["ready", 1.0]]}) == 0.0
     warm_transformers = {"stages": [["loading model", 0.1], ["checking model", 1.0], ["ready", 3.0]]}
     assert conversion_seconds(warm_transformers) == 0.0
+    converted_tokenizer = {"stages": [["loading tokenizer", 0.5], ["ready", 20.5]], "tokenizer_converted": True}
+    assert conversion_seconds(converted_tokenizer) == pytest.approx(20.0)
     rebuilt = {"stages": [["rebuilding the int8 cache (x)", 1.0], ["ready", 4.0]]}
     assert conversion_seconds(rebuilt) == pytest.approx(3.0)
 
