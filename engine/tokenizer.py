@@ -848,8 +848,8 @@ class Tokenizer:
         if self._fingerprint is None:
             import numpy as np
 
-            # The same bytes as a per-id loop would hash, built with numpy: with Gemma's
-            # 262k ids a Python loop costs seconds of every start.
+            # The same bytes a per-id loop would hash, built with numpy: a fingerprint is
+            # taken on every start, and Gemma has 262k ids.
             flags = np.zeros(self.vocab_size, dtype=np.uint8)
             flags[np.fromiter((i for i in self.special_token_ids if 0 <= i < self.vocab_size), dtype=np.int64)] = 1
             lengths = np.fromiter(map(len, self._table), dtype="<u4", count=self.vocab_size)
@@ -951,7 +951,8 @@ class Tokenizer:
 
     def _build_prefix_index(self) -> list[bytes]:
         """The distinct non-special token byte strings, sorted; their ids (the first id of
-        each) are kept on disk, since sorting Gemma's 262k tokens costs a start most of a second."""
+        each) are kept on disk: reading them back is cheaper than sorting Gemma's 262k
+        tokens on every start."""
         import numpy as np
 
         table, special = self._table, self.special_token_ids
