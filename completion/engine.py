@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -70,6 +71,19 @@ def _warm_up_constraint(tokenizer) -> Constraint:
     c.allowed(state)
     c.candidates_after(state.grammar, b"a")
     return c
+
+
+def _grammar_kernels_cached() -> bool:
+    """Whether numba's disk cache holds the mask walk, the grammar kernel a first mask
+    compiles last. With a warm cache the grammar's warm-up is a fraction of a second and
+    a thread for it only adds a memory arena, so `load` starts one only when this is False."""
+    from midword.engine import mask
+
+    try:
+        index = mask.walk_packed_jit._cache._cache_file._index_path
+    except AttributeError:  # the plain-Python twin, or a numba that keeps its cache elsewhere
+        return True
+    return os.path.exists(index)
 
 
 def _warm_grammar_beside(tokenizer) -> threading.Thread:
@@ -149,7 +163,8 @@ class CompletionEngine:
         beside: list[threading.Thread] = []
 
         def on_tokenizer(tokenizer) -> None:
-            if not beside:  # a damaged cache's rebuild loads the tokenizer again
+            # Once: a damaged cache's rebuild loads the tokenizer again.
+            if not beside and not _grammar_kernels_cached():
                 beside.append(_warm_grammar_beside(tokenizer))
 
         if self._model is None:

@@ -61,12 +61,25 @@ def test_the_grammar_warms_beside_the_load_with_the_models_tokenizer(tmp_path, m
         return real(tokenizer)
 
     monkeypatch.setattr(engine_module, "_warm_up_constraint", recording)
+    monkeypatch.setattr(engine_module, "_grammar_kernels_cached", lambda: False)  # as after installing
     engine = CompletionEngine(str(tiny_llama_dir(tmp_path)), weights="float32")
     engine.load()
     assert seen == [(engine.tokenizer, "midword-warm-grammar")]
     assert engine.tokenizer in matcher._tries  # built by the thread, found by warm_up
     assert not any(t.name == "midword-warm-grammar" for t in threading.enumerate())
     assert set(engine.warm_up_seconds) >= {"encode", "constraint", "first_mask"}
+
+
+def test_with_the_kernels_cached_the_grammar_warms_on_the_loading_thread(tmp_path, monkeypatch):
+    import midword.completion.engine as engine_module
+
+    seen = []
+    real = engine_module._warm_up_constraint
+    monkeypatch.setattr(engine_module, "_warm_up_constraint", lambda tok: seen.append(tok) or real(tok))
+    monkeypatch.setattr(engine_module, "_grammar_kernels_cached", lambda: True)
+    engine = CompletionEngine(str(tiny_llama_dir(tmp_path)), weights="float32")
+    engine.load()
+    assert seen == [] and engine.tokenizer in matcher._tries  # warm_up did it
 
 
 def test_a_failing_warm_up_beside_only_costs_its_head_start(tmp_path, monkeypatch):
@@ -76,6 +89,7 @@ def test_a_failing_warm_up_beside_only_costs_its_head_start(tmp_path, monkeypatc
         raise RuntimeError("boom")
 
     monkeypatch.setattr(engine_module, "_warm_up_constraint", broken)
+    monkeypatch.setattr(engine_module, "_grammar_kernels_cached", lambda: False)
     engine = CompletionEngine(str(tiny_llama_dir(tmp_path)), weights="float32")
     engine.load()  # warm_up does the work itself
     assert engine.ready and engine.tokenizer in matcher._tries
