@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import os
 import re
 import threading
 import time
@@ -65,6 +66,56 @@ def _stopped(request: CompletionRequest, timings: Timings) -> Completion:
     return Completion(text="", replace_start=len(request.prefix), stop_reason="cancelled", timings=timings)
 
 
+def _warm_up_constraint(tokenizer) -> Constraint:
+    """The grammar engine's first steps of a completion: a code grammar's constraint over
+    `tokenizer`, a re-spelling mask, the candidates after a typed byte."""
+    from midword.engine.brackets import code_brackets_grammar
+
+    c = Constraint(tokenizer, code_brackets_grammar("(", language="python"))
+    state = c.initial(typed=b"va")
+    c.allowed(state)
+    c.candidates_after(state.grammar, b"a")
+    return c
+
+
+def _grammar_kernels_cached() -> bool:
+    """Whether numba's disk cache holds the mask walk, the grammar kernel a first mask
+    compiles last. With a warm cache the grammar's warm-up is a fraction of a second and
+    a thread for it only adds a memory arena, so `load` starts one only when this is False."""
+    from midword.engine import mask
+
+    try:
+        index = mask.walk_packed_jit._cache._cache_file._index_path
+    except AttributeError:  # the plain-Python twin, or a numba that keeps its cache elsewhere
+        return True
+    return os.path.exists(index)
+
+
+def _warm_grammar_beside(tokenizer) -> threading.Thread:
+    """Starts the grammar side of the warm-up (`_warm_up_constraint`: the token trie and
+    slice tries from their disk caches, the engine's kernels from numba's, or compiled
+    after a fresh install) on a thread, while the model's weights load.
+
+    The thread uses the tokenizer's table only, never its BPE, and imports nothing of its
+    own (its modules are imported here, on the caller's thread): a tokenizer load beside
+    the model load once raced transformers' lazy imports."""
+    import platformdirs  # noqa: F401 - imported before the thread runs (the disk caches' folder)
+
+    import midword.engine.brackets  # noqa: F401
+    import midword.engine.slicer  # noqa: F401
+    import midword.grammars  # noqa: F401
+
+    def run() -> None:
+        try:
+            _warm_up_constraint(tokenizer)
+        except Exception:  # noqa: BLE001 - only a head start: warm_up does what is missing
+            log.debug("warming the grammar engine ahead failed", exc_info=True)
+
+    thread = threading.Thread(target=run, name="midword-warm-grammar", daemon=True)
+    thread.start()
+    return thread
+
+
 class CompletionEngine:
     def __init__(
         self,
@@ -112,32 +163,57 @@ class CompletionEngine:
         # The running (or last) completion's timings, filled in as its stages end: a server
         # that answers with part of a completion reads where its time went so far.
         self.running_timings: Timings | None = None
+        self.warm_up_seconds: dict[str, float] = {}
 
     # Model ------------------------------------------------------------------------------
     def load(self, progress=None) -> None:
         """Loads the model (blocking, seconds; minutes the very first time)."""
+        beside: list[threading.Thread] = []
+
+        def on_tokenizer(tokenizer) -> None:
+            # Once: a damaged cache's rebuild loads the tokenizer again.
+            if not beside and not _grammar_kernels_cached():
+                beside.append(_warm_grammar_beside(tokenizer))
+
         if self._model is None:
             from .model import load_model
 
-            self._model = load_model(self.model_name, progress=progress, dtype=self.weights)
+            self._model = load_model(self.model_name, progress=progress, dtype=self.weights, on_tokenizer=on_tokenizer)
+        for thread in beside:
+            thread.join()
         self.warm_up()
 
     def warm_up(self) -> None:
         """Pays the one-time costs before the first keystroke does: the model's compiled
         decode step, the tokenizer's merge tables, the token trie and slice tries (from the
         disk cache), compiled walks."""
+        # Seconds of each step, for `midword bench start`.
+        took = self.warm_up_seconds = {}
+        t = time.perf_counter()
+
+        def mark(step: str) -> None:
+            nonlocal t
+            now = time.perf_counter()
+            took[step] = now - t
+            t = now
+
         tok = self.tokenizer
         tok.encode("warm up")
+        mark("encode")
         tok.tokenize_partial(b"def warm_up(self):\n    return self.va")
+        mark("tokenize_partial")
         from midword.engine.brackets import code_brackets_grammar
 
         c = self._constraint(code_brackets_grammar("(", language="python"))
+        mark("constraint")
         state = c.initial(typed=b"va")
         c.allowed(state)
         c.candidates_after(state.grammar, b"a")
+        mark("first_mask")
         wait_compiled = getattr(self.model, "wait_compiled", None)
         if wait_compiled is not None:
             wait_compiled()
+        mark("wait_compiled")
 
     @property
     def ready(self) -> bool:

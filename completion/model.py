@@ -200,6 +200,7 @@ def load_model(
     threads: int | None = None,
     max_context: int | None = None,
     backend: str = "auto",
+    on_tokenizer: Callable[["Tokenizer"], None] | None = None,
 ) -> "TransformersModel":
     """Load a model by short name ("gemma3"), .gguf file or Hugging Face directory.
 
@@ -208,13 +209,21 @@ def load_model(
     `default_threads()`); `max_context` bounds the tokens one sequence may hold.
     `backend`: "auto" (default) computes Gemma 3 with the lean forward (gemma3_lean.py)
     when its probe logits equal transformers', other models with transformers; "lean"
-    insists on the lean forward; "transformers" never uses it.
+    insists on the lean forward; "transformers" never uses it. `on_tokenizer(tokenizer)`
+    is called on the loading thread as soon as the model's tokenizer is loaded, before the
+    weights (a caller can start tokenizer work meanwhile on a thread of its own).
     Raises `ModelUnavailable` when the model cannot be had.
     """
     from . import model_store
 
     return model_store.load(
-        name_or_path, progress=progress, dtype=dtype, threads=threads, max_context=max_context, backend=backend
+        name_or_path,
+        progress=progress,
+        dtype=dtype,
+        threads=threads,
+        max_context=max_context,
+        backend=backend,
+        on_tokenizer=on_tokenizer,
     )
 
 

