@@ -187,13 +187,21 @@ def forced_tokens(
 ) -> list[int]:
     """Canonical fast-forward tokens from `state`, given the tokens generated so far;
     cached per state and recent tokens (the only context the result depends on)."""
-    own, end_state = forced_bytes(rec, state)
+    # Asked at every position, and nearly always nothing is forced: the cache is read
+    # here, without a call.
+    got = rec.caches.forced_bytes.get((state, MAX_FORCED_BYTES))
+    if got is None:
+        got = forced_bytes(rec, state)
+    own, end_state = got
     if forced is None:
         forced = own
     if not forced:
         return []
     if forced != own:
-        end_state = rec.step_bytes(state, forced)
+        stepped = rec.step_bytes(state, forced)
+        if stepped is None:
+            raise ValueError(f"the grammar rejects the forced bytes {forced[:40]!r}")
+        end_state = stepped
     cache = rec.caches.forced_tokens
     # The tokenizer object itself (not its id) keys the entry, so it cannot be confused
     # with a later tokenizer at the same address.

@@ -122,10 +122,13 @@ def test_live_bytes_from_first_bytes_equal_the_filled_row(llama3):
 def test_a_forced_key_is_read_off_the_literal_at_once(llama3):
     # After `{"` in an object with a single key, the rest of the key is one literal: its
     # bytes come at once, and only the state after them is made (none in between).
-    m = Matcher(llama3, Grammar.from_lark(r"""
+    m = Matcher(
+        llama3,
+        Grammar.from_lark(r"""
 start: "{" "\"name_of_the_person\"" ":" ESCAPED_STRING "}"
 %import common.ESCAPED_STRING
-"""))
+"""),
+    )
     m.consume_tokens(llama3.encode('{"'))
     m.compute_mask()
     states_before = len(m.rec.lexer.states)
