@@ -1,7 +1,9 @@
 """Fast-forward: bytes the grammar forces, and their canonical tokens (docs/design/fast-forward.md).
 
 Forced bytes are those every continuation must start with: while EOS is not allowed
-and exactly one byte is, that byte is forced.
+and exactly one byte is, that byte is forced. They are read off the lexer state's
+structure (its regexes' first bytes, a literal's tail), not off filled table rows:
+`forced_bytes_by_rows` is the row-by-row definition the tests compare it with.
 
 Turning them into tokens naively distorts the model (forcing `order` when the text
 will be `orderId` yields the rare pair `order` `Id`). So the forced bytes are
