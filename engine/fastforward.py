@@ -1,7 +1,9 @@
 """Fast-forward: bytes the grammar forces, and their canonical tokens (docs/design/fast-forward.md).
 
 Forced bytes are those every continuation must start with: while EOS is not allowed
-and exactly one byte is, that byte is forced.
+and exactly one byte is, that byte is forced. They are read off the lexer state's
+structure (its regexes' first bytes, a literal's tail), not off filled table rows:
+`forced_bytes_by_rows` is the row-by-row definition the tests compare it with.
 
 Turning them into tokens naively distorts the model (forcing `order` when the text
 will be `orderId` yields the rare pair `order` `Id`). So the forced bytes are
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .lexer import DEAD
+from .lexer import DEAD, NO_ACCEPT, UNKNOWN
 from .mask import MaskWalker
 from .recognizer import NO_ROW, Recognizer
 from .trie import TokenTrie
@@ -41,13 +43,21 @@ def forced_bytes(
 
 
 def _forced_bytes(rec: Recognizer, state: tuple[int, int], limit: int) -> tuple[bytes, tuple[int, int]]:
-    if _surely_unforced(rec, state):
-        return b"", state
+    """Forced bytes from the structure of the lexer state, not from its table rows: a
+    state's live bytes are its regexes' first bytes (exact for regexes without & and ~,
+    which is nearly all), and inside a literal the forced run is read off the literal's
+    tail at once. No table row is filled, and no derivative computed, past the last
+    forced byte (filling the row there, a string body's say, cost more than the rest)."""
     out = bytearray()
-    while len(out) < limit and not rec.is_accepting(state):
-        allowed = rec.allowed_byte_mask(state)
-        if not allowed or allowed & (allowed - 1):
+    while len(out) < limit:
+        allowed = _allowed(rec, state)
+        if allowed <= 0 or allowed & (allowed - 1) or rec.is_accepting(state):
             break
+        run = _literal_run(rec, state, limit - len(out))
+        if run is not None:
+            out += run[0]
+            state = run[1]
+            continue
         b = allowed.bit_length() - 1
         out.append(b)
         after = rec.step(state, b)
@@ -56,41 +66,116 @@ def _forced_bytes(rec: Recognizer, state: tuple[int, int], limit: int) -> tuple[
     return bytes(out), state
 
 
-def _surely_unforced(rec: Recognizer, state) -> bool:
-    """Whether two bytes are already known to be allowed: then nothing is forced, and
-    no derivative needs computing. After a mask at `state` the lexer rows involved are
-    filled, so this settles almost every state."""
+def _allowed(rec: Recognizer, state: tuple[int, int]) -> int:
+    """The bytes `state` allows (bit b for byte b), exactly as `allowed_byte_mask`, or
+    MANY when two are known to be allowed but not which."""
     lexstate, row = state
-    # A count state of a long string (`C{0,6000}"`) is walked as its clamped twin, whose
-    # row the walk filled: both allow the same bytes and end the same lexemes.
-    lexstate = rec.caches.walk_twins.get(lexstate, lexstate)
-    branching = rec.caches.branching_lexstates
-    live = _live_unless_branching(rec, branching, lexstate)
-    if live is None:
-        return True
+    live = _live_bytes(rec, lexstate)
+    if live == MANY or rec.lexer.accept[lexstate] == NO_ACCEPT:
+        return live
     row2 = rec.end_lexeme(lexstate, row)
     if row2 == NO_ROW:
-        return False
-    # When the next lexeme can start with two bytes, the one byte this lexeme may go on
-    # with cannot be both of them.
-    restart_live = _live_unless_branching(rec, branching, int(rec.row_lexstate[row2]))
-    if restart_live is None:
-        return True
-    live |= (rec.lexer.table[lexstate] == DEAD) & restart_live
-    return int(np.count_nonzero(live)) >= 2
+        return live
+    # Where the lexeme goes on, it goes on (as in `step`); elsewhere the next lexeme may
+    # start: the union of the two states' live bytes.
+    restart = _live_bytes(rec, int(rec.row_lexstate[row2]))
+    return MANY if restart == MANY else live | restart
 
 
-def _live_unless_branching(rec: Recognizer, branching: set, lexstate: int):
-    """None when the lexer state has two live bytes, else its row's live bytes. Table
-    entries are only ever filled in, so a state seen with two live bytes keeps them: it
-    is remembered in `branching` instead of scanned again."""
-    if lexstate in branching:
-        return None
-    live = rec.lexer.table[lexstate] > DEAD
-    if np.count_nonzero(live) >= 2:
-        branching.add(lexstate)
-        return None
+MANY = -1  # _allowed, _live_bytes: at least two bytes, which ones not known
+
+
+def _live_bytes(rec: Recognizer, lexstate: int) -> int:
+    """The bytes some lexeme of the lexer state goes on with (bit b for byte b), or MANY;
+    cached per lexer state (its live bytes never change)."""
+    cache = rec.caches.live_bytes
+    live = cache.get(lexstate)
+    if live is None:
+        live = cache[lexstate] = _live_bytes_of(rec, lexstate)
     return live
+
+
+def _live_bytes_of(rec: Recognizer, lexstate: int) -> int:
+    lexer = rec.lexer
+    exprs = lexer.exprs
+    marker = lexer.start_marker
+    sure = 0
+    exact = True
+    for i, e in lexer.pairs_of(lexstate):
+        if i == marker:
+            continue
+        if exprs.emptiness_is_trivial(e):
+            # Without & and ~ only ∅ is empty, so every first byte has a live derivative.
+            sure |= exprs.first_bytes(e)
+        else:
+            exact = False
+    if exact:
+        return sure
+    if sure & (sure - 1):
+        return MANY
+    # A regex with & or ~ (a key other than the listed ones): its first bytes are only an
+    # upper bound. The row's known entries may already tell two live bytes (a count
+    # state of a long string is walked as its clamped twin, whose row the walk filled:
+    # both allow the same bytes); else the row is filled, as the row-by-row way does.
+    if np.count_nonzero(lexer.table[rec.caches.walk_twins.get(lexstate, lexstate)] > DEAD) >= 2:
+        return MANY
+    if (lexer.table[lexstate] == UNKNOWN).any():
+        lexer.fill_row(lexstate)
+    return _bits(lexer.table[lexstate] != DEAD)
+
+
+def _bits(flags: np.ndarray) -> int:
+    return int.from_bytes(np.packbits(flags, bitorder="little").tobytes(), "little")
+
+
+def _literal_run(rec: Recognizer, state: tuple[int, int], budget: int) -> tuple[bytes, tuple[int, int]] | None:
+    """Inside one literal-headed lexeme that cannot end yet (`"name_of_the_person"` after
+    `"n`), the bytes up to where it could end or branch, and the state after them;
+    the same as stepping them one at a time, without making the states in between.
+    None where the state is not such a lexeme."""
+    lexstate, row = state
+    lexer = rec.lexer
+    if lexer.accept[lexstate] != NO_ACCEPT:
+        return None
+    lexeme = expr = -1
+    for i, e in lexer.pairs_of(lexstate):
+        if i != lexer.start_marker:
+            if lexeme >= 0:
+                return None  # two lexemes: stepped a byte at a time
+            lexeme, expr = i, e
+    exprs = lexer.exprs
+    out = bytearray()
+    while len(out) < budget:
+        head = exprs.byte_head(expr)
+        if head is None:
+            break
+        byte_set, tail = head
+        if byte_set & (byte_set - 1) or exprs.is_empty(tail):
+            break
+        out.append(byte_set.bit_length() - 1)
+        expr = tail
+        if exprs.nullable(expr):
+            break  # the lexeme may end here: what comes next is the parser's to say
+    if not out:
+        return None
+    # The pairs `Lexer.step` would make: the one lexeme, marker dropped.
+    return bytes(out), (lexer.intern_state(((lexeme, expr),)), row)
+
+
+def forced_bytes_by_rows(rec: Recognizer, state: tuple[int, int], limit: int = MAX_FORCED_BYTES) -> bytes:
+    """The forced bytes the plain way, a filled table row per byte: the definition the
+    structural `_forced_bytes` is tested against."""
+    out = bytearray()
+    while len(out) < limit and not rec.is_accepting(state):
+        allowed = rec.allowed_byte_mask(state)
+        if not allowed or allowed & (allowed - 1):
+            break
+        b = allowed.bit_length() - 1
+        out.append(b)
+        after = rec.step(state, b)
+        assert after is not None
+        state = after
+    return bytes(out)
 
 
 def forced_tokens(
@@ -104,18 +189,43 @@ def forced_tokens(
 ) -> list[int]:
     """Canonical fast-forward tokens from `state`, given the tokens generated so far;
     cached per state and recent tokens (the only context the result depends on)."""
+    # Asked at every position, and nearly always nothing is forced: the cache is read
+    # here, without a call.
+    got = rec.caches.forced_bytes.get((state, MAX_FORCED_BYTES))
+    if got is None:
+        got = forced_bytes(rec, state)
+    own, end_state = got
     if forced is None:
-        forced, _ = forced_bytes(rec, state)
+        forced = own
     if not forced:
         return []
-    recent = tuple(recent_tokens[-CONTEXT_TOKENS:])
+    if forced != own:
+        stepped = rec.step_bytes(state, forced)
+        if stepped is None:
+            raise ValueError(f"the grammar rejects the forced bytes {forced[:40]!r}")
+        end_state = stepped
     cache = rec.caches.forced_tokens
     # The tokenizer object itself (not its id) keys the entry, so it cannot be confused
     # with a later tokenizer at the same address.
+    heal_from = None
+    if len(forced) <= HEAL_TOKENS:
+        # At most HEAL_TOKENS tokens spell the forced bytes, so token healing may take all
+        # of them back; where it does (a `"` that `",` may span), the answer is no tokens
+        # whatever came before, and needs no tokenizer.
+        heal_key = (tokenizer, trie.fingerprint, state, forced)
+        heal_from = rec.caches.heal_points.get(heal_key)
+        if heal_from is None:
+            heal_from = _heal_point(trie, walker, rec, end_state, forced, 0)
+            if len(rec.caches.heal_points) > 100_000:
+                rec.caches.heal_points.clear()
+            rec.caches.heal_points[heal_key] = heal_from
+        if heal_from == 0:
+            return []
+    recent = tuple(recent_tokens[-CONTEXT_TOKENS:])
     key = (tokenizer, trie.fingerprint, state, forced, recent)
     hit = cache.get(key)
     if hit is None:
-        hit = _forced_tokens(tokenizer, trie, walker, rec, state, list(recent), forced)
+        hit = _forced_tokens(tokenizer, trie, walker, rec, state, list(recent), forced, end_state, heal_from)
         if len(cache) > 100_000:
             cache.clear()
         cache[key] = hit
@@ -123,34 +233,77 @@ def forced_tokens(
 
 
 def _forced_tokens(
-    tokenizer, trie: TokenTrie, walker: MaskWalker, rec: Recognizer, state, recent_tokens: list[int], forced: bytes
+    tokenizer,
+    trie: TokenTrie,
+    walker: MaskWalker,
+    rec: Recognizer,
+    state,
+    recent_tokens: list[int],
+    forced: bytes,
+    end_state,
+    heal_from: int | None = None,
 ) -> tuple[int, ...]:
-    tokens = _tokenize_in_context(tokenizer, forced, recent_tokens[-CONTEXT_TOKENS:])
+    """`heal_from`: the first index where a token may span the end of the forced bytes,
+    when already known from index 0 on."""
+    recent = tuple(recent_tokens[-CONTEXT_TOKENS:])
+    # The same text after the same tokens recurs in other states (the same key at
+    # another depth, the next array item): the tokenizer is asked once.
+    tokenized = rec.caches.tokenized
+    key = (tokenizer, recent, forced)
+    tokens = tokenized.get(key)
+    if tokens is None:
+        tokens = _tokenize_in_context(tokenizer, forced, list(recent))
+        if len(tokenized) > 100_000:
+            tokenized.clear()
+        tokenized[key] = tokens
     if not tokens:
         return ()
     token_bytes = tokenizer.token_bytes
     tail = tokens[-HEAL_TOKENS:]
     max_length = sum(len(token_bytes(t)) for t in tail)
-    end_state = rec.step_bytes(state, forced)
-    keep_upto = len(forced)
-    for idx in range(max(0, len(forced) - max_length), len(forced)):
-        node = trie.node_for(forced[idx:])
-        if node < 0 or trie.subtree_size[node] <= 1:
-            continue
-        # A token spelling forced[idx:] and then more: allowed iff some token below
-        # `node` survives the walk from the state after all forced bytes.
-        if walker.any_extension(end_state, node):
-            keep_upto = idx
-            break
+    start = max(0, len(forced) - max_length)
+    if heal_from is None or start > 0:
+        heal_from = _heal_point(trie, walker, rec, end_state, forced, start)
     kept: list[int] = []
     length = 0
     for t in tokens:
         n = len(token_bytes(t))
-        if length + n > keep_upto:
+        if length + n > heal_from:
             break
         kept.append(t)
         length += n
     return tuple(kept)
+
+
+def _heal_point(trie: TokenTrie, walker: MaskWalker, rec: Recognizer, end_state, forced: bytes, start: int) -> int:
+    """The first index from `start` on where some token spelling `forced[idx:]` and then
+    more is allowed (the model may tokenize across the end there), or len(forced)."""
+    for idx in range(start, len(forced)):
+        node = trie.node_for(forced[idx:])
+        if node < 0 or trie.subtree_size[node] <= 1:
+            continue
+        if _extension_allowed(trie, walker, rec, end_state, node):
+            return idx
+    return len(forced)
+
+
+def _extension_allowed(trie: TokenTrie, walker: MaskWalker, rec: Recognizer, end_state, node: int) -> bool:
+    """Whether some token strictly below trie node `node` is allowed from `end_state`,
+    the state after the bytes that spell `node`."""
+    allowed = _allowed(rec, end_state)
+    if allowed != MANY:
+        # A token one byte longer than the node, whose byte the state allows, settles it
+        # without a walk (`"` inside an object: `",` or `":` is a token); a few children
+        # are looked at, the walk decides the rest.
+        child = node + 1
+        stop = node + int(trie.subtree_size[node])
+        for _ in range(8):
+            if child >= stop:
+                break
+            if trie.tok_end[child] > trie.tok_start[child] and (allowed >> int(trie.node_byte[child])) & 1:
+                return True
+            child += int(trie.subtree_size[child])
+    return walker.any_extension(end_state, node)
 
 
 def _tokenize_in_context(tokenizer, forced: bytes, recent: list[int]) -> list[int]:

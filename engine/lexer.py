@@ -631,6 +631,14 @@ class Lexer:
             self.accept[sid] = IGNORE_ONLY
         return sid
 
+    def pairs_of(self, state: int) -> tuple[tuple[int, int], ...]:
+        """`states[state]` without taking in every state the compiled step added since
+        Python last looked (fast-forward asks for one state at a time)."""
+        if state < len(self._states):
+            return self._states[state]
+        a, b = int(self.st_ptr[state]), int(self.st_ptr[state + 1])
+        return tuple(zip(self.comp_lex[a:b].tolist(), self.comp_expr[a:b].tolist(), strict=True))
+
     def intern_state(self, pairs: tuple[tuple[int, int], ...]) -> int:
         """The state of these (lexeme, expression) pairs, made if new (a walk's
         representative state, MaskWalker._representative)."""

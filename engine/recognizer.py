@@ -90,13 +90,18 @@ class RecognizerCaches:
 
     # fastforward.forced_bytes: (state, limit) -> (forced bytes, state after them).
     forced_bytes: dict[tuple, tuple[bytes, tuple[int, int]]] = field(default_factory=dict)
-    # fastforward: lexer states seen with two live bytes (they keep them).
-    branching_lexstates: set[int] = field(default_factory=set)
+    # fastforward._live_bytes: lexer state -> its live bytes as an int, or -1 for two or more.
+    live_bytes: dict[int, int] = field(default_factory=dict)
     # mask.MaskWalker._representative: lexer state -> the state a walk stands it for,
     # which has the same live and dead bytes (fastforward reads that state's filled row).
     walk_twins: dict[int, int] = field(default_factory=dict)
     # fastforward.forced_tokens: (tokenizer, trie fingerprint, state, forced, recent) -> tokens.
     forced_tokens: dict[tuple, tuple[int, ...]] = field(default_factory=dict)
+    # fastforward: (tokenizer, trie fingerprint, state, forced) -> where token healing
+    # may begin, for forced bytes short enough that it may take them all back.
+    heal_points: dict[tuple, int] = field(default_factory=dict)
+    # fastforward: (tokenizer, recent tokens, forced bytes) -> their tokens in that context.
+    tokenized: dict[tuple, list[int]] = field(default_factory=dict)
     # mask._WalkSpace.of: id(trie) -> (that trie, the walk space of this recognizer and it).
     walk_spaces: dict[int, tuple[TokenTrie, _WalkSpace]] = field(default_factory=dict)
     # slicer.applicable_slices: (slice regexes, lexer state) -> the slices it allows wholesale.

@@ -61,5 +61,5 @@ def test_forced_bytes_through_a_twin_equal_the_plain_answer(llama3):
     got = m.compute_ff_bytes()
     m.rec.caches.walk_twins.clear()
     m.rec.caches.forced_bytes.clear()
-    m.rec.caches.branching_lexstates.clear()
+    m.rec.caches.live_bytes.clear()
     assert got == fastforward.forced_bytes(m.rec, state)[0] == b""
