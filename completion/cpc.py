@@ -78,8 +78,8 @@ class Cover:
     split: int  # bytes of the typed text covered by `left`
     left: list[int]  # canonical tokens of typed[:split]
     token: int  # first token spanning (or ending at) the end of the typed text
-    # log P(left) + log P(token | left); from a greedy search, up to a constant shared by
-    # every cover of the search (the prompt row's normaliser, see `_greedy_search`)
+    # log P(left) + log P(token | left), or up to a constant shared by every cover of the
+    # search when it is not `normalised` (the prompt row's normaliser, see `_greedy_search`)
     logprob: float
 
 
@@ -98,6 +98,9 @@ class CoverSearch:
     context: list[int] = field(default_factory=list)
     typed: bytes = b""
     forward_positions: int = 0
+    # whether weights are log-probabilities; False: up to a constant shared by every cover
+    # (a greedy search that read the prompt's row from the sparse head, see `_greedy_search`)
+    normalised: bool = True
     stats: "SearchStats" = field(default_factory=lambda: SearchStats())
 
     @property
@@ -279,6 +282,7 @@ def _greedy_search(model, tokenizer, prompt, pending, result: CoverSearch, cance
     if need.size <= SPARSE_ROW_LIMIT:
         first = np.full(vocab, -np.inf)
         first[need] = timer.sparse_row(prompt, need)
+        result.normalised = not timer.sparse
     else:
         first = timer.full_row(prompt)
 
@@ -345,12 +349,16 @@ class _Timer:
         self.stats.normaliser_ms += (time.perf_counter() - t0) * 1e3
         return row
 
+    @property
+    def sparse(self) -> bool:
+        """Whether rows at a few ids come from a sparse head (unnormalised logits)."""
+        return hasattr(self.model, "next_logits")
+
     def sparse_row(self, tokens: list[int], ids: np.ndarray) -> np.ndarray:
-        sparse = getattr(self.model, "next_logits", None)
-        if sparse is None:
+        if not self.sparse:
             return self.full_row(tokens)[ids]
         self.stats.sparse_rows += 1
-        return np.asarray(self._call(sparse, tokens, allowed=ids))
+        return np.asarray(self._call(self.model.next_logits, tokens, allowed=ids))
 
     def later_left(self, prompt: list[int], left: list[int]) -> np.ndarray:
         """log P(left[j] | prompt + left[:j]) for j >= 1 (full-vocabulary rows)."""
