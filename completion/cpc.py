@@ -13,7 +13,9 @@ by the model's own probability P(left tokens) · P(first token | left), computed
 batched forward passes that share the stable prompt's KV cache; covers whose tokens are
 not the canonical tokenization of their own text are dropped (a re-encode check), since
 the model was trained on canonical text only. Greedy decoding takes the best cover;
-sampling draws one in proportion to its weight.
+sampling draws one in proportion to its weight. Sampling weighs every cover; greedy
+decoding weighs only what proves the best one (bounds from the sparse head, full-vocabulary
+normalisers for the splits that survive them: `_greedy_search`, docs/design/cpc.md).
 
 The baselines live here too, for evaluation: `naive` (prompt as typed), `heal1` (back
 off one token) and `align` (back off every token touching the partial word, then let
@@ -170,17 +172,21 @@ def is_canonical(tokenizer, context: list[int], left: list[int], token: int, lef
     return _left_tokens(tokenizer, context, text) == left + [token]
 
 
-SPARSE_ROW_LIMIT = 4096  # ids up to which a row's logits come from the sparse head, not the full one
+SPARSE_ROW_LIMIT = 4096  # ids up to which the prompt's row comes from the sparse head, not the full one
+# candidates up to which a split is bounded with the sparse head before its full row (a
+# bound that fails costs its sparse row on top of the full one, so only cheap ones are tried)
+BOUND_ROW_LIMIT = 1024
 
 
 @dataclass
 class SearchStats:
     """What a cover search cost (`midword bench cpc` prints these)."""
 
-    splits: int = 0  # splits of the typed text with at least one candidate
+    splits: int = 0  # splits of the typed text whose left part the tokenizer spells canonically
     scored: int = 0  # splits whose covers were weighed exactly
     bounded: int = 0  # splits run through the model and then dropped by a sparse-head bound
     pruned: int = 0  # splits dropped by the prompt's row alone, never run through the model
+    empty: int = 0  # splits with no candidate (no token, or none the grammar allows, spells the rest)
     model_calls: int = 0  # calls into the model
     full_rows: int = 0  # full-vocabulary normalisers computed (a cached row counts too)
     sparse_rows: int = 0  # rows whose logits came from the sparse head only
@@ -215,19 +221,23 @@ def search_covers(
     cover, and weighs as little as proves it (`_greedy_search`)."""
     context = stable[-CONTEXT_TOKENS:]
     result = CoverSearch(context=context, typed=typed)
-    pending: list[tuple[int, list[int], np.ndarray]] = []
+    splits: list[tuple[int, list[int]]] = []
     for i in range(len(typed) + 1):
         left = _left_tokens(tokenizer, context, typed[:i])
-        if left is None:
-            continue
+        if left is not None:
+            splits.append((i, left))
+    result.stats.splits = len(splits)
+    if not exhaustive:
+        return _greedy_search(model, tokenizer, prompt, splits, candidates_for, result, cancelled)
+    pending: list[tuple[int, list[int], np.ndarray]] = []
+    for i, left in splits:
         cands = np.asarray(candidates_for(typed[i:]), dtype=np.int64)
         if cands.size:
             pending.append((i, left, cands))
-    result.stats.splits = len(pending)
+        else:
+            result.stats.empty += 1
     if not pending:
         return result
-    if not exhaustive:
-        return _greedy_search(model, tokenizer, prompt, pending, result, cancelled)
     timer = _Timer(model, result.stats)
     first = timer.full_row(prompt)
     # heaviest first left token first, as the greedy search visits them (ties between
@@ -253,7 +263,7 @@ def search_covers(
     return result
 
 
-def _greedy_search(model, tokenizer, prompt, pending, result: CoverSearch, cancelled) -> CoverSearch:
+def _greedy_search(model, tokenizer, prompt, splits, candidates_for, result: CoverSearch, cancelled) -> CoverSearch:
     """The best cover, weighing as few splits as prove it.
 
     Every cover's first token (its first left token, or its candidate at split 0) is
@@ -272,10 +282,22 @@ def _greedy_search(model, tokenizer, prompt, pending, result: CoverSearch, cance
     only tie) a cover already found, so the best cover is the one `exhaustive` finds."""
     stats = result.stats
     timer = _Timer(model, stats)
+    typed = result.typed
+    # A split's candidates are looked up when it is visited (a pruned one never needs
+    # them), except split 0's: its bound is its best candidate.
+    pending: list[tuple[int, list[int], np.ndarray | None]] = []
+    for i, left in splits:
+        cands = None if left else np.asarray(candidates_for(typed[i:]), dtype=np.int64)
+        if cands is not None and not cands.size:
+            stats.empty += 1
+            continue
+        pending.append((i, left, cands))
+    if not pending:
+        return result
     vocab = int(getattr(model, "vocab_size", 0) or tokenizer.vocab_size)
     need = np.unique(
         np.concatenate(
-            [cands for _, left, cands in pending if not left]
+            [cands for _, _, cands in pending if cands is not None]
             + [np.asarray([left[0] for _, left, _ in pending if left], dtype=np.int64)]
         )
     )
@@ -300,12 +322,16 @@ def _greedy_search(model, tokenizer, prompt, pending, result: CoverSearch, cance
             stats.pruned += len(order) - k  # every remaining split is bounded by a cover we already have
             break
         i, left, cands = item
-        if not left:
+        if cands is not None:
             sp = Split(i, left, 0.0, cands, first[cands])
         else:
+            cands = np.asarray(candidates_for(typed[i:]), dtype=np.int64)
+            if not cands.size:
+                stats.empty += 1
+                continue
             seq = list(prompt) + left
             positions.update(tuple(left[:n]) for n in range(1, len(left) + 1))
-            if cands.size <= SPARSE_ROW_LIMIT:
+            if cands.size <= BOUND_ROW_LIMIT:
                 logits = timer.sparse_row(seq, cands).astype(np.float64)
                 top = float(logits.max())
                 if float(first[left[0]]) + top - (top + np.log(np.sum(np.exp(logits - top)))) <= best:

@@ -60,6 +60,10 @@ Metrics, per mode (means over cases):
 - `latency_p50_ms`, `latency_p95_ms`: wall time of one completion. Before each one
   the model's KV cache is set to the prompt up to the start of the cursor's line, so
   every mode prefills its own current line, as after moving to a new line.
+- the cover search's cost (cpc, a note and `cover_search` in JSON): its share of the latency
+  (`cpc_p50_ms`, `cpc_p95_ms`, from the engine's timings) and, per search, model calls,
+  full-vocabulary rows (normalisers) and their time, sparse-head rows, and how many splits
+  were weighed exactly, dropped by a sparse-head bound, pruned unrun or had no candidate.
 - `forwards`: transformer body calls per completion (`model.stats.forward_passes`:
   prefill chunks, token-tree passes and decode steps). A token tree is one call however
   many nodes it has, so `positions` (an extra key) counts the token positions run
@@ -644,6 +648,7 @@ def cover_search_summary(results: list[ModeResult]) -> dict:
         "scored",
         "bounded",
         "pruned",
+        "empty",
     ):
         out[key] = _mean([float((r.cpc_search or {}).get(key, 0.0)) for r in results])
     return out
@@ -655,7 +660,8 @@ def format_cover_search(mode: str, c: dict) -> str:
         f"p95 {c['cpc_p95_ms']:.1f} ms; per search {c['model_calls']:.2f} model calls "
         f"({c['model_ms']:.1f} ms), {c['full_rows']:.2f} full-vocabulary rows ({c['normaliser_ms']:.1f} ms), "
         f"{c['sparse_rows']:.2f} sparse rows; splits {c['splits']:.2f}: {c['scored']:.2f} weighed, "
-        f"{c['bounded']:.2f} dropped by a sparse-head bound, {c['pruned']:.2f} pruned unrun"
+        f"{c['bounded']:.2f} dropped by a sparse-head bound, {c['pruned']:.2f} pruned unrun, "
+        f"{c['empty']:.2f} without candidates"
     )
 
 

@@ -102,8 +102,9 @@ def test_greedy_search_picks_the_exhaustive_best_cover(gemma3, constraint, lead,
     assert full.normalised
     shift = 0.0 if greedy.normalised else model.offset(prompt)
     assert g.logprob - shift == pytest.approx(f.logprob, abs=1e-6)
-    assert greedy.stats.scored + greedy.stats.bounded + greedy.stats.pruned == greedy.stats.splits
-    assert full.stats.scored == full.stats.splits
+    gs, fs = greedy.stats, full.stats
+    assert gs.splits == fs.splits and gs.scored + gs.bounded + gs.pruned + gs.empty == gs.splits
+    assert fs.scored + fs.empty == fs.splits
 
 
 def test_greedy_search_skips_normalisers(gemma3, constraint):
