@@ -490,6 +490,7 @@ class CompletionEngine:
             cover = search.pick(tok, request.temperature, rng)
             timings.forward_passes += 1 if search.splits else 0
             timings.cpc_ms = (time.perf_counter() - t0) * 1e3
+            timings.cpc_search = search.stats.as_dict()
             if cover is not None:
                 initial = cover.left + [cover.token]
                 for t in initial:

@@ -117,6 +117,7 @@ class Timings:
     prompt_tokens: int = 0  # tokens the model read before the completion
     context_tokens: int = 0  # of those, tokens of workspace context (other files, the suffix)
     cached_tokens: int = 0  # of those, tokens whose keys and values were already cached
+    cpc_search: dict = field(default_factory=dict)  # what the cover search cost (cpc.SearchStats)
 
 
 @dataclass

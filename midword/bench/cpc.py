@@ -60,6 +60,10 @@ Metrics, per mode (means over cases):
 - `latency_p50_ms`, `latency_p95_ms`: wall time of one completion. Before each one
   the model's KV cache is set to the prompt up to the start of the cursor's line, so
   every mode prefills its own current line, as after moving to a new line.
+- the cover search's cost (cpc, a note and `cover_search` in JSON): its share of the latency
+  (`cpc_p50_ms`, `cpc_p95_ms`, from the engine's timings) and, per search, model calls,
+  full-vocabulary rows (normalisers) and their time, sparse-head rows, and how many splits
+  were weighed exactly, dropped by a sparse-head bound, pruned unrun or had no candidate.
 - `forwards`: transformer body calls per completion (`model.stats.forward_passes`:
   prefill chunks, token-tree passes and decode steps). A token tree is one call however
   many nodes it has, so `positions` (an extra key) counts the token positions run
@@ -474,6 +478,8 @@ class ModeResult:
     note: str = ""
     drafted: int = 0  # prompt-lookup draft tokens run ahead (decode.py)
     draft_accepted: int = 0
+    cpc_ms: float = math.nan  # the cover search's share of the latency (cpc mode, a typed word)
+    cpc_search: dict | None = None  # what the cover search did (cpc.SearchStats)
 
 
 @dataclass
@@ -512,6 +518,7 @@ def run_case(engine, case: Case, modes, opts: Options) -> dict[str, ModeResult]:
         t0 = time.perf_counter()
         note = ""
         drafts = (0, 0)
+        cpc_ms, cpc_search = math.nan, None
         if mode == "exact":
             res = exact_complete(
                 model,
@@ -544,6 +551,8 @@ def run_case(engine, case: Case, modes, opts: Options) -> dict[str, ModeResult]:
             completion = engine.complete(request)
             inserted = completion.insert_text(case.prefix)
             drafts = (completion.timings.tokens_drafted, completion.timings.drafts_accepted)
+            if completion.timings.cpc_search:
+                cpc_ms, cpc_search = completion.timings.cpc_ms, completion.timings.cpc_search
         ms = (time.perf_counter() - t0) * 1e3
         out[mode] = ModeResult(
             inserted=inserted,
@@ -555,6 +564,8 @@ def run_case(engine, case: Case, modes, opts: Options) -> dict[str, ModeResult]:
             note=note,
             drafted=drafts[0],
             draft_accepted=drafts[1],
+            cpc_ms=cpc_ms,
+            cpc_search=cpc_search,
         )
     if opts.logprob:
         for mode in modes:
@@ -592,6 +603,10 @@ def summarize(records: list[dict[str, ModeResult]], modes) -> tuple[dict, list[s
             "forwards": _mean([float(r.forwards) for r in rs]),
             "positions": _mean([float(r.positions) for r in rs]),
         }
+        searched = [r for r in rs if r.cpc_search is not None]
+        if searched:
+            summary[mode]["cover_search"] = cover_search_summary(searched)
+            notes.append(format_cover_search(mode, summary[mode]["cover_search"]))
         drafted = sum(r.drafted for r in rs)
         if drafted:
             taken = sum(r.draft_accepted for r in rs)
@@ -615,6 +630,39 @@ def summarize(records: list[dict[str, ModeResult]], modes) -> tuple[dict, list[s
                     f"{len(uncert)} of those without a certified argmax"
                 )
     return summary, notes
+
+
+def cover_search_summary(results: list[ModeResult]) -> dict:
+    """The cover search's cost over the completions that ran one: its latency share
+    (p50, p95), and per search the means of its model calls, full-vocabulary rows, the
+    time those rows took, and how many splits were weighed, bounded and pruned."""
+    ms = [r.cpc_ms for r in results]
+    out = {"searches": len(results), "cpc_p50_ms": percentile(ms, 50), "cpc_p95_ms": percentile(ms, 95)}
+    for key in (
+        "model_calls",
+        "full_rows",
+        "sparse_rows",
+        "normaliser_ms",
+        "model_ms",
+        "splits",
+        "scored",
+        "bounded",
+        "pruned",
+        "empty",
+    ):
+        out[key] = _mean([float((r.cpc_search or {}).get(key, 0.0)) for r in results])
+    return out
+
+
+def format_cover_search(mode: str, c: dict) -> str:
+    return (
+        f"{mode}: cover search in {c['searches']} completion(s): p50 {c['cpc_p50_ms']:.1f} ms, "
+        f"p95 {c['cpc_p95_ms']:.1f} ms; per search {c['model_calls']:.2f} model calls "
+        f"({c['model_ms']:.1f} ms), {c['full_rows']:.2f} full-vocabulary rows ({c['normaliser_ms']:.1f} ms), "
+        f"{c['sparse_rows']:.2f} sparse rows; splits {c['splits']:.2f}: {c['scored']:.2f} weighed, "
+        f"{c['bounded']:.2f} dropped by a sparse-head bound, {c['pruned']:.2f} pruned unrun, "
+        f"{c['empty']:.2f} without candidates"
+    )
 
 
 def run_benchmark(engine, cases, modes=ALL_MODES, opts: Options | None = None, *, progress=None, dump=None) -> dict:
@@ -655,6 +703,7 @@ def _case_record(case: Case, res: dict[str, ModeResult]) -> dict:
                 "forwards": r.forwards,
                 "positions": r.positions,
                 **({"note": r.note} if r.note else {}),
+                **({"cpc_ms": round(r.cpc_ms, 2), "cover_search": r.cpc_search} if r.cpc_search is not None else {}),
             }
             for m, r in res.items()
         },

@@ -585,14 +585,23 @@ def test_run_cpc_json(tmp_path, scripted_engine, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["cases"] == 3
     assert list(out["modes"]) == list(B.ALL_MODES)
-    for s in out["modes"].values():
+    searches = {}
+    for mode, s in out["modes"].items():
+        searches[mode] = s.pop("cover_search", None)
+        assert (searches[mode] is not None) == (mode == "cpc")  # every cut is mid-word: cpc searches covers
         assert set(s) == {"em_word", "em_line", "logprob", "latency_p50_ms", "latency_p95_ms", "forwards", "positions"}
         assert 0.0 <= s["em_word"] <= 1.0 and 0.0 <= s["em_line"] <= 1.0
         assert s["latency_p95_ms"] >= s["latency_p50_ms"] > 0
         assert s["forwards"] >= 1
         assert s["logprob"] is None or s["logprob"] < 0
+    assert searches["cpc"]["searches"] == 3 and searches["cpc"]["cpc_p95_ms"] >= searches["cpc"]["cpc_p50_ms"] > 0
     records = [json.loads(line) for line in dump.read_text(encoding="utf-8").splitlines()]
     assert len(records) == 3 and set(records[0]["modes"]) == set(B.ALL_MODES)
+    for r in records:
+        c = r["modes"]["cpc"]["cover_search"]
+        # every split is weighed, bounded, pruned or has no candidate
+        assert c["scored"] + c["bounded"] + c["pruned"] + c["empty"] == c["splits"] >= 1
+        assert c["model_calls"] >= 1 and r["modes"]["cpc"]["cpc_ms"] > 0
     for r in records:
         for res in r["modes"].values():
             word = r["typed_word"] + B._WORD_HEAD.match(res["inserted"]).group(0)

@@ -164,8 +164,8 @@ class ScriptedModel:
         self.prefer = prefer
         self.calls = 0
 
-    def next_logprobs(self, prompt):
-        return self.score_branches(prompt, [[]])[0].next_logprobs
+    def next_logprobs(self, tokens):
+        return self.score_branches([], [list(tokens)])[0].next_logprobs
 
     def score_branches(self, prompt, branches):
         self.calls += 1
