@@ -55,6 +55,26 @@ def matvec_py(q, scales, x, out):
                 out[m, n] += acc * scale
 
 
+def head_rows_py(q, scales, ids, x, out):
+    """out[m, j] = row ids[j] of the int8 matrix (q, scales) times x[m]: the output head
+    restricted to the ids a mask allows, read in place (no gathered or dequantized copy of
+    the rows), summed per scale group as `matvec_py` does; parallel over the ids."""
+    n_groups = scales.shape[1]
+    gs = q.shape[1] // n_groups
+    rows = x.shape[0]
+    for j in prange(ids.shape[0]):
+        n = ids[j]
+        for m in range(rows):
+            total = np.float32(0.0)
+            for g in range(n_groups):
+                base = g * gs
+                acc = np.float32(0.0)
+                for k in range(gs):
+                    acc += np.float32(q[n, base + k]) * x[m, base + k]
+                total += acc * scales[n, g]
+            out[m, j] = total
+
+
 def _rms_into(x, weight, eps, out):
     """out = x / rms(x) * weight (the weight is Gemma's 1 + scale, precomputed)."""
     ss = 0.0
@@ -242,6 +262,7 @@ class Kernels(NamedTuple):
     step: object
     matvec: object
     attend: object
+    head_rows: object
 
 
 def compiled():
@@ -265,7 +286,8 @@ def compiled():
             g.update(matvec_py=numba.njit(inline="always", **opts)(matvec_py), _rms_into=rms, _attend_into=attend)
             step_fn = _rebind(decode_step_py, g)
             step = numba.njit(parallel=True, **opts)(step_fn)
-            _compiled = Kernels(step, mv, attend)
+            head_rows = numba.njit(parallel=True, **opts)(head_rows_py)
+            _compiled = Kernels(step, mv, attend, head_rows)
         return _compiled
 
 

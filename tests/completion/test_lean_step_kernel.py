@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from test_lean_gemma3 import PROMPT, TOL, fresh_logits, pair  # noqa: E402
 
-from midword.completion import lean_kernels  # noqa: E402
+from midword.completion import gemma3_lean, lean_kernels  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -191,3 +191,41 @@ def test_the_step_loaded_from_numbas_cache_runs(tmp_path):
     # The freshly compiled and the cached code may round differently in the last place.
     first, second = (float(run.stdout) for run in runs)
     assert second == pytest.approx(first, rel=1e-5)
+
+
+def test_restricted_head_equals_dequantized_rows(byte_tok):
+    """The compiled restricted head (allowed rows read in place) against the float product
+    with the dequantized rows, and its twin."""
+    _, _, lean = pair(byte_tok, int8=True, seed=8)
+    rng = np.random.default_rng(1)
+    hidden = torch.from_numpy(rng.standard_normal((3, lean.hidden_size)).astype(np.float32))
+    ids = torch.tensor([299, 0, 17, 17, 5])
+    got = lean._head(hidden, ids).numpy()
+    want = (hidden @ lean._head_int8.dequantize_rows(ids).T).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    twin = np.empty_like(got)
+    a = lean._kernel_args
+    lean_kernels.head_rows_py(a["embed_q"], a["embed_s"], ids.numpy(), hidden.numpy(), twin)
+    np.testing.assert_allclose(twin, got, rtol=1e-6, atol=1e-6)
+    with pytest.raises(IndexError, match="head ids"):
+        lean._head(hidden, torch.tensor([300]))
+
+
+@pytest.mark.parametrize("window", [4, 512])
+def test_prefill_equals_steps_one_by_one(byte_tok, window):
+    """A prompt prefilled in one chunk (longer than the compiled runs: torch's batched
+    path, causal attention from position 0, with a float mask where a sliding window is
+    crossed) leaves the cache and logits of decoding it token by token."""
+    _, _, lean = pair(byte_tok, int8=True, seed=9, window=window)
+    toks = lean.encode_prompt(PROMPT * 2)
+    assert len(toks) > 2 * gemma3_lean.KERNEL_MAX_POSITIONS
+    lean.stats.reset()
+    chunk = lean.next_logits(toks)
+    assert lean.stats.forward_passes == 1
+    keys = lean._cache.k.numpy()[:, :, : len(toks)].copy()
+    lean.reset()
+    lean.next_logits(toks[:1])
+    for i in range(2, len(toks) + 1):
+        step = lean.next_logits(toks[:i])
+    np.testing.assert_allclose(chunk, step, atol=TOL)
+    np.testing.assert_allclose(keys, lean._cache.k.numpy()[:, :, : len(toks)], atol=1e-5)
