@@ -538,7 +538,10 @@ class LeanGemma3(TransformersModel):
                 self.profile.head += time.perf_counter() - t0
             return out
         t0 = time.perf_counter()
-        logits = torch.nn.functional.linear(hidden, self._head_int8.dequantize_rows(ids))
+        if self._kernel_args is not None and hidden.shape[0] <= KERNEL_MAX_POSITIONS and hidden.dtype == torch.float32:
+            logits = self._head_rows_compiled(hidden, ids)
+        else:
+            logits = torch.nn.functional.linear(hidden, self._head_int8.dequantize_rows(ids))
         self.stats.restricted_head_rows += int(hidden.shape[0])
         if self._softcap:
             logits = torch.tanh(logits / self._softcap) * self._softcap
@@ -547,6 +550,24 @@ class LeanGemma3(TransformersModel):
         if self.profile is not None:
             self.profile.head += dt
         return logits
+
+    def _head_rows_compiled(self, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+        """The restricted head of a few rows by the compiled kernel (lean_kernels.head_rows_py):
+        it reads the allowed int8 rows in place instead of gathering and dequantizing them."""
+        import numba
+
+        from .lean_kernels import compiled
+
+        a = self._kernel_args
+        assert a is not None and self._head_int8 is not None  # only called with the compiled step's arguments
+        rows = np.ascontiguousarray(hidden.detach().numpy(), dtype=np.float32)
+        index = np.ascontiguousarray(ids.numpy() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
+        if index.size and (index.min() < 0 or index.max() >= self._head_int8.out_features):
+            raise IndexError(f"head ids outside [0, {self._head_int8.out_features})")
+        out = np.empty((rows.shape[0], index.size), dtype=np.float32)
+        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # set at import
+        compiled().head_rows(a["embed_q"], a["embed_s"], index, rows, out)
+        return torch.from_numpy(out)
 
     def _embed_rows(self, ids: torch.Tensor) -> torch.Tensor:
         if isinstance(self._embed, Int8Weights):
@@ -801,7 +822,8 @@ class LeanGemma3(TransformersModel):
 
     def _masks(self, mask, positions: torch.Tensor, c: int, n: int) -> dict:
         """Per layer kind: None (every cached key visible), ("slice", start) (keys from
-        start on, one query), or an additive (n, c + n) float mask."""
+        start on, one query), ("causal", 0) (a chunk from position 0 within the window), or
+        an additive (n, c + n) float mask."""
         sp = self.spec
         kinds = set(sp.layer_types)
         out: dict = {}
@@ -817,11 +839,19 @@ class LeanGemma3(TransformersModel):
                 else:
                     out[kind] = None
             return out
+        if c == 0 and int(positions[0]) == 0:
+            # A prompt from the start: plain causal attention for every layer whose window it
+            # fits in (torch's fused kernel then skips the masked half instead of adding a mask).
+            for kind in kinds:
+                if not (kind == "sliding_attention" and sp.window and n > sp.window):
+                    out[kind] = ("causal", 0)
+            if len(out) == len(kinds):
+                return out
         q_pos = positions[:, None]
         k_pos = torch.arange(c + n)[None, :]
         see = k_pos <= q_pos
         neg = torch.finfo(torch.float32).min
-        for kind in kinds:
+        for kind in kinds - out.keys():
             allowed = see & (q_pos - k_pos < sp.window) if kind == "sliding_attention" and sp.window else see
             out[kind] = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill_(~allowed, neg)
         return out
@@ -832,7 +862,9 @@ class LeanGemma3(TransformersModel):
         n = q.shape[0]
         m = masks[kind]
         start = 0
+        causal = False
         if isinstance(m, tuple):
+            causal = m[0] == "causal"
             start, m = m[1], None
         keys = self._cache.k[li, :, start:total]  # (kv, L, hd)
         values = self._cache.v[li, :, start:total]
@@ -844,6 +876,7 @@ class LeanGemma3(TransformersModel):
                 keys[None],
                 values[None],
                 attn_mask=m,
+                is_causal=causal,
                 scale=sp.scaling,
                 enable_gqa=kvh != sp.heads,
             )

@@ -10,8 +10,10 @@ that releases the GIL and allocates nothing but its scratch rows.
   registers and sum 64 products per scale group, as `quantized.int8_rows_py` does; their
   output rows are spread over numba's threads (`prange`), which is where a second core
   helps: every other part of the step is far smaller than the weights.
-- Attention reads each cached key and value row once for the query heads that share it
-  (grouped-query attention), with a numerically stable softmax.
+- Attention (`_attend_into`) reads each cached key and value row, contiguous per head,
+  for the query heads that share it (grouped-query attention); its inner loops run over
+  one such row with float32 accumulators, so they vectorise; a sliding layer reads only
+  its window; the softmax is numerically stable.
 - The KV cache is the caller's preallocated buffer: the step writes the new position's
   key and value into it, so the next step (or a batched forward) sees them.
 
@@ -53,6 +55,26 @@ def matvec_py(q, scales, x, out):
                 out[m, n] += acc * scale
 
 
+def head_rows_py(q, scales, ids, x, out):
+    """out[m, j] = row ids[j] of the int8 matrix (q, scales) times x[m]: the output head
+    restricted to the ids a mask allows, read in place (no gathered or dequantized copy of
+    the rows), summed per scale group as `matvec_py` does; parallel over the ids."""
+    n_groups = scales.shape[1]
+    gs = q.shape[1] // n_groups
+    rows = x.shape[0]
+    for j in prange(ids.shape[0]):
+        n = ids[j]
+        for m in range(rows):
+            total = np.float32(0.0)
+            for g in range(n_groups):
+                base = g * gs
+                acc = np.float32(0.0)
+                for k in range(gs):
+                    acc += np.float32(q[n, base + k]) * x[m, base + k]
+                total += acc * scales[n, g]
+            out[m, j] = total
+
+
 def _rms_into(x, weight, eps, out):
     """out = x / rms(x) * weight (the weight is Gemma's 1 + scale, precomputed)."""
     ss = 0.0
@@ -66,41 +88,46 @@ def _rms_into(x, weight, eps, out):
 def _attend_into(qr, keys, values, start, stop, scaling, scores, attn):
     """Grouped-query attention of the query heads qr (heads * head_dim) over one layer's
     cached positions [start, stop) of keys/values (kv_heads, capacity, head_dim), into
-    attn (heads * head_dim); scores is scratch of at least (heads / kv_heads, stop - start)."""
+    attn (heads * head_dim); scores is scratch of at least (heads / kv_heads, stop - start).
+
+    Each key and value row is read once for the `rep` query heads that share it; every
+    inner loop runs over a contiguous head_dim row with float32 accumulators, so it
+    vectorises."""
     kv_heads = keys.shape[0]
     head_dim = keys.shape[2]
     rep = qr.shape[0] // head_dim // kv_heads
     length = stop - start
     for kh in range(kv_heads):
-        for j in range(length):
-            for r in range(rep):
-                qb = (kh * rep + r) * head_dim
+        kk = keys[kh, start:stop]
+        vv = values[kh, start:stop]
+        q = qr[kh * rep * head_dim : (kh + 1) * rep * head_dim].reshape((rep, head_dim))
+        o = attn[kh * rep * head_dim : (kh + 1) * rep * head_dim].reshape((rep, head_dim))
+        for r in range(rep):
+            qq = q[r]
+            sr = scores[r]
+            peak = np.float32(-np.inf)
+            for j in range(length):
+                kr = kk[j]
                 acc = np.float32(0.0)
                 for i in range(head_dim):
-                    acc += qr[qb + i] * keys[kh, start + j, i]
-                scores[r, j] = acc * scaling
-        for r in range(rep):
-            peak = scores[r, 0]
-            for j in range(1, length):
-                if scores[r, j] > peak:
-                    peak = scores[r, j]
+                    acc += qq[i] * kr[i]
+                acc *= scaling
+                sr[j] = acc
+                peak = max(peak, acc)
             total = np.float32(0.0)
             for j in range(length):
-                e = np.float32(math.exp(scores[r, j] - peak))
-                scores[r, j] = e
+                e = np.float32(math.exp(sr[j] - peak))
+                sr[j] = e
                 total += e
             inv = np.float32(1.0) / total
-            for j in range(length):
-                scores[r, j] *= inv
-            ob = (kh * rep + r) * head_dim
+            orow = o[r]
             for i in range(head_dim):
-                attn[ob + i] = 0.0
-        for j in range(length):
-            for r in range(rep):
-                ob = (kh * rep + r) * head_dim
-                p = scores[r, j]
+                orow[i] = np.float32(0.0)
+            for j in range(length):
+                p = sr[j] * inv
+                vr = vv[j]
                 for i in range(head_dim):
-                    attn[ob + i] += p * values[kh, start + j, i]
+                    orow[i] += p * vr[i]
 
 
 def decode_step_py(
@@ -235,6 +262,7 @@ class Kernels(NamedTuple):
     step: object
     matvec: object
     attend: object
+    head_rows: object
 
 
 def compiled():
@@ -250,12 +278,16 @@ def compiled():
             mv = numba.njit(parallel=True, **opts)(matvec_py)
             rms = numba.njit(**opts)(_rms_into)
             attend = numba.njit(**opts)(_attend_into)
-            # The step calls the compiled helpers through its globals.
+            # The step calls the compiled helpers through its globals. Its matvec is inlined
+            # into the step, whose own parallel compilation turns the prange into threads: a
+            # cached serial function calling a parallel one crashes when it is loaded from
+            # numba's cache in a later process (numba issue 8578).
             g = dict(decode_step_py.__globals__)
-            g.update(matvec_py=mv, _rms_into=rms, _attend_into=attend)
+            g.update(matvec_py=numba.njit(inline="always", **opts)(matvec_py), _rms_into=rms, _attend_into=attend)
             step_fn = _rebind(decode_step_py, g)
-            step = numba.njit(**opts)(step_fn)
-            _compiled = Kernels(step, mv, attend)
+            step = numba.njit(parallel=True, **opts)(step_fn)
+            head_rows = numba.njit(parallel=True, **opts)(head_rows_py)
+            _compiled = Kernels(step, mv, attend, head_rows)
         return _compiled
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 import torch
+from numba import prange
 
 from midword.engine._jit import njit
 
@@ -111,6 +112,35 @@ def dequantize(q: np.ndarray, scales: np.ndarray) -> np.ndarray:
     n, k = q.shape
     g = scales.shape[1]
     return (q.reshape(n, g, k // g).astype(np.float32) * scales[:, :, None]).reshape(n, k)
+
+
+def dequantize_into_py(q, scales, lo, out):
+    """out[i] = row lo + i of the matrix, exactly q * scale (the float32 values `dequantize`
+    gives), in one pass, parallel over rows: the block a many-row product multiplies with."""
+    n_groups = scales.shape[1]
+    gs = q.shape[1] // n_groups
+    for i in prange(out.shape[0]):
+        n = lo + i
+        for g in range(n_groups):
+            scale = scales[n, g]
+            base = g * gs
+            for k in range(gs):
+                out[i, base + k] = np.float32(q[n, base + k]) * scale
+
+
+_dequantize_compiled = None
+
+
+def dequantize_into(q: np.ndarray, scales: np.ndarray, lo: int, out: np.ndarray, threads: int) -> None:
+    """The compiled `dequantize_into_py` on `threads` of numba's threads."""
+    global _dequantize_compiled
+    import numba
+
+    if _dequantize_compiled is None:
+        _dequantize_compiled = numba.njit(parallel=True, cache=True, nogil=True, boundscheck=False)(dequantize_into_py)
+    numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]  # set at import
+    # A memory map is read through a plain ndarray view of it (numba types subclasses apart).
+    _dequantize_compiled(np.asarray(q), np.asarray(scales), lo, out)
 
 
 def int8_rows_py(q, scales, x, out):
@@ -306,9 +336,13 @@ class Int8Weights:
         if self.dequantized is not None:
             return torch.nn.functional.linear(x, self.dequantized.to(x.dtype))
         out = torch.empty((*x.shape[:-1], self.out_features), dtype=x.dtype)
+        block = np.empty((min(DEQUANT_BLOCK, self.out_features), self.in_features), dtype=np.float32)
+        weights = torch.from_numpy(block)
+        threads = torch.get_num_threads()
         for lo in range(0, self.out_features, DEQUANT_BLOCK):
             hi = min(self.out_features, lo + DEQUANT_BLOCK)
-            out[..., lo:hi] = torch.nn.functional.linear(x, self.dequantize_rows(slice(lo, hi)).to(x.dtype))
+            dequantize_into(self.q, self.scales, lo, block[: hi - lo], threads)
+            out[..., lo:hi] = torch.nn.functional.linear(x, weights[: hi - lo].to(x.dtype))
         return out
 
 

@@ -16,7 +16,7 @@ transformers = pytest.importorskip("transformers")
 
 from test_lean_gemma3 import PROMPT, TOL, fresh_logits, pair  # noqa: E402
 
-from midword.completion import lean_kernels  # noqa: E402
+from midword.completion import gemma3_lean, lean_kernels  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -104,3 +104,128 @@ def test_matvec_equals_dequantized_product():
     many = np.empty((5, 37), dtype=np.float32)
     mv(q, s, xs, many)
     np.testing.assert_array_equal(many[2], out)
+
+
+def _attention_reference(qr, keys, values, start, stop, scaling):
+    """Grouped-query attention in float64 numpy: the definition the kernel is checked against."""
+    kv_heads, _, head_dim = keys.shape
+    rep = qr.size // head_dim // kv_heads
+    q = qr.reshape(kv_heads, rep, head_dim).astype(np.float64)
+    k = keys[:, start:stop].astype(np.float64)
+    v = values[:, start:stop].astype(np.float64)
+    s = np.einsum("hrd,hjd->hrj", q, k) * scaling
+    p = np.exp(s - s.max(axis=-1, keepdims=True))
+    p /= p.sum(axis=-1, keepdims=True)
+    return np.einsum("hrj,hjd->hrd", p, v).reshape(-1)
+
+
+@pytest.mark.parametrize(("kv_heads", "rep", "start", "stop"), [(1, 4, 0, 37), (2, 2, 5, 37), (3, 1, 36, 37)])
+def test_attention_equals_reference(kv_heads, rep, start, stop):
+    """The compiled attention and its twin over a window [start, stop) of a cache with
+    room beyond it (garbage there must not leak in), against float64 numpy."""
+    rng = np.random.default_rng(kv_heads)
+    head_dim = 32
+    keys = rng.standard_normal((kv_heads, 48, head_dim)).astype(np.float32)
+    values = rng.standard_normal((kv_heads, 48, head_dim)).astype(np.float32)
+    keys[:, stop:] = np.nan
+    values[:, stop:] = np.nan
+    qr = rng.standard_normal(kv_heads * rep * head_dim).astype(np.float32) * 2
+    scaling = np.float32(head_dim**-0.5)
+    want = _attention_reference(qr, keys, values, start, stop, scaling)
+    for fn in (lean_kernels.compiled().attend, lean_kernels._attend_into):
+        scores = np.full((rep, 48), np.nan, dtype=np.float32)
+        out = np.full(qr.size, np.nan, dtype=np.float32)
+        fn(qr, keys, values, start, stop, scaling, scores, out)
+        np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-5)
+
+
+_CACHED_STEP_SCRIPT = """
+import numpy as np
+from midword.completion import lean_kernels
+
+rng = np.random.default_rng(0)
+layers, hidden, heads, kv_heads, head_dim, inter, vocab = 2, 64, 2, 1, 32, 128, 50
+
+def mat(n, k):
+    return rng.integers(-127, 128, (n, k), dtype=np.int8), rng.random((n, k // 64), dtype=np.float32) * 0.02
+
+def per_layer(n, k):
+    pairs = [mat(n, k) for _ in range(layers)]
+    return tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+
+embed_q, embed_s = mat(vocab, hidden)
+qkv, o = per_layer((heads + 2 * kv_heads) * head_dim, hidden), per_layer(hidden, heads * head_dim)
+gu, d = per_layer(2 * inter, hidden), per_layer(hidden, inter)
+keys = np.zeros((layers, kv_heads, 8, head_dim), dtype=np.float32)
+values = np.zeros_like(keys)
+out = np.empty((3, hidden), dtype=np.float32)
+lean_kernels.compiled().step(
+    np.array([3, 1, 4]), 0, embed_q, embed_s, np.float32(8.0), *qkv, *o, *gu, *d,
+    np.ones((layers, 4, hidden), dtype=np.float32), np.ones((layers, 2, head_dim), dtype=np.float32),
+    np.array([True, False]), np.full((layers, head_dim // 2), 0.1, dtype=np.float32), 2, keys, values,
+    1e-6, np.float32(head_dim**-0.5), heads, np.ones(hidden, dtype=np.float32), out,
+)
+print(float(out.sum()))
+"""
+
+
+@pytest.mark.slow
+def test_the_step_loaded_from_numbas_cache_runs(tmp_path):
+    """The step compiled in one process and loaded from numba's disk cache in the next
+    gives the same rows (a serial cached function calling a parallel one crashed here
+    when loaded from the cache: numba issue 8578)."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path))
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", _CACHED_STEP_SCRIPT], env=env, capture_output=True, text=True, timeout=600
+        )
+        for _ in range(2)
+    ]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert any(tmp_path.rglob("*decode_step_py*.nbc")), "the first run wrote the step to the cache"
+    # The freshly compiled and the cached code may round differently in the last place.
+    first, second = (float(run.stdout) for run in runs)
+    assert second == pytest.approx(first, rel=1e-5)
+
+
+def test_restricted_head_equals_dequantized_rows(byte_tok):
+    """The compiled restricted head (allowed rows read in place) against the float product
+    with the dequantized rows, and its twin."""
+    _, _, lean = pair(byte_tok, int8=True, seed=8)
+    rng = np.random.default_rng(1)
+    hidden = torch.from_numpy(rng.standard_normal((3, lean.hidden_size)).astype(np.float32))
+    ids = torch.tensor([299, 0, 17, 17, 5])
+    got = lean._head(hidden, ids).numpy()
+    want = (hidden @ lean._head_int8.dequantize_rows(ids).T).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    twin = np.empty_like(got)
+    a = lean._kernel_args
+    lean_kernels.head_rows_py(a["embed_q"], a["embed_s"], ids.numpy(), hidden.numpy(), twin)
+    np.testing.assert_allclose(twin, got, rtol=1e-6, atol=1e-6)
+    with pytest.raises(IndexError, match="head ids"):
+        lean._head(hidden, torch.tensor([300]))
+
+
+@pytest.mark.parametrize("window", [4, 512])
+def test_prefill_equals_steps_one_by_one(byte_tok, window):
+    """A prompt prefilled in one chunk (longer than the compiled runs: torch's batched
+    path, causal attention from position 0, with a float mask where a sliding window is
+    crossed) leaves the cache and logits of decoding it token by token."""
+    _, _, lean = pair(byte_tok, int8=True, seed=9, window=window)
+    toks = lean.encode_prompt(PROMPT * 2)
+    assert len(toks) > 2 * gemma3_lean.KERNEL_MAX_POSITIONS
+    lean.stats.reset()
+    chunk = lean.next_logits(toks)
+    assert lean.stats.forward_passes == 1
+    keys = lean._cache.k.numpy()[:, :, : len(toks)].copy()
+    lean.reset()
+    lean.next_logits(toks[:1])
+    for i in range(2, len(toks) + 1):
+        step = lean.next_logits(toks[:i])
+    np.testing.assert_allclose(chunk, step, atol=TOL)
+    np.testing.assert_allclose(keys, lean._cache.k.numpy()[:, :, : len(toks)], atol=1e-5)

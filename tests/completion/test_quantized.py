@@ -153,3 +153,30 @@ def test_int8_restricted_head_matches_full_head(models):
     ids = np.array([5, 100, 2000, 70000, 262000])
     full = small.next_logits(toks)
     np.testing.assert_allclose(small.next_logits(toks, allowed=ids), full[ids], rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_dequantize_into_equals_dequantize(threads):
+    """The compiled block dequantization (many-row products without a float twin) and its
+    twin give exactly `dequantize`'s values, from any first row, on any thread count."""
+    rng = np.random.default_rng(threads)
+    qm, scales = q.quantize(rng.standard_normal((70, 192)).astype(np.float32))
+    want = q.dequantize(qm, scales)
+    for lo, hi in ((0, 70), (13, 40), (69, 70)):
+        got = np.full((hi - lo, 192), np.nan, dtype=np.float32)
+        q.dequantize_into(qm, scales, lo, got, threads)
+        np.testing.assert_array_equal(got, want[lo:hi])
+        twin = np.empty_like(got)
+        q.dequantize_into_py(qm, scales, lo, twin)
+        np.testing.assert_array_equal(twin, want[lo:hi])
+
+
+def test_many_rows_without_the_float_twin_equal_the_twin():
+    """A matrix without its float32 copy (the lean model's, the stored int8 weights)
+    multiplies many rows block by block: the same values as with the copy."""
+    rng = np.random.default_rng(3)
+    w = torch.from_numpy(rng.standard_normal((q.DEQUANT_BLOCK + 37, 128)).astype(np.float32))
+    full = q.Int8Weights(w)
+    bare = q.Int8Weights.from_quantized(full.q, full.scales)
+    x = torch.from_numpy(rng.standard_normal((q.KERNEL_MAX_ROWS + 5, 128)).astype(np.float32))
+    np.testing.assert_allclose(bare.matmul(x).numpy(), full.matmul(x).numpy(), rtol=1e-6, atol=1e-5)
