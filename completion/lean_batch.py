@@ -5,7 +5,8 @@ On a memory-bound CPU a decode step's cost is reading the weights (about 100 MB 
 int8 for Gemma 3 270M); the arithmetic of one row is small beside it. Several documents
 completed at once each paying their own step read the weights once per document;
 `batch_step_py` reads them once for all: each int8 product runs over the B rows
-(`lean_kernels.matvec_py`, whose row sums do not depend on the rows beside them), while
+(`matvec_rows_py`: each weight row converted to float32 once for all B rows; a
+row's sum does not depend on the rows beside it), while
 the rotation, the cache writes and attention are per sequence, each over its own KV
 cache and at its own position. Row r of the result is what a step of sequence r alone
 gives.
@@ -28,12 +29,42 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import prange
 
-from .lean_kernels import SQRT_2_OVER_PI, _attend_into, _rms_into, matvec_py
+from .lean_kernels import SQRT_2_OVER_PI, _attend_into, _rms_into
+
+# Output rows of an int8 product per block of `matvec_rows_py` (one scratch row each).
+MATVEC_BLOCK = 32
 
 # How long a handed-in step waits for the other jobs' steps when some job is busy with
 # something else (a job's Python between two steps takes a few milliseconds).
 DEFAULT_WINDOW_S = 0.010
+
+
+def matvec_rows_py(q, scales, x, out):
+    """lean_kernels.matvec_py for several rows x[m]: each weight row is converted to
+    float32 once for all rows (the conversion, not the multiply-add, is most of an int8
+    product's work), and each row's sum is added up as matvec_py adds it, so a row's
+    result is the same whatever rows are computed with it."""
+    n_out, k_in = q.shape
+    n_groups = scales.shape[1]
+    gs = k_in // n_groups
+    rows = x.shape[0]
+    blocks = (n_out + MATVEC_BLOCK - 1) // MATVEC_BLOCK
+    for b in prange(blocks):
+        w = np.empty(k_in, dtype=np.float32)
+        for n in range(b * MATVEC_BLOCK, min(n_out, (b + 1) * MATVEC_BLOCK)):
+            for k in range(k_in):
+                w[k] = np.float32(q[n, k])
+            for m in range(rows):
+                total = np.float32(0.0)
+                for g in range(n_groups):
+                    base = g * gs
+                    acc = np.float32(0.0)
+                    for k in range(gs):
+                        acc += w[base + k] * x[m, base + k]
+                    total += acc * scales[n, g]
+                out[m, n] = total
 
 
 def batch_step_py(
@@ -103,7 +134,7 @@ def batch_step_py(
     for li in range(n_layers):
         for r in range(n):
             _rms_into(x[r], norms[li, 0], eps, h[r])
-        matvec_py(qkv_q[li], qkv_s[li], h, qkv)
+        matvec_rows_py(qkv_q[li], qkv_s[li], h, qkv)
         for r in range(n):
             p = positions[r]
             keys = keys_list[r]
@@ -137,19 +168,19 @@ def batch_step_py(
                 start = stop - window
             _attend_into(qr[r], keys[li], values[li], start, stop, scaling, scores, attn[r])
 
-        matvec_py(o_q[li], o_s[li], attn, t)
+        matvec_rows_py(o_q[li], o_s[li], attn, t)
         for r in range(n):
             _rms_into(t[r], norms[li, 1], eps, h[r])
             for i in range(hidden):
                 x[r, i] += h[r, i]
             _rms_into(x[r], norms[li, 2], eps, h[r])
-        matvec_py(gu_q[li], gu_s[li], h, gu)
+        matvec_rows_py(gu_q[li], gu_s[li], h, gu)
         for r in range(n):
             for i in range(inter):
                 g = gu[r, i]
                 inner = np.float32(SQRT_2_OVER_PI) * (g + np.float32(0.044715) * g * g * g)
                 m[r, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * gu[r, inter + i]
-        matvec_py(d_q[li], d_s[li], m, t)
+        matvec_rows_py(d_q[li], d_s[li], m, t)
         for r in range(n):
             _rms_into(t[r], norms[li, 3], eps, h[r])
             for i in range(hidden):
@@ -174,10 +205,14 @@ def compiled():
 
             opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
             g = dict(batch_step_py.__globals__)
+            # lean_kernels' helpers get dispatchers of their own here, uncached: their
+            # code is linked into the cached batch step, and a second cache entry for the
+            # same function beside lean_kernels' own is not worth the risk of a mix-up.
+            helper = dict(opts, cache=False)
             g.update(
-                matvec_py=numba.njit(parallel=True, **opts)(matvec_py),
-                _rms_into=numba.njit(**opts)(_rms_into),
-                _attend_into=numba.njit(**opts)(_attend_into),
+                matvec_rows_py=numba.njit(parallel=True, **opts)(matvec_rows_py),
+                _rms_into=numba.njit(**helper)(_rms_into),
+                _attend_into=numba.njit(**helper)(_attend_into),
             )
             fn = types.FunctionType(batch_step_py.__code__, g, batch_step_py.__name__)
             fn.__qualname__ = batch_step_py.__qualname__
