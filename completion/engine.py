@@ -133,6 +133,10 @@ class CompletionEngine:
         wait_compiled = getattr(self.model, "wait_compiled", None)
         if wait_compiled is not None:
             wait_compiled()
+        if self.batcher is not None:  # (one completion alone runs its steps through it too)
+            from . import lean_batch
+
+            lean_batch.warm_up(self.model)
 
     @property
     def ready(self) -> bool:

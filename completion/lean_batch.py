@@ -227,6 +227,25 @@ def supports(model) -> bool:
     return getattr(model, "backend", None) == "lean" and getattr(model, "_kernel_args", None) is not None
 
 
+def warm_up(model) -> None:
+    """Compiles the batched step (or loads it from numba's disk cache) over scratch caches
+    of one position, so that the first completion does not wait for the compiler."""
+    import numba
+    from numba.typed import List
+
+    a = model._kernel_args
+    layers = len(a["weights"][0])
+    kv_heads, head_dim = model.spec.kv_heads, model.spec.head_dim
+    keys_list, values_list = List(), List()
+    keys_list.append(np.zeros((layers, kv_heads, 1, head_dim), dtype=np.float32))
+    values_list.append(np.zeros((layers, kv_heads, 1, head_dim), dtype=np.float32))
+    out = np.empty((1, model.hidden_size), dtype=np.float32)
+    numba.set_num_threads(min(model.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    compiled()(
+        *_arguments(model, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), keys_list, values_list, out)
+    )
+
+
 def _arguments(model, tokens: np.ndarray, positions: np.ndarray, keys_list, values_list, out: np.ndarray) -> tuple:
     a = model._kernel_args
     return (
