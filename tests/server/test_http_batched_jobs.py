@@ -45,7 +45,7 @@ async def serve(lean, window_s: float):
 
     app = create_app(factory, HttpConfig(model="tiny", time_budget_s=60.0))
     service = app.state.service
-    for _ in range(1000):
+    for _ in range(30000):  # (a cold numba cache compiles the batched step at load)
         if service.state == "ready":
             break
         await asyncio.sleep(0.01)
