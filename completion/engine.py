@@ -95,6 +95,7 @@ class CompletionEngine:
         # Decode steps of completions running at once in one forward (lean_batch.py).
         self.batch_steps = True
         self._batcher = None
+        self._job = threading.local()  # the running completion's checked-out slots, per thread
         self._grammars: OrderedDict[tuple, tuple[Grammar | None, bool, str]] = OrderedDict()
         self._compiler: GrammarCompiler | None = None
         self._compiler_lock = threading.Lock()
@@ -351,9 +352,11 @@ class CompletionEngine:
             views: list = []
             if batcher is not None:
                 batcher.enter()
+            self._job.views = views if batcher is not None else None
             try:
-                return self._complete(request, cancelled, partial, views)
+                return self._complete(request, cancelled, partial)
             finally:
+                self._job.views = None
                 for view in views:
                     self.slots.checkin(view)
                 if batcher is not None:
@@ -372,18 +375,19 @@ class CompletionEngine:
             self._batcher = lean_batch.StepBatcher(model, self._lock) if lean_batch.supports(model) else None
         return self._batcher
 
-    def _slot_model(self, prompt: list[int], views: list | None):
+    def _slot_model(self, prompt: list[int]):
         """(the model as this completion sees it, prompt tokens already cached): its own KV
         cache slot when completions may run beside each other, else the shared model with
         the best slot brought in."""
         slots = self.slots
+        views = getattr(self._job, "views", None)
         if views is None or self.batcher is None:
             return self.model, slots.use(prompt)
         view = slots.checkout(prompt, self.batcher)
         views.append(view)
         return view, view.cached
 
-    def _complete(self, request: CompletionRequest, cancelled, partial=None, views=None) -> Completion:
+    def _complete(self, request: CompletionRequest, cancelled, partial=None) -> Completion:
         started = time.perf_counter()
         if request.mode not in MODES:
             raise ValueError(f"unknown mode {request.mode!r}: expected one of {', '.join(MODES)}")
@@ -419,7 +423,7 @@ class CompletionEngine:
         timings.prompt_tokens, timings.context_tokens = len(prompt), context_tokens
         # Another document's turn may have left its cache in the model: bring back this
         # prompt's slot first (or a fresh one), so that neither prefills again.
-        model, timings.cached_tokens = self._slot_model(prompt, views)
+        model, timings.cached_tokens = self._slot_model(prompt)
         rng = np.random.default_rng(request.seed)
         initial: list[int] = []
         t0 = time.perf_counter()
