@@ -147,7 +147,11 @@ class CompletionEngine:
         self._slots: KVSlots | None = None
         # Prompt-lookup draft tokens per model step (decode.py; 0: none, same output).
         self.draft_tokens = DRAFT_TOKENS
-        self._lock = threading.Lock()  # one completion at a time: the model's KV cache is shared
+        self._lock = threading.Lock()  # one completion's engine work at a time (the batcher lets go of it)
+        # Decode steps of completions running at once in one forward (lean_batch.py).
+        self.batch_steps = True
+        self._batcher = None
+        self._job = threading.local()  # the running completion's checked-out slots, per thread
         self._grammars: OrderedDict[tuple, tuple[Grammar | None, bool, str]] = OrderedDict()
         self._compiler: GrammarCompiler | None = None
         self._compiler_lock = threading.Lock()
@@ -214,6 +218,11 @@ class CompletionEngine:
         if wait_compiled is not None:
             wait_compiled()
         mark("wait_compiled")
+        if self.batcher is not None:  # (one completion alone runs its steps through it too)
+            from . import lean_batch
+
+            lean_batch.warm_up(self.model)
+            mark("batched_step")
 
     @property
     def ready(self) -> bool:
@@ -422,7 +431,46 @@ class CompletionEngine:
         replace_start)` hears the completion so far after every decoding step (a server
         uses it to decide whether work the user has typed past is still worth finishing)."""
         with self._lock:
-            return self._complete(request, cancelled, partial)
+            # Completions running at once take turns here; their decode steps meet in the
+            # batcher, which lets go of the lock while a step waits (lean_batch.py).
+            batcher = self.batcher
+            views: list = []
+            if batcher is not None:
+                batcher.enter()
+            self._job.views = views if batcher is not None else None
+            try:
+                return self._complete(request, cancelled, partial)
+            finally:
+                self._job.views = None
+                for view in views:
+                    self.slots.checkin(view)
+                if batcher is not None:
+                    batcher.leave()
+
+    @property
+    def batcher(self):
+        """The decode-step batcher of a model that runs several sequences' steps in one
+        forward (lean_batch.py), or None (then one completion runs at a time)."""
+        model = self._model
+        if not self.batch_steps or model is None or not self.slots.enabled:
+            return None
+        if self._batcher is None or self._batcher.model is not model:
+            from . import lean_batch
+
+            self._batcher = lean_batch.StepBatcher(model, self._lock) if lean_batch.supports(model) else None
+        return self._batcher
+
+    def _slot_model(self, prompt: list[int]):
+        """(the model as this completion sees it, prompt tokens already cached): its own KV
+        cache slot when completions may run beside each other, else the shared model with
+        the best slot brought in."""
+        slots = self.slots
+        views = getattr(self._job, "views", None)
+        if views is None or self.batcher is None:
+            return self.model, slots.use(prompt)
+        view = slots.checkout(prompt, self.batcher)
+        views.append(view)
+        return view, view.cached
 
     def _complete(self, request: CompletionRequest, cancelled, partial=None) -> Completion:
         started = time.perf_counter()
@@ -465,7 +513,7 @@ class CompletionEngine:
         timings.prompt_tokens, timings.context_tokens = len(prompt), context_tokens
         # Another document's turn may have left its cache in the model: bring back this
         # prompt's slot first (or a fresh one), so that neither prefills again.
-        timings.cached_tokens = self.slots.use(prompt)
+        model, timings.cached_tokens = self._slot_model(prompt)
         rng = np.random.default_rng(request.seed)
         initial: list[int] = []
         t0 = time.perf_counter()

@@ -13,6 +13,11 @@ similarity: the slot whose cached tokens cover at least `min_shared` of the prom
 first, so that at most `max_slots` exist and the parked ones take at most
 `max_bytes`. The model only needs `swap_state` and `cached_tokens` (a backend
 without `swap_state` keeps its one cache and `use` does nothing).
+
+Completions that run at the same time (several documents, steps batched by
+lean_batch.StepBatcher) each take a slot out with `checkout`: a `SlotView` is the model
+as that job sees it, its own KV cache installed around each call, and a decode step
+handed to the batcher when there is one. `checkin` parks the slot again.
 """
 
 from __future__ import annotations
@@ -65,6 +70,7 @@ class KVSlots:
         # (a backend's state object: `tokens` and `nbytes`, e.g. model_transformers.ModelState)
         self._parked: OrderedDict[int, tuple[Any, int]] = OrderedDict()
         self._next_id = 0
+        self._out = 0  # slots checked out by running jobs
 
     @property
     def enabled(self) -> bool:
@@ -99,13 +105,45 @@ class KVSlots:
         self._park(self.model.swap_state(state))
         return best
 
+    def checkout(self, prompt: Sequence[int], batcher=None) -> "SlotView":
+        """The slot that best serves `prompt` (as `use` picks it), taken out of the pool
+        for one job until `checkin`: a job running beside others owns its cache."""
+        prompt_arr = np.asarray(prompt, dtype=np.int64)
+        model = self.model
+        with model._lock:
+            # The model's own state becomes a parked slot like the others: from now on it
+            # holds an empty cache between the views' calls.
+            if len(model.cached_tokens):
+                self._park(model.swap_state(None))
+        need = self.min_shared * prompt_arr.size
+        best_id, best = None, 0
+        for slot_id, (state, _) in self._parked.items():
+            shared = _shared(prompt_arr, state.tokens)
+            if shared > best:
+                best_id, best = slot_id, shared
+        if best_id is not None and best >= need and best > 0:
+            state, _ = self._parked.pop(best_id)
+            self.stats.switches += 1
+            self.stats.parked_bytes = sum(n for _, n in self._parked.values())
+        else:
+            with model._lock:
+                state, best = model.swap_state(None), 0  # the empty one; the model gets another
+            self.stats.created += 1
+        self._out += 1
+        return SlotView(self, state, best, batcher)
+
+    def checkin(self, view: "SlotView") -> None:
+        """Parks `view`'s slot again (most recently used)."""
+        self._out -= 1
+        self._park(view.state)
+
     def _park(self, state) -> None:
         if not len(state.tokens):
             return  # an empty cache is not worth a slot
         self._parked[self._next_id] = (state, state.nbytes)
         self._next_id += 1
         total = sum(n for _, n in self._parked.values())
-        while self._parked and (len(self._parked) + 1 > self.max_slots or total > self.max_bytes):
+        while self._parked and (len(self._parked) + max(1, self._out) > self.max_slots or total > self.max_bytes):
             _, (_, n) = self._parked.popitem(last=False)
             total -= n
             self.stats.evicted += 1
@@ -114,6 +152,84 @@ class KVSlots:
     def clear(self) -> None:
         self._parked.clear()
         self.stats.parked_bytes = 0
+
+
+class SlotView:
+    """The model as one job sees it: its slot's KV cache (`state`) installed for each call
+    (under the model's lock) and parked again after, so jobs running beside each other
+    never see each other's caches. A decode step that grows the cached sequence by one
+    token goes to `batcher` (lean_batch.StepBatcher) when there is one; prefill, CPC's
+    scoring and everything else run here, on the calling job's thread. Other attributes
+    are the model's."""
+
+    def __init__(self, slots: KVSlots, state, cached: int, batcher=None):
+        self.slots = slots
+        self.state = state
+        self.cached = cached  # prompt tokens the slot held when taken out
+        self.batcher = batcher
+        self._model = slots.model
+
+    def __getattr__(self, name: str):
+        return getattr(self._model, name)
+
+    def _installed(self, name: str, *args, **kwargs):
+        model = self._model
+        with model._lock:
+            parked = model.swap_state(self.state)
+            try:
+                return getattr(model, name)(*args, **kwargs)
+            finally:
+                self.state = model.swap_state(parked)
+
+    @property
+    def cached_tokens(self) -> tuple[int, ...]:
+        return tuple(self.state.tokens.tolist())
+
+    def is_cached(self, tokens: Sequence[int]) -> bool:
+        n = len(tokens)
+        held = self.state.tokens
+        return 0 < n <= held.size and bool(np.array_equal(held[:n], np.asarray(tokens, dtype=np.int64)))
+
+    def prefill(self, tokens, cancelled=None) -> bool:
+        return self._installed("prefill", tokens, cancelled)
+
+    def next_logprobs(self, tokens, allowed=None):
+        return self._installed("next_logprobs", tokens, allowed)
+
+    def logprobs(self, tokens, start: int = 1):
+        return self._installed("logprobs", tokens, start)
+
+    def score_branches(self, prefix, branches, allowed=None):
+        return self._installed("score_branches", prefix, branches, allowed)
+
+    def next_logits(self, tokens, allowed=None):
+        toks = np.asarray(tokens, dtype=np.int64)
+        if self.batcher is None or not self._one_step(toks):
+            return self._installed("next_logits", tokens, allowed)
+        import torch
+
+        model = self._model
+        ids = model._allowed(allowed, "allowed")
+        row = self.batcher.step(self.state, int(toks[-1]))
+        with torch.inference_mode():
+            return model._head(torch.from_numpy(row[None]), ids)[0].float().numpy()
+
+    def _one_step(self, toks: np.ndarray) -> bool:
+        """Whether `toks` is the slot's cached sequence (cut back to it where it goes on
+        differently) plus one token: a decode step the batcher can run."""
+        held = self.state.tokens
+        n = toks.size
+        if n < 2 or n > self._model.max_context or int(toks[-1]) >= self._model.vocab_size or int(toks[-1]) < 0:
+            return False
+        k = _shared(toks, held)
+        if k != n - 1:
+            return False  # already cached (a head only), or more than one token to run
+        if held.size > k:
+            f = self.state.fields
+            f["_cache"].crop(k - held.size)
+            f["_tokens"] = held[:k]
+            f["_hidden"] = f["_hidden"][:k]
+        return True
 
 
 def _shared(a: np.ndarray, b: np.ndarray) -> int:

@@ -114,6 +114,9 @@ class HttpConfig:
     # has) once it had its share, time_budget_s / (1 + waiting): one editor's long answer
     # must not keep every other editor waiting for its whole budget.
     fair_share: bool = True
+    # Completions that run at once when the engine batches their decode steps (one
+    # forward for all: lean_batch.py); with an engine that does not, one at a time.
+    lanes: int = 4
 
 
 class Unavailable(Exception):
@@ -241,9 +244,9 @@ class HttpService:
         self.metrics = Metrics()
         self.started = time.time()
         self.load_s: float | None = None
-        # The model thread's turn: one request at a time holds it (`_busy`); the others
+        # The model's turns: `_holding` requests hold one (at most `_lanes()`), the others
         # wait in `_queue`, first come first served, as (future, request).
-        self._busy = False
+        self._holding = 0
         self._queue: deque[tuple[asyncio.Future, CompletionRequest]] = deque()
         self.superseded = 0
         self._ids = itertools.count(1)
@@ -377,8 +380,8 @@ class HttpService:
         `_next_turn`), or "superseded" when a newer request for the same document came
         while this one waited (an editor that does not abort its requests wants only
         the newest). Disconnected when the client left first."""
-        if not self._busy:
-            self._busy = True
+        if self._holding < self._lanes():
+            self._holding += 1
             return "go"
         for fut, older in self._queue:
             if not fut.done() and _same_document(older, creq):
@@ -412,7 +415,10 @@ class HttpService:
             if not fut.done():
                 fut.set_result("go")
                 return
-        self._busy = False
+        self._holding -= 1
+
+    def _lanes(self) -> int:
+        return max(1, self.config.lanes) if self.worker.batches else 1
 
     async def _join(self, ask: Ask, creq: CompletionRequest, watch: asyncio.Future) -> Result | None:
         key = request_key(creq)
@@ -456,7 +462,7 @@ class HttpService:
 
             listeners.append(forward)
         submitted = time.perf_counter()
-        job = self.worker.submit(URI, None, creq)
+        job = self.worker.submit(URI, None, creq, beside=self._lanes() > 1)
         # (the model thread calls them after its first step, which follows the prompt's
         # prefill: they are in place long before)
         job.listeners.extend(listeners)

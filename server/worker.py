@@ -19,6 +19,11 @@ the text the job has produced so far (`job.partial`). A job whose waiters all ga
 up, or whose document changed, runs on while that holds, and stops as soon as it does
 not; its answer reaches the server through `on_done`.
 
+A front end that bounds its own concurrency (the HTTP API's turns) may instead run a
+job `beside` the others: on a thread of its own at once, superseding nothing. The
+engine then interleaves the jobs' work and runs their decode steps together in one
+forward (`batches`: whether the loaded engine does; completion/lean_batch.py).
+
 Jobs resolve their `future` (a `concurrent.futures.Future`) with an `Outcome`; no
 exception crosses from the worker to the server, so a failing engine turns into an
 "error" outcome and the server keeps answering. State changes (loading progress,
@@ -133,6 +138,7 @@ class ModelWorker:
         self._cond = threading.Condition()
         self._pending: Job | None = None
         self._running: Job | None = None
+        self._beside: set[Job] = set()  # jobs running on threads of their own
         self._load_model: str | None = None
         self._closed = False
         self._engine: Engine | None = None
@@ -169,22 +175,46 @@ class ModelWorker:
     def ready(self) -> bool:
         return self.state == "ready"
 
+    @property
+    def batches(self) -> bool:
+        """Whether the loaded engine runs jobs beside each other with their decode steps
+        batched (otherwise they would only take turns inside it)."""
+        return self.ready and getattr(self._engine, "batcher", None) is not None
+
+    def _jobs(self) -> tuple[Job | None, ...]:
+        return (self._running, self._pending, *self._beside)
+
     def load(self, model: str) -> None:
         """(Re)load the engine for `model` before any later job runs."""
         with self._cond:
             self._load_model = model
             self.state = "loading"
             self.error = None
-            if self._running is not None:
-                self._running.stop("superseded")
+            for job in (self._running, *self._beside):
+                if job is not None:
+                    job.stop("superseded")
             self._supersede_pending()
             self._cond.notify()
 
-    def submit(self, uri: str, version: int | None, request: CompletionRequest, *, prefetch: bool = False) -> Job:
+    def submit(
+        self,
+        uri: str,
+        version: int | None,
+        request: CompletionRequest,
+        *,
+        prefetch: bool = False,
+        beside: bool = False,
+    ) -> Job:
+        """A job for `request`. Normally the newest request wins (see the module docstring);
+        `beside`: the job starts at once on a thread of its own and supersedes nothing."""
         job = Job(uri, version, request, prefetch)
         with self._cond:
             if self._closed:
                 _resolve(job.future, Outcome("cancelled"))
+                return job
+            if beside:
+                self._beside.add(job)
+                threading.Thread(target=self._run_beside, args=(job,), name="midword-job", daemon=True).start()
                 return job
             if prefetch and (self._running is not None or self._pending is not None or self.state != "ready"):
                 _resolve(job.future, Outcome("superseded"))  # only when idle
@@ -210,7 +240,7 @@ class ModelWorker:
         """The running (or waiting) job of `uri` whose answer `serves(job)` says will cover
         a new request, now with one more waiter; None when there is none."""
         with self._cond:
-            for job in (self._running, self._pending):
+            for job in self._jobs():
                 if job is not None and job.uri == uri and not job.stopped() and serves(job):
                     job.waiters += 1
                     return job
@@ -222,7 +252,7 @@ class ModelWorker:
             job.waiters -= 1
             if job.waiters > 0:
                 return
-            if job is self._running:
+            if job is self._running or job in self._beside:
                 # Editors cancel a request when the user types, often just before the
                 # edit arrives: the model thread decides after CANCEL_GRACE_S (stop_now).
                 job.orphaned_at = time.monotonic()
@@ -236,7 +266,7 @@ class ModelWorker:
         """The document changed: work on its older versions is worthless unless the user
         typed what it predicts (`keep_alive`)."""
         with self._cond:
-            for job in (self._running, self._pending):
+            for job in self._jobs():
                 if job is None or job.uri != uri or job.version == version:
                     continue
                 if version is not None and self._worth_finishing(job):
@@ -259,8 +289,9 @@ class ModelWorker:
 
     def cancel_all(self, reason: str = "cancelled") -> None:
         with self._cond:
-            if self._running is not None:
-                self._running.stop(reason)
+            for job in (self._running, *self._beside):
+                if job is not None:
+                    job.stop(reason)
             if self._pending is not None:
                 self._pending.stop(reason)
                 _resolve(self._pending.future, Outcome("cancelled"))
@@ -268,7 +299,7 @@ class ModelWorker:
 
     @property
     def busy(self) -> bool:
-        return self._running is not None or self._pending is not None
+        return self._running is not None or self._pending is not None or bool(self._beside)
 
     def close(self, timeout: float | None = 0.0) -> None:
         with self._cond:
@@ -358,6 +389,19 @@ class ModelWorker:
                     idle = self._pending is None
                 if idle:
                     self._emit(Event("idle"))
+
+    def _run_beside(self, job: Job) -> None:
+        try:
+            self._complete(job)
+        except BaseException as e:  # noqa: BLE001 - this job's thread only: answered, logged, never silent
+            log.exception("a job beside the others crashed")
+            _resolve(job.future, Outcome("error", error=f"the job crashed: {type(e).__name__}: {e}"))
+        finally:
+            with self._cond:
+                self._beside.discard(job)
+                idle = self._running is None and self._pending is None and not self._beside
+            if idle:
+                self._emit(Event("idle"))
 
     def _emit(self, event: Event) -> None:
         try:

@@ -20,6 +20,10 @@ busy), the server's memory (RSS now and at its peak), and the server's own overh
 the client's time (from sending the request to reading the answer) minus the time
 the request waited for the model thread and the engine's time, both from the
 answer's `Server-Timing` header. Nothing asserts on time; `--json` for machines.
+
+The clients post over `_LeanHttp` (HTTP/1.1 keep-alive on asyncio streams), not a full
+client library: a library's own per-request work on the bench's event loop is time
+the overhead figure would otherwise charge to the server.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from .lsp import DEFAULT_ENGINE, _round, _summary, percentile
 
@@ -110,6 +115,96 @@ def _rss_kib(pid: int) -> tuple[int | None, int | None]:
         return None, None
     found = dict(re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB", status, re.M))
     return (int(found["VmRSS"]) if "VmRSS" in found else None, int(found["VmHWM"]) if "VmHWM" in found else None)
+
+
+class _Response:
+    def __init__(self, status_code: int, headers: dict[str, str], content: bytes):
+        self.status_code = status_code
+        self.headers = headers  # names in lower case
+        self.content = content
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", "replace")
+
+    def json(self) -> Any:
+        return json.loads(self.content)
+
+
+class _LeanHttp:
+    """JSON POSTs over HTTP/1.1 on asyncio streams, one connection per request in flight,
+    idle connections kept for the next. A cancelled request closes its connection (an
+    aborting client, as llama.vim's)."""
+
+    def __init__(self, timeout: float = 120.0):
+        self.timeout = timeout
+        self._idle: dict[tuple[str, int], list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]] = {}
+
+    async def post(self, url: str, json: Any) -> _Response:
+        parts = urlsplit(url)
+        host, port = parts.hostname or "127.0.0.1", parts.port or 80
+        idle = self._idle.setdefault((host, port), [])
+        reader, writer = idle.pop() if idle else await asyncio.open_connection(host, port)
+        keep = False
+        try:
+            data = _json_bytes(json)
+            head = (
+                f"POST {parts.path or '/'} HTTP/1.1\r\nHost: {host}:{port}\r\n"
+                f"Content-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+            )
+            writer.write(head.encode("ascii") + data)
+            response, keep = await asyncio.wait_for(_read_response(reader), self.timeout)
+            return response
+        finally:
+            if keep:
+                idle.append((reader, writer))
+            else:
+                writer.close()
+
+    async def aclose(self) -> None:
+        for conns in self._idle.values():
+            for _, writer in conns:
+                writer.close()
+        self._idle.clear()
+
+    async def __aenter__(self) -> "_LeanHttp":
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self.aclose()
+
+
+def _json_bytes(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":")).encode("utf-8")
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[_Response, bool]:
+    """(the response, whether the connection may carry another request)."""
+    status_line = await reader.readline()
+    if not status_line:
+        raise ConnectionError("the server closed the connection")
+    status = int(status_line.split()[1])
+    headers: dict[str, str] = {}
+    while True:
+        line = await reader.readline()
+        if line in (b"\r\n", b"\n", b""):
+            break
+        name, _, value = line.decode("latin-1").partition(":")
+        headers[name.strip().lower()] = value.strip()
+    if "content-length" in headers:
+        body = await reader.readexactly(int(headers["content-length"]))
+    elif headers.get("transfer-encoding", "").lower() == "chunked":
+        chunks = []
+        while True:
+            size = int((await reader.readline()).split(b";")[0], 16)
+            chunk = await reader.readexactly(size + 2)
+            if size == 0:
+                break
+            chunks.append(chunk[:-2])
+        body = b"".join(chunks)
+    else:
+        return _Response(status, headers, await reader.read()), False
+    return _Response(status, headers, body), headers.get("connection", "").lower() != "close"
 
 
 class _Client:
@@ -220,10 +315,7 @@ class _Client:
 
 
 async def _level(url: str, text: str, n: int, args: argparse.Namespace, pid: int) -> dict[str, Any]:
-    import httpx
-
-    limits = httpx.Limits(max_connections=4 * n + 4, max_keepalive_connections=4 * n + 4)
-    async with httpx.AsyncClient(timeout=120, limits=limits) as http:
+    async with _LeanHttp(timeout=120) as http:
         clients = [_Client(http, url, text, f"# client {n}.{k}\n", args) for k in range(n)]
         for c in clients:  # untimed: each document's first prompt is in the model's cache once
             await c.warm_up()

@@ -1,0 +1,441 @@
+"""Decode steps of several sequences in one forward of the lean Gemma 3, and the batcher
+that gathers them.
+
+On a memory-bound CPU a decode step's cost is reading the weights (about 100 MB of
+int8 for Gemma 3 270M); the arithmetic of one row is small beside it. Several documents
+completed at once each paying their own step read the weights once per document;
+`batch_step_py` reads them once for all: each int8 product runs over the B rows
+(`matvec_rows_py`: each weight row converted to float32 once for all B rows; a
+row's sum does not depend on the rows beside it), while
+the rotation, the cache writes and attention are per sequence, each over its own KV
+cache and at its own position. Row r of the result is what a step of sequence r alone
+gives.
+
+`StepBatcher` is where the jobs meet. Concurrent completions share the engine's lock
+(the "baton": only one job runs Python engine work at a time, so grammar, constraint
+and tokenizer caches see one caller); a job whose next step is a plain decode step of
+its own KV cache hands it to the batcher and lets go of the baton while it waits. The
+batch runs as soon as every job inside the engine has handed in a step (one job alone:
+at once, no wait), or after `window_s` when some job is busy elsewhere (CPC, prefill,
+a grammar): the others go ahead without it. Prefill and CPC scoring run per job, under
+the baton, on the job's own cache (kv_slots.SlotView).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import prange
+
+from .lean_kernels import SQRT_2_OVER_PI, _attend_into, _rms_into
+
+# Output rows of an int8 product per block of `matvec_rows_py` (one scratch row each).
+MATVEC_BLOCK = 32
+
+# How long a handed-in step waits for the other jobs' steps when some job is busy with
+# something else (a job's Python between two steps takes a few milliseconds).
+DEFAULT_WINDOW_S = 0.010
+
+
+def matvec_rows_py(q, scales, x, out):
+    """lean_kernels.matvec_py for several rows x[m]: each weight row is converted to
+    float32 once for all rows (the conversion, not the multiply-add, is most of an int8
+    product's work), and each row's sum is added up as matvec_py adds it, so a row's
+    result is the same whatever rows are computed with it."""
+    n_out, k_in = q.shape
+    n_groups = scales.shape[1]
+    gs = k_in // n_groups
+    rows = x.shape[0]
+    blocks = (n_out + MATVEC_BLOCK - 1) // MATVEC_BLOCK
+    for b in prange(blocks):
+        w = np.empty(k_in, dtype=np.float32)
+        for n in range(b * MATVEC_BLOCK, min(n_out, (b + 1) * MATVEC_BLOCK)):
+            for k in range(k_in):
+                w[k] = np.float32(q[n, k])
+            for m in range(rows):
+                total = np.float32(0.0)
+                for g in range(n_groups):
+                    base = g * gs
+                    acc = np.float32(0.0)
+                    for k in range(gs):
+                        acc += w[base + k] * x[m, base + k]
+                    total += acc * scales[n, g]
+                out[m, n] = total
+
+
+def batch_step_py(
+    tokens,
+    positions,
+    embed_q,
+    embed_s,
+    embed_scale,
+    qkv_q,
+    qkv_s,
+    o_q,
+    o_s,
+    gu_q,
+    gu_s,
+    d_q,
+    d_s,
+    norms,
+    qk_norms,
+    sliding,
+    inv_freq,
+    window,
+    keys_list,
+    values_list,
+    eps,
+    scaling,
+    heads,
+    final_norm,
+    out,
+):
+    """The final hidden rows out (B, hidden) of B sequences' next tokens `tokens[r]` at
+    positions `positions[r]`, sequence r's cache holding its positions [0, positions[r])
+    in keys_list[r]/values_list[r] (layers, kv_heads, capacity, head_dim); each token's key
+    and value are written at its position. The weights are lean_kernels.decode_step_py's."""
+    hidden = embed_q.shape[1]
+    n_layers = len(qkv_q)
+    kv_heads = keys_list[0].shape[1]
+    head_dim = keys_list[0].shape[3]
+    half = head_dim // 2
+    rep = heads // kv_heads
+    q_size = heads * head_dim
+    kv_size = kv_heads * head_dim
+    inter = gu_q[0].shape[0] // 2
+    egs = hidden // embed_s.shape[1]
+    n = tokens.shape[0]
+    longest = 0
+    for r in range(n):
+        if positions[r] + 1 > longest:
+            longest = positions[r] + 1
+
+    x = np.empty((n, hidden), dtype=np.float32)
+    for r in range(n):
+        token = tokens[r]
+        for i in range(hidden):
+            x[r, i] = np.float32(embed_q[token, i]) * embed_s[token, i // egs] * embed_scale
+    h = np.empty((n, hidden), dtype=np.float32)
+    t = np.empty((n, hidden), dtype=np.float32)
+    qkv = np.empty((n, q_size + 2 * kv_size), dtype=np.float32)
+    qr = np.empty((n, q_size), dtype=np.float32)
+    attn = np.empty((n, q_size), dtype=np.float32)
+    gu = np.empty((n, 2 * inter), dtype=np.float32)
+    m = np.empty((n, inter), dtype=np.float32)
+    cos = np.empty(half, dtype=np.float32)
+    sin = np.empty(half, dtype=np.float32)
+    tmp = np.empty(head_dim, dtype=np.float32)
+    scores = np.empty((rep, longest), dtype=np.float32)
+
+    for li in range(n_layers):
+        for r in range(n):
+            _rms_into(x[r], norms[li, 0], eps, h[r])
+        matvec_rows_py(qkv_q[li], qkv_s[li], h, qkv)
+        for r in range(n):
+            p = positions[r]
+            keys = keys_list[r]
+            values = values_list[r]
+            for i in range(half):
+                angle = np.float32(p) * inv_freq[li, i]
+                cos[i] = np.float32(math.cos(angle))
+                sin[i] = np.float32(math.sin(angle))
+            for hh in range(heads):
+                base = hh * head_dim
+                _rms_into(qkv[r, base : base + head_dim], qk_norms[li, 0], eps, tmp)
+                for i in range(half):
+                    a = tmp[i]
+                    b = tmp[i + half]
+                    qr[r, base + i] = a * cos[i] - b * sin[i]
+                    qr[r, base + i + half] = b * cos[i] + a * sin[i]
+            for kh in range(kv_heads):
+                base = q_size + kh * head_dim
+                _rms_into(qkv[r, base : base + head_dim], qk_norms[li, 1], eps, tmp)
+                for i in range(half):
+                    a = tmp[i]
+                    b = tmp[i + half]
+                    keys[li, kh, p, i] = a * cos[i] - b * sin[i]
+                    keys[li, kh, p, i + half] = b * cos[i] + a * sin[i]
+                vbase = q_size + kv_size + kh * head_dim
+                for i in range(head_dim):
+                    values[li, kh, p, i] = qkv[r, vbase + i]
+            stop = p + 1
+            start = 0
+            if sliding[li] and window > 0 and stop > window:
+                start = stop - window
+            _attend_into(qr[r], keys[li], values[li], start, stop, scaling, scores, attn[r])
+
+        matvec_rows_py(o_q[li], o_s[li], attn, t)
+        for r in range(n):
+            _rms_into(t[r], norms[li, 1], eps, h[r])
+            for i in range(hidden):
+                x[r, i] += h[r, i]
+            _rms_into(x[r], norms[li, 2], eps, h[r])
+        matvec_rows_py(gu_q[li], gu_s[li], h, gu)
+        for r in range(n):
+            for i in range(inter):
+                g = gu[r, i]
+                inner = np.float32(SQRT_2_OVER_PI) * (g + np.float32(0.044715) * g * g * g)
+                m[r, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * gu[r, inter + i]
+        matvec_rows_py(d_q[li], d_s[li], m, t)
+        for r in range(n):
+            _rms_into(t[r], norms[li, 3], eps, h[r])
+            for i in range(hidden):
+                x[r, i] += h[r, i]
+    for r in range(n):
+        _rms_into(x[r], final_norm, eps, out[r])
+
+
+_compiled = None
+_compile_lock = threading.Lock()
+
+
+def compiled():
+    """The compiled batched step (lean_kernels' helpers compiled with it, the int8
+    products parallel over output rows; the thread count is numba's, set by the caller)."""
+    global _compiled
+    with _compile_lock:
+        if _compiled is None:
+            import types
+
+            import numba
+
+            opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
+            g = dict(batch_step_py.__globals__)
+            # lean_kernels' helpers get dispatchers of their own here, uncached: their
+            # code is linked into the cached batch step, and a second cache entry for the
+            # same function beside lean_kernels' own is not worth the risk of a mix-up.
+            helper = dict(opts, cache=False)
+            # The product is inlined into a step compiled parallel, whose compilation turns
+            # its prange into threads: a cached serial function calling a parallel one
+            # crashes when loaded from numba's cache in a later process (numba issue 8578).
+            g.update(
+                matvec_rows_py=numba.njit(inline="always", **helper)(matvec_rows_py),
+                _rms_into=numba.njit(**helper)(_rms_into),
+                _attend_into=numba.njit(**helper)(_attend_into),
+            )
+            fn = types.FunctionType(batch_step_py.__code__, g, batch_step_py.__name__)
+            fn.__qualname__ = batch_step_py.__qualname__
+            fn.__module__ = batch_step_py.__module__
+            _compiled = numba.njit(parallel=True, **opts)(fn)
+        return _compiled
+
+
+def supports(model) -> bool:
+    """Whether `model` runs batched decode steps: a lean Gemma 3 with its compiled step's
+    arrays (every matrix int8)."""
+    return getattr(model, "backend", None) == "lean" and getattr(model, "_kernel_args", None) is not None
+
+
+def warm_up(model) -> None:
+    """Compiles the batched step (or loads it from numba's disk cache) over scratch caches
+    of one position, so that the first completion does not wait for the compiler."""
+    import numba
+    from numba.typed import List
+
+    a = model._kernel_args
+    layers = len(a["weights"][0])
+    kv_heads, head_dim = model.spec.kv_heads, model.spec.head_dim
+    keys_list, values_list = List(), List()
+    keys_list.append(np.zeros((layers, kv_heads, 1, head_dim), dtype=np.float32))
+    values_list.append(np.zeros((layers, kv_heads, 1, head_dim), dtype=np.float32))
+    out = np.empty((1, model.hidden_size), dtype=np.float32)
+    numba.set_num_threads(min(model.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+    compiled()(
+        *_arguments(model, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), keys_list, values_list, out)
+    )
+
+
+def _arguments(model, tokens: np.ndarray, positions: np.ndarray, keys_list, values_list, out: np.ndarray) -> tuple:
+    a = model._kernel_args
+    return (
+        tokens,
+        positions,
+        a["embed_q"],
+        a["embed_s"],
+        a["embed_scale"],
+        *a["weights"],
+        a["norms"],
+        a["qk_norms"],
+        a["sliding"],
+        a["inv_freq"],
+        a["window"],
+        keys_list,
+        values_list,
+        a["eps"],
+        a["scaling"],
+        a["heads"],
+        a["final_norm"],
+        out,
+    )
+
+
+def step_states(model, states, tokens, *, python: bool = False) -> np.ndarray:
+    """One decode step of each parked model state (model_transformers.ModelState of a lean
+    model) with its next token: state r's cached sequence grows by tokens[r] (its keys,
+    values and final hidden row). Returns the hidden rows (B, hidden). `python`: the
+    plain-Python twin instead of the compiled kernel (tests)."""
+    import torch
+
+    b = len(states)
+    if b != len(tokens) or b == 0:
+        raise ValueError(f"{b} states for {len(tokens)} tokens")
+    toks = np.asarray(tokens, dtype=np.int64)
+    positions = np.empty(b, dtype=np.int64)
+    for r, state in enumerate(states):
+        f = state.fields
+        pos = int(f["_tokens"].size)
+        if f["_cache"].filled != pos:
+            raise ValueError(f"state {r} caches {f['_cache'].filled} positions for {pos} tokens")
+        if pos + 1 > model.max_context:
+            raise ValueError(f"state {r} is full ({pos} of {model.max_context} positions)")
+        f["_cache"].reserve(pos + 1)
+        positions[r] = pos
+    out = np.empty((b, model.hidden_size), dtype=np.float32)
+    if python:
+        keys_list = [s.fields["_cache"].k.numpy() for s in states]
+        values_list = [s.fields["_cache"].v.numpy() for s in states]
+        batch_step_py(*_arguments(model, toks, positions, keys_list, values_list, out))
+    else:
+        import numba
+        from numba.typed import List
+
+        keys_list, values_list = List(), List()
+        for s in states:
+            keys_list.append(s.fields["_cache"].k.numpy())
+            values_list.append(s.fields["_cache"].v.numpy())
+        numba.set_num_threads(min(model.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+        compiled()(*_arguments(model, toks, positions, keys_list, values_list, out))
+    model.stats.forward_passes += 1
+    model.stats.tokens_prefilled += b
+    with torch.inference_mode():  # the hidden buffers are inference tensors
+        for r, state in enumerate(states):
+            f = state.fields
+            f["_cache"].filled = int(positions[r]) + 1
+            f["_tokens"] = np.append(f["_tokens"], toks[r])
+            _append_hidden(f, torch.from_numpy(out[r : r + 1]))
+    return out
+
+
+def _append_hidden(fields: dict, rows) -> None:
+    """model_transformers.TransformersModel._append_hidden over a parked state's fields."""
+    import torch
+
+    hidden, buffer = fields["_hidden"], fields["_hidden_buffer"]
+    n = hidden.shape[0]
+    need = n + rows.shape[0]
+    if need > buffer.shape[0]:
+        grown = torch.empty((max(need, 2 * buffer.shape[0], 256), rows.shape[1]), dtype=rows.dtype)
+        grown[:n] = hidden
+        buffer = grown
+        fields["_hidden_buffer"] = buffer
+    buffer[n:need] = rows
+    fields["_hidden"] = buffer[:need]
+
+
+@dataclass(eq=False)
+class _Step:
+    state: object
+    token: int
+    hidden: np.ndarray | None = None
+    error: BaseException | None = None
+    done: bool = False
+    at: float = field(default_factory=time.perf_counter)
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    rows: int = 0  # steps run in batches (rows / batches: the mean batch size)
+    largest: int = 0
+
+
+class StepBatcher:
+    """Runs the decode steps that concurrent jobs hand in as batched forwards (see the
+    module docstring). `baton`: the lock every job holds while it runs engine work; a job
+    calls `enter()` after taking it and `leave()` before letting it go for good."""
+
+    def __init__(self, model, baton, *, window_s: float = DEFAULT_WINDOW_S, python: bool = False):
+        self.model = model
+        self.baton = baton
+        self.window_s = float(window_s)
+        self.python = python
+        self.stats = BatchStats()
+        self._cond = threading.Condition()
+        self._active = 0
+        self._queue: list[_Step] = []
+        self._running = False
+
+    def enter(self) -> None:
+        with self._cond:
+            self._active += 1
+
+    def leave(self) -> None:
+        with self._cond:
+            self._active -= 1
+            self._cond.notify_all()
+
+    @property
+    def active(self) -> int:
+        return self._active
+
+    def step(self, state, token: int) -> np.ndarray:
+        """The final hidden row of `token` after the state's cached sequence (which grows
+        by it), computed in a batch with the other jobs' steps; called holding the baton,
+        which is let go while the step waits."""
+        s = _Step(state, int(token))
+        with self._cond:
+            self._queue.append(s)
+            self._cond.notify_all()
+        self.baton.release()
+        try:
+            self._drive(s)
+        finally:
+            self.baton.acquire()
+        if s.error is not None:
+            raise s.error
+        assert s.hidden is not None
+        return s.hidden
+
+    def _drive(self, mine: _Step) -> None:
+        while True:
+            with self._cond:
+                while True:
+                    if mine.done:
+                        return
+                    if not self._running and self._queue:
+                        waited = time.perf_counter() - self._queue[0].at
+                        if len(self._queue) >= self._active or waited >= self.window_s:
+                            batch, self._queue = self._queue, []
+                            self._running = True
+                            break
+                        self._cond.wait(self.window_s - waited)
+                    else:
+                        self._cond.wait()
+            self._run(batch)
+
+    def _run(self, batch: list[_Step]) -> None:
+        try:
+            # The model's lock: a job holding the baton may be in a forward of its own
+            # (a prefill, CPC's scoring); the two never run at once.
+            with self.model._lock:
+                rows = step_states(self.model, [s.state for s in batch], [s.token for s in batch], python=self.python)
+            for r, s in enumerate(batch):
+                s.hidden = rows[r]
+        except BaseException as e:  # each job re-raises it in its own thread
+            for s in batch:
+                s.error = e
+        with self._cond:
+            for s in batch:
+                s.done = True
+            self._running = False
+            self.stats.batches += 1
+            self.stats.rows += len(batch)
+            self.stats.largest = max(self.stats.largest, len(batch))
+            self._cond.notify_all()
+
+
+__all__ = ["StepBatcher", "batch_step_py", "compiled", "step_states", "supports", "BatchStats"]
