@@ -116,12 +116,14 @@ class KVSlots:
             if len(model.cached_tokens):
                 self._park(model.swap_state(None))
         need = self.min_shared * prompt_arr.size
-        best_id, best = None, 0
+        best_id, best, whole = None, 0, False
         for slot_id, (state, _) in self._parked.items():
             shared = _shared(prompt_arr, state.tokens)
             if shared > best:
-                best_id, best = slot_id, shared
-        if best_id is not None and best >= need and best > 0:
+                best_id, best, whole = slot_id, shared, shared == state.tokens.size
+        # A slot the prompt only extends serves it however little it holds: a prefill cut
+        # short by a keystroke goes on from there at the next one, instead of from zero.
+        if best_id is not None and best > 0 and (best >= need or whole):
             state, _ = self._parked.pop(best_id)
             self.stats.switches += 1
             self.stats.parked_bytes = sum(n for _, n in self._parked.values())
@@ -204,7 +206,9 @@ class SlotView:
 
     def next_logits(self, tokens, allowed=None):
         toks = np.asarray(tokens, dtype=np.int64)
-        if self.batcher is None or not self._one_step(toks):
+        # A completion running alone takes the model's own step (compiled head included):
+        # a batch of one is slower. One that arrives meanwhile is let in at the next step.
+        if self.batcher is None or self.batcher.alone or not self._one_step(toks):
             return self._installed("next_logits", tokens, allowed)
         import torch
 

@@ -161,6 +161,28 @@ def test_a_prompt_extending_the_cache_keeps_its_slot(models):
     assert slots.use(toks) == 5 and len(slots) == 1 and slots.stats.created == 0
 
 
+@pytest.mark.parametrize("backend", ["transformers", "lean"])
+def test_a_prefill_cut_short_goes_on_at_the_next_checkout(models, backend):
+    """A job's prefill cancelled by a keystroke leaves a slot holding a start of the prompt,
+    far under half of it; the next job's checkout takes that slot and prefills only the
+    rest (from zero each time, a long prompt cancelled at every keystroke never ends)."""
+    _, ms = models
+    m = ms[backend]
+    m.reset()
+    slots = KVSlots(m, max_slots=4)
+    toks = m.encode_prompt(DOC_A * 3)
+    view = slots.checkout(toks)
+    assert view.cached == 0
+    view.prefill(toks[:4])
+    slots.checkin(view)
+    assert 4 < slots.min_shared * len(toks)
+    again = slots.checkout(toks)
+    assert again.cached == 4 and again.is_cached(toks[:4])
+    again.prefill(toks)
+    np.testing.assert_allclose(again.next_logits(toks), fresh_logits(models[0], toks), atol=1e-4)
+    slots.checkin(again)
+
+
 def test_bad_bounds_are_refused(models):
     _, ms = models
     for kwargs, word in (({"max_slots": 0}, "max_slots"), ({"max_bytes": -1}, "max_bytes"), ({"min_shared": 2}, "min")):
