@@ -116,6 +116,24 @@ def _warm_grammar_beside(tokenizer) -> threading.Thread:
     return thread
 
 
+def _warm_batched_beside(model) -> threading.Thread:
+    """Loads the batched decode step (lean_batch) from numba's disk cache on a thread. It
+    holds the model's lock, so it never runs beside a forward (two parallel kernels at once
+    are more than numba's threading layers promise)."""
+    from . import lean_batch
+
+    def run() -> None:
+        try:
+            with model._lock:
+                lean_batch.warm_up(model)
+        except Exception:  # noqa: BLE001 - the first batch compiles it instead
+            log.warning("loading the batched decode step failed", exc_info=True)
+
+    thread = threading.Thread(target=run, name="midword-warm-batched", daemon=True)
+    thread.start()
+    return thread
+
+
 class CompletionEngine:
     def __init__(
         self,
@@ -218,10 +236,15 @@ class CompletionEngine:
         if wait_compiled is not None:
             wait_compiled()
         mark("wait_compiled")
-        if self.batcher is not None:  # (one completion alone runs its steps through it too)
+        if self.batcher is not None:
             from . import lean_batch
 
-            lean_batch.warm_up(self.model)
+            if lean_batch.cached():
+                # Only completions running at once use it: loading it from numba's cache goes
+                # on beside the first keystroke, holding the model's lock as a forward does.
+                _warm_batched_beside(self.model)
+            else:  # a compile takes long: before ready, not inside a first completion
+                lean_batch.warm_up(self.model)
             mark("batched_step")
 
     @property
@@ -430,7 +453,12 @@ class CompletionEngine:
         """Complete `request`. `cancelled()` is polled between model calls; `partial(text,
         replace_start)` hears the completion so far after every decoding step (a server
         uses it to decide whether work the user has typed past is still worth finishing)."""
+        arriving = self.batcher
+        if arriving is not None:
+            arriving.arrive()
         with self._lock:
+            if arriving is not None:
+                arriving.arrived()
             # Completions running at once take turns here; their decode steps meet in the
             # batcher, which lets go of the lock while a step waits (lean_batch.py).
             batcher = self.batcher

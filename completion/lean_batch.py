@@ -224,6 +224,18 @@ def compiled():
         return _compiled
 
 
+def cached() -> bool:
+    """Whether numba's disk cache holds the batched step (loading it is a fraction of a
+    second; compiling it, far longer)."""
+    import os
+
+    try:
+        index = compiled()._cache._cache_file._index_path
+    except AttributeError:  # a numba that keeps its cache elsewhere
+        return False
+    return os.path.exists(index)
+
+
 def supports(model) -> bool:
     """Whether `model` runs batched decode steps: a lean Gemma 3 with its compiled step's
     arrays (every matrix int8)."""
@@ -368,6 +380,22 @@ class StepBatcher:
         self._active = 0
         self._queue: list[_Step] = []
         self._running = False
+        self._arriving = 0
+
+    def arrive(self) -> None:
+        """A completion is about to wait for the baton (see `alone`)."""
+        with self._cond:
+            self._arriving += 1
+
+    def arrived(self) -> None:
+        with self._cond:
+            self._arriving -= 1
+
+    @property
+    def alone(self) -> bool:
+        """Whether the job holding the baton is the only completion running or waiting to:
+        then its step runs unbatched (a batch of one is slower) and keeps the baton."""
+        return self._active < 2 and self._arriving == 0
 
     def enter(self) -> None:
         with self._cond:
@@ -438,4 +466,4 @@ class StepBatcher:
             self._cond.notify_all()
 
 
-__all__ = ["StepBatcher", "batch_step_py", "compiled", "step_states", "supports", "BatchStats"]
+__all__ = ["StepBatcher", "batch_step_py", "cached", "compiled", "step_states", "supports", "BatchStats"]
