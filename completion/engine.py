@@ -116,24 +116,6 @@ def _warm_grammar_beside(tokenizer) -> threading.Thread:
     return thread
 
 
-def _warm_batched_beside(model) -> threading.Thread:
-    """Loads the batched decode step (lean_batch) from numba's disk cache on a thread. It
-    holds the model's lock, so it never runs beside a forward (two parallel kernels at once
-    are more than numba's threading layers promise)."""
-    from . import lean_batch
-
-    def run() -> None:
-        try:
-            with model._lock:
-                lean_batch.warm_up(model)
-        except Exception:  # noqa: BLE001 - the first batch compiles it instead
-            log.warning("loading the batched decode step failed", exc_info=True)
-
-    thread = threading.Thread(target=run, name="midword-warm-batched", daemon=True)
-    thread.start()
-    return thread
-
-
 class CompletionEngine:
     def __init__(
         self,
@@ -239,11 +221,10 @@ class CompletionEngine:
         if self.batcher is not None:
             from . import lean_batch
 
-            if lean_batch.cached():
-                # Only completions running at once use it: loading it from numba's cache goes
-                # on beside the first keystroke, holding the model's lock as a forward does.
-                _warm_batched_beside(self.model)
-            else:  # a compile takes long: before ready, not inside a first completion
+            # Only completions running at once use it: the first batch loads it from numba's
+            # disk cache (a fraction of a second). Compiling it takes far longer, so a cache
+            # without it is filled here, before ready, not inside a batch.
+            if not lean_batch.cached():
                 lean_batch.warm_up(self.model)
             mark("batched_step")
 
