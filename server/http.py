@@ -249,6 +249,9 @@ class HttpService:
         self._holding = 0
         self._queue: deque[tuple[asyncio.Future, CompletionRequest]] = deque()
         self.superseded = 0
+        # Jobs running beside each other (several lanes), with their requests: a newer
+        # request for the same document stops the older one's job.
+        self._running_jobs: dict[Job, CompletionRequest] = {}
         self._ids = itertools.count(1)
         self.worker = ModelWorker(engine_factory, self._from_worker)
         self.worker.load(config.model)
@@ -462,11 +465,26 @@ class HttpService:
 
             listeners.append(forward)
         submitted = time.perf_counter()
-        job = self.worker.submit(URI, None, creq, beside=self._lanes() > 1)
+        beside = self._lanes() > 1
+        if beside:
+            # Only the newest request for a document is worth its share of the forwards (an
+            # editor that does not abort its requests wants only the newest answer). With
+            # one lane the worker does this itself.
+            for older_job, older in self._running_jobs.items():
+                if _same_document(older, creq):
+                    older_job.stop("superseded")
+        job = self.worker.submit(URI, None, creq, beside=beside)
         # (the model thread calls them after its first step, which follows the prompt's
         # prefill: they are in place long before)
         job.listeners.extend(listeners)
-        outcome = await _wait_job(self.worker, job, watch)
+        self._running_jobs[job] = creq
+        try:
+            outcome = await _wait_job(self.worker, job, watch)
+        finally:
+            self._running_jobs.pop(job, None)
+        if outcome.status == "superseded":
+            self.superseded += 1
+            return Result("", None, "superseded", "none", prefix=creq.prefix)
         # the hand-off to the model thread and back: its wake-up, the GIL, the loop's wake-up
         handoff_ms = max(0.0, (time.perf_counter() - submitted) * 1000.0 - outcome.engine_ms)
         limited = [limiter.reason] if limiter.reason else []
@@ -1310,7 +1328,7 @@ def _prometheus(service: HttpService) -> str:
         f"midword_engine_runs_total {w.runs}",
         f"midword_engine_stopped_runs_total {w.stopped_runs}",
         *_slot_metrics(w.engine),
-        "# HELP midword_http_superseded_total Queued requests a newer one for their document replaced.",
+        "# HELP midword_http_superseded_total Requests (queued or running) a newer one for their document replaced.",
         "# TYPE midword_http_superseded_total counter",
         f"midword_http_superseded_total {service.superseded}",
         "# HELP midword_http_queue_waiting Requests waiting for the model thread.",
