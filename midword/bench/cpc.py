@@ -508,6 +508,11 @@ def _warm(model, prefix: str) -> None:
 def run_case(engine, case: Case, modes, opts: Options) -> dict[str, ModeResult]:
     from midword.completion.types import CompletionRequest, GrammarSpec
 
+    if getattr(engine, "batch_steps", False):
+        # Every mode starts from the same cache (`_warm`). Completions that may run beside
+        # each other take a KV slot of their own each, which would hand a mode the cache of
+        # the mode before it; the bench runs one completion at a time.
+        engine.batch_steps = False
     model = engine.model
     head = truth_head(case.truth)
     out: dict[str, ModeResult] = {}
