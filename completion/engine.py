@@ -214,6 +214,16 @@ class CompletionEngine:
         c.allowed(state)
         c.candidates_after(state.grammar, b"a")
         mark("first_mask")
+        # A JSON Schema's object (keys in any order: the parser's key sets) takes kernels a
+        # code grammar does not; compiled after a fresh install, they would make the first
+        # schema completion outlast its wait for the grammar.
+        from midword.engine.grammar import Grammar
+
+        schema = {"type": "object", "properties": {"kind": {"enum": ["a", "b"]}}, "required": ["kind"]}
+        js = self._constraint(Grammar.from_json_schema(schema))
+        js_state = js.initial(grammar_prefix=b'{"kind": "')
+        js.allowed(js_state)
+        mark("json_mask")
         wait_compiled = getattr(self.model, "wait_compiled", None)
         if wait_compiled is not None:
             wait_compiled()
