@@ -17,6 +17,7 @@ import re
 from fake_engine import FakeEngine
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from lsp_frames import INITIALIZE_FAKE, INITIALIZED, frame
 from lsprotocol import types
 from pygls.workspace import PositionCodec
 
@@ -150,11 +151,6 @@ class BytesReader:
         return b""
 
 
-def frame(payload) -> bytes:
-    body = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
-
-
 def parse_frames(data: bytes) -> list[dict]:
     out = []
     while data:
@@ -193,18 +189,8 @@ def run_stream(data: bytes, expected_ids: set) -> list[dict]:
 
 
 INIT = [
-    {
-        "jsonrpc": "2.0",
-        "id": "init",
-        "method": "initialize",
-        "params": {
-            "processId": None,
-            "rootUri": None,
-            "capabilities": {},
-            "initializationOptions": {"midword": {"model": "fake", "prefetch": False}},
-        },
-    },
-    {"jsonrpc": "2.0", "method": "initialized", "params": {}},
+    INITIALIZE_FAKE,
+    INITIALIZED,
     {
         "jsonrpc": "2.0",
         "method": "textDocument/didOpen",

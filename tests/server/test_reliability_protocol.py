@@ -20,15 +20,11 @@ import time
 from pathlib import Path
 
 import pytest
+from lsp_frames import INITIALIZE_FAKE, INITIALIZED, frame
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests"), os.environ.get("PYTHONPATH", "")])}
 SERVER = [sys.executable, "-m", "midword.server", "--engine", "fake_engine:FakeEngine"]
-
-
-def frame(payload) -> bytes:
-    body = json.dumps(payload).encode() if not isinstance(payload, bytes) else payload
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
 class Reader:
@@ -84,18 +80,7 @@ class Reader:
         return out
 
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": "init",
-    "method": "initialize",
-    "params": {
-        "processId": None,
-        "rootUri": None,
-        "capabilities": {},
-        "initializationOptions": {"midword": {"model": "fake", "prefetch": False}},
-    },
-}
-INITIALIZED = {"jsonrpc": "2.0", "method": "initialized", "params": {}}
+INIT = INITIALIZE_FAKE
 
 
 def stats(n) -> dict:

@@ -18,30 +18,16 @@ import time
 
 import pytest
 from fake_engine import FakeEngine
+from lsp_frames import INITIALIZE_FAKE, frame
 
 from midword.server import transport
 from midword.server.lsp import create_server
 
-INIT = {
-    "jsonrpc": "2.0",
-    "id": "init",
-    "method": "initialize",
-    "params": {
-        "processId": None,
-        "rootUri": None,
-        "capabilities": {},
-        "initializationOptions": {"midword": {"model": "fake", "prefetch": False}},
-    },
-}
+INIT = INITIALIZE_FAKE
 # An unknown method is answered with an error that names it: a request of ~100 KB gets an
 # answer of ~100 KB, so a few hundred fill any socket buffer.
 BIG_NAME = "x" * 100_000
 REQUESTS = 400
-
-
-def frame(payload) -> bytes:
-    body = json.dumps(payload).encode()
-    return b"Content-Length: %d\r\n\r\n" % len(body) + body
 
 
 def _read_message(sock: socket.socket, buf: bytearray, timeout: float = 20.0) -> dict:
