@@ -10,16 +10,13 @@ run `midword serve` with the fake engine and wait on its call log and counters.
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import sys
 import threading
 import time
-from pathlib import Path
 
 import pytest
 import pytest_lsp
 from fake_engine import FakeEngine
+from lsp_session import ENV, SERVER, complete, insert, open_doc, read_log, start, stats, wait_for, watch_status
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
@@ -27,9 +24,6 @@ from midword.completion.types import CompletionRequest
 from midword.server.cache import first_words
 from midword.server.worker import ModelWorker
 
-ROOT = Path(__file__).resolve().parents[2]
-ENV = {**os.environ, "PYTHONPATH": str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-SERVER = [sys.executable, "-m", "midword.server", "--engine", "tests.fake_engine:FakeEngine"]
 LONG = "identifier_" + "x" * 200
 
 
@@ -142,69 +136,13 @@ def test_first_words_waits_for_the_end_of_a_word():
 
 @pytest_lsp.fixture(config=ClientServerConfig(server_command=SERVER, server_env=ENV))
 async def client(lsp_client: LanguageClient):
+    watch_status(lsp_client)
     yield
     await lsp_client.shutdown_session()
 
 
 async def _start(client: LanguageClient, model: str, **options) -> None:
-    ready = asyncio.Event()
-
-    @client.feature("midword/status")
-    def on_status(ls, params):
-        state = params.get("state") if isinstance(params, dict) else getattr(params, "state", None)
-        if state == "ready":
-            ready.set()
-
-    await client.initialize_session(
-        types.InitializeParams(
-            capabilities=types.ClientCapabilities(),
-            initialization_options={"midword": {"model": model, "prefetch": False, **options}},
-        )
-    )
-    await asyncio.wait_for(ready.wait(), 30)
-
-
-def _open(client: LanguageClient, uri: str, text: str) -> None:
-    client.text_document_did_open(
-        types.DidOpenTextDocumentParams(
-            text_document=types.TextDocumentItem(uri=uri, language_id="python", version=1, text=text)
-        )
-    )
-
-
-def _insert(client: LanguageClient, uri: str, version: int, line: int, character: int, text: str) -> None:
-    pos = types.Position(line=line, character=character)
-    client.text_document_did_change(
-        types.DidChangeTextDocumentParams(
-            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=version),
-            content_changes=[types.TextDocumentContentChangePartial(range=types.Range(start=pos, end=pos), text=text)],
-        )
-    )
-
-
-async def _complete(client: LanguageClient, uri: str, line: int, character: int) -> types.CompletionList:
-    return await client.text_document_completion_async(
-        types.CompletionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri), position=types.Position(line=line, character=character)
-        )
-    )
-
-
-async def _stats(client: LanguageClient) -> dict:
-    out = await client.protocol.send_request_async("midword/stats", {})
-    return out if isinstance(out, dict) else out._asdict()
-
-
-def _calls(path: Path) -> list[dict]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()] if path.exists() else []
-
-
-async def _until(predicate, what: str, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
+    await start(client, model=model, options=options)
 
 
 def _data(result: types.CompletionList) -> dict:
@@ -217,16 +155,16 @@ async def test_an_edit_starts_the_model_before_the_editor_asks(client: LanguageC
     log = tmp_path / "calls.jsonl"
     await _start(client, f"fake?log={log}", firstAnswerMs=60000)
     uri = "file:///w/k1.py"
-    _open(client, uri, "userName = 1\nuserId = 2\nprint(user)\n")
-    first = await _complete(client, uri, 2, 10)
+    open_doc(client, uri, "userName = 1\nuserId = 2\nprint(user)\n")
+    first = await complete(client, uri, 2, 10)
     assert first.items[0].text_edit.new_text == "userName = 1"
-    _insert(client, uri, 2, 2, 10, "I")  # not what was shown: the edit itself starts the model
-    await _until(lambda: len(_calls(log)) == 2, "the model run the edit started")
-    assert _calls(log)[1]["prefix"].endswith("print(userI")
-    second = await _complete(client, uri, 2, 11)
+    insert(client, uri, 2, 2, 10, "I")  # not what was shown: the edit itself starts the model
+    await wait_for(lambda: len(read_log(log)) == 2, "the model run the edit started", timeout=60)
+    assert read_log(log)[1]["prefix"].endswith("print(userI")
+    second = await complete(client, uri, 2, 11)
     assert second.items[0].text_edit.new_text == "userId = 2" and _data(second)["source"] == "model"
-    s = await _stats(client)
-    assert s["keystroke_starts"] == 1 and s["model_calls"] == 2 and len(_calls(log)) == 2  # no run of its own
+    s = await stats(client)
+    assert s["keystroke_starts"] == 1 and s["model_calls"] == 2 and len(read_log(log)) == 2  # no run of its own
 
 
 @pytest.mark.asyncio
@@ -234,13 +172,13 @@ async def test_typing_what_was_shown_runs_no_model(client: LanguageClient, tmp_p
     log = tmp_path / "calls.jsonl"
     await _start(client, f"fake?log={log}", firstAnswerMs=60000)
     uri = "file:///w/k2.py"
-    _open(client, uri, "userName = 1\nuserId = 2\nprint(user)\n")
-    await _complete(client, uri, 2, 10)
-    _insert(client, uri, 2, 2, 10, "N")  # the next character of "userName = 1"
-    typed = await _complete(client, uri, 2, 11)
+    open_doc(client, uri, "userName = 1\nuserId = 2\nprint(user)\n")
+    await complete(client, uri, 2, 10)
+    insert(client, uri, 2, 2, 10, "N")  # the next character of "userName = 1"
+    typed = await complete(client, uri, 2, 11)
     assert typed.items[0].text_edit.new_text == "userName = 1" and _data(typed)["source"] == "cache"
-    s = await _stats(client)
-    assert s["keystroke_starts"] == 0 and s["model_calls"] == 1 and len(_calls(log)) == 1
+    s = await stats(client)
+    assert s["keystroke_starts"] == 0 and s["model_calls"] == 1 and len(read_log(log)) == 1
 
 
 @pytest.mark.asyncio
@@ -249,17 +187,17 @@ async def test_the_first_words_come_before_the_whole_answer(client: LanguageClie
     # four steps of 200 ms: "use", "rNa", "me ", "= 1"
     await _start(client, f"fake?step_ms=200&log={log}", firstAnswerMs=0)
     uri = "file:///w/k3.py"
-    _open(client, uri, "userName = 1\nprint(userNa)\n")
-    first = await _complete(client, uri, 1, 12)
+    open_doc(client, uri, "userName = 1\nprint(userNa)\n")
+    first = await complete(client, uri, 1, 12)
     assert first.items[0].text_edit.new_text == "userName" and _data(first)["partial"] is True
     assert _data(first)["source"] == "model"
     # the job went on to the whole answer, which the next keystroke is served from the cache
     deadline = time.monotonic() + 60
-    while (await _stats(client))["model_calls"] < 1:
+    while (await stats(client))["model_calls"] < 1:
         assert time.monotonic() < deadline, "the model run did not end"
         await asyncio.sleep(0.01)
-    _insert(client, uri, 2, 1, 12, "m")
-    rest = await _complete(client, uri, 1, 13)
+    insert(client, uri, 2, 1, 12, "m")
+    rest = await complete(client, uri, 1, 13)
     assert rest.items[0].text_edit.new_text == "userName = 1" and _data(rest)["source"] == "cache"
-    s = await _stats(client)
-    assert s["first_answers"] == 1 and s["model_calls"] == 1 and len(_calls(log)) == 1
+    s = await stats(client)
+    assert s["first_answers"] == 1 and s["model_calls"] == 1 and len(read_log(log)) == 1
