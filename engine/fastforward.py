@@ -25,12 +25,27 @@ from .trie import TokenTrie
 MAX_FORCED_BYTES = 4096  # bound on one fast-forward, against grammars that force forever
 HEAL_TOKENS = 4  # how many trailing forced tokens token healing may take back
 CONTEXT_TOKENS = 4  # recent tokens re-tokenized with the forced bytes
+MANY = -1  # _allowed, _live_bytes: at least two bytes, which ones not known
+
+
+def surely_unforced(rec: Recognizer, state: tuple[int, int]) -> bool:
+    """True when nothing can be forced at `state` because its lexer state is already known
+    to go on with two or more bytes (inside a string or a number, say): then the parser
+    row does not matter. Most positions are such, and the recognizer states themselves
+    rarely repeat (a row per position), so this is asked before any per-state cache.
+    Reads only a cache that grows, so it needs no lock; False means "not known"."""
+    live = rec.caches.live_bytes.get(state[0])
+    # Two live bytes of the lexeme itself: whether or not it may also end here, at least
+    # two bytes are allowed (see `_allowed`).
+    return live is not None and (live == MANY or live & (live - 1) != 0)
 
 
 def forced_bytes(
     rec: Recognizer, state: tuple[int, int], limit: int = MAX_FORCED_BYTES
 ) -> tuple[bytes, tuple[int, int]]:
     """(forced bytes, state after them) from `state`; cached per recognizer state."""
+    if surely_unforced(rec, state):
+        return b"", state
     cache = rec.caches.forced_bytes
     key = (state, limit)
     hit = cache.get(key)
@@ -80,9 +95,6 @@ def _allowed(rec: Recognizer, state: tuple[int, int]) -> int:
     # start: the union of the two states' live bytes.
     restart = _live_bytes(rec, int(rec.row_lexstate[row2]))
     return MANY if restart == MANY else live | restart
-
-
-MANY = -1  # _allowed, _live_bytes: at least two bytes, which ones not known
 
 
 def _live_bytes(rec: Recognizer, lexstate: int) -> int:
@@ -189,6 +201,8 @@ def forced_tokens(
 ) -> list[int]:
     """Canonical fast-forward tokens from `state`, given the tokens generated so far;
     cached per state and recent tokens (the only context the result depends on)."""
+    if forced is None and surely_unforced(rec, state):
+        return []
     # Asked at every position, and nearly always nothing is forced: the cache is read
     # here, without a call.
     got = rec.caches.forced_bytes.get((state, MAX_FORCED_BYTES))

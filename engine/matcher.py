@@ -275,6 +275,9 @@ class Matcher:
         """Forced tokens, canonically tokenized (token healing at the end)."""
         if self._stopped:
             return []
+        self._check()
+        if fastforward.surely_unforced(self.rec, self._state):
+            return []
         return self._guard(
             lambda: fastforward.forced_tokens(
                 self.tokenizer, self.trie, self.walker, self.rec, self._state, self._recent_tokens()
