@@ -499,27 +499,23 @@ def plain_gguf_reader():
 
     original = gguf.GGUFReader
 
-    class PlainReader(original):  # type: ignore[misc, valid-type]
-        @property  # type: ignore[override]
+    class PlainReader(original):
+        @property
         def data(self):
             return self._plain
 
         @data.setter
         def data(self, value):
+            import numpy as np
+
             # The view keeps the map (its base) open as long as the reader lives.
-            self._plain = value.view(_np().ndarray)
+            self._plain = value.view(np.ndarray)
 
     gguf.GGUFReader = PlainReader
     try:
         yield
     finally:
         gguf.GGUFReader = original
-
-
-def _np():
-    import numpy as np
-
-    return np
 
 
 def cache_root() -> Path:
