@@ -11,6 +11,9 @@ what it compiled, as every later process does.
 numba) as they are: imports, loading the model (the tokenizer included; the mask
 kernels warm on a thread meanwhile), the rest of the engine's warm-up, one completion of
 tests/data/mid_word.py-like text, and the process's resident memory when ready.
+`--fresh` first runs a start with empty model, tokenizer and numba caches (a new install:
+the model conversion's own seconds are shown apart); `--cold-numba` one with the user's
+model caches and an empty numba cache (what the compiler alone costs a new install).
 """
 
 from __future__ import annotations
