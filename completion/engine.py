@@ -116,6 +116,40 @@ def _warm_grammar_beside(tokenizer) -> threading.Thread:
     return thread
 
 
+def _warm_first_request_kernels(model) -> None:
+    """Runs the lean model's kernels a completion needs besides the decode step (the
+    prefill's dequantisation, the full-vocabulary and the restricted head) once, so that
+    numba compiles them now rather than inside the first completion: after a fresh install
+    that completion would otherwise compile them, or wait on numba's compile lock for the
+    batched step compiling beside it."""
+    import torch
+
+    probe = model.probe_sets()[-1]  # the longest probe: its prefill takes the matrix path
+    model.probe([probe])
+    hidden = torch.zeros((1, model.hidden_size), dtype=torch.float32)
+    model._head(hidden, torch.tensor(probe[:4], dtype=torch.long))
+
+
+def _compile_batched_step_beside(engine: "CompletionEngine") -> threading.Thread:
+    """Compiles the batched decode step on a thread; until it is done `engine.batcher` is
+    None (completions take turns, each with the model's own step), and if it fails the
+    engine stays so."""
+    from . import lean_batch
+
+    model = engine.model
+
+    def run() -> None:
+        try:
+            lean_batch.warm_up(model)
+        except Exception:  # noqa: BLE001 - completions then run one at a time, as without batching
+            log.warning("compiling the batched decode step failed; completions run one at a time", exc_info=True)
+            engine.batch_steps = False
+
+    thread = threading.Thread(target=run, name="midword-compile-batch", daemon=True)
+    thread.start()
+    return thread
+
+
 class CompletionEngine:
     def __init__(
         self,
@@ -151,6 +185,8 @@ class CompletionEngine:
         # Decode steps of completions running at once in one forward (lean_batch.py).
         self.batch_steps = True
         self._batcher = None
+        # The batched step compiling after a fresh install (see warm_up): no batcher till it ends.
+        self._batch_compile: threading.Thread | None = None
         self._job = threading.local()  # the running completion's checked-out slots, per thread
         self._grammars: OrderedDict[tuple, tuple[Grammar | None, bool, str]] = OrderedDict()
         self._compiler: GrammarCompiler | None = None
@@ -232,11 +268,24 @@ class CompletionEngine:
             from . import lean_batch
 
             # Only completions running at once use it: the first batch loads it from numba's
-            # disk cache (a fraction of a second). Compiling it takes far longer, so a cache
-            # without it is filled here, before ready, not inside a batch.
+            # disk cache (a fraction of a second). Without it in the cache (a fresh install)
+            # compiling it takes longer than all the rest of the start, so it compiles on a
+            # thread after ready while completions take turns; the kernels a completion
+            # needs are compiled first, here, so that none waits on numba's compile lock.
             if not lean_batch.cached():
-                lean_batch.warm_up(self.model)
+                _warm_first_request_kernels(self.model)
+                mark("first_request_kernels")
+                self._batch_compile = _compile_batched_step_beside(self)
             mark("batched_step")
+
+    def wait_batched_step(self, timeout: float | None = None) -> bool:
+        """Waits for the batched step's compile that warm_up left running (after a fresh
+        install); True when none is running any more."""
+        compiling = self._batch_compile
+        if compiling is not None:
+            compiling.join(timeout)
+            return not compiling.is_alive()
+        return True
 
     @property
     def ready(self) -> bool:
@@ -473,6 +522,13 @@ class CompletionEngine:
         model = self._model
         if not self.batch_steps or model is None or not self.slots.enabled:
             return None
+        compiling = self._batch_compile
+        if compiling is not None:
+            if compiling.is_alive():
+                return None
+            self._batch_compile = None
+            if not self.batch_steps:  # its compile failed
+                return None
         if self._batcher is None or self._batcher.model is not model:
             from . import lean_batch
 

@@ -523,8 +523,10 @@ def convert_gguf(path: Path, report: _Progress):
     import torch
     from transformers import AutoModelForCausalLM
 
+    from midword.engine.tokenizer import plain_gguf_reader
+
     def convert():
-        with _quiet_transformers(), _gguf_conversion_patches():
+        with _quiet_transformers(), plain_gguf_reader(), _gguf_conversion_patches():
             return AutoModelForCausalLM.from_pretrained(
                 str(path.parent), gguf_file=path.name, dtype=torch.float32, local_files_only=True
             )

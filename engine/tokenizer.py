@@ -28,6 +28,7 @@ import sys
 import threading
 import time
 from array import array
+from contextlib import contextmanager
 from importlib import resources
 from importlib.util import find_spec
 from pathlib import Path
@@ -485,6 +486,38 @@ def _token_name(value) -> str | None:
 # Cache of converted tokenizers
 
 
+@contextmanager
+def plain_gguf_reader():
+    """While open, `gguf.GGUFReader` (as transformers' GGUF loading looks it up) reads
+    through a plain ndarray view of its memory map instead of the `np.memmap` itself.
+
+    The reader slices its map once per value of the metadata, and Gemma's vocabulary is
+    786k values (token, score and type of 262k tokens): each slice of a memmap also runs
+    memmap's Python `__getitem__` and `__array_finalize__`, most of the reader's time.
+    A view of the same memory gives the same bytes without them. Undone on exit."""
+    import gguf
+
+    original = gguf.GGUFReader
+
+    class PlainReader(original):
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, value):
+            import numpy as np
+
+            # The view keeps the map (its base) open as long as the reader lives.
+            self._plain = value.view(np.ndarray)
+
+    gguf.GGUFReader = PlainReader
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = original
+
+
 def cache_root() -> Path:
     """Where midword keeps converted tokenizers: $MIDWORD_CACHE_DIR or the user cache dir."""
     env = os.environ.get("MIDWORD_CACHE_DIR")
@@ -742,7 +775,8 @@ class Tokenizer:
         _require("gguf", name, "pip install gguf", "gguf")
         from transformers import AutoTokenizer
 
-        hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        with plain_gguf_reader():
+            hf = AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
         eos_names = [n for n in [_token_name(getattr(hf, "eos_token", None))] if n]
         bos_name = _token_name(getattr(hf, "bos_token", None))
         if not hasattr(hf, "backend_tokenizer"):

@@ -113,6 +113,8 @@ def _cmd_complete(args) -> int:
         engine = VllmCompletionEngine(args.model, url=args.vllm_url)
     else:
         engine = CompletionEngine(args.model, weights=args.weights)
+        # One completion has no other to batch its steps with: nothing to load or compile for it.
+        engine.batch_steps = False
     from midword.completion.model import ModelUnavailable
 
     try:

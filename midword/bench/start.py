@@ -11,6 +11,9 @@ what it compiled, as every later process does.
 numba) as they are: imports, loading the model (the tokenizer included; the mask
 kernels warm on a thread meanwhile), the rest of the engine's warm-up, one completion of
 tests/data/mid_word.py-like text, and the process's resident memory when ready.
+`--fresh` first runs a start with empty model, tokenizer and numba caches (a new install:
+the model conversion's own seconds are shown apart); `--cold-numba` one with the user's
+model caches and an empty numba cache (what the compiler alone costs a new install).
 """
 
 from __future__ import annotations
@@ -70,7 +73,11 @@ text = open(sys.argv[3], encoding="utf-8").read()
 cut = text.rindex(sys.argv[4]) + len(sys.argv[4])
 result = engine.complete(CompletionRequest(prefix=text[:cut], suffix=text[cut:], language="python"))
 t4 = time.perf_counter()
-print(json.dumps({"imports": t1 - t0, "model": t2 - t1, "warm_up": t3 - t2, "ready": t3 - t0,
+wait_batched = getattr(engine, "wait_batched_step", None)
+if wait_batched is not None:
+    wait_batched()
+t5 = time.perf_counter()
+print(json.dumps({"imports": t1 - t0, "model": t2 - t1, "batched_step_after_ready": t5 - t3, "warm_up": t3 - t2, "ready": t3 - t0,
                   "first_completion": t4 - t3, "total": t4 - t0, "rss_ready_mb": ready_rss, "rss_mb": rss(),
                   "cpu_ready": ready_cpu, "cpu_total": cpu(),
                   "backend": getattr(engine.model, "backend", "?"), "source": getattr(engine.model, "source", "?"),
@@ -235,6 +242,14 @@ def run_model_start(args: argparse.Namespace) -> int:
         finally:
             for c in caches:
                 shutil.rmtree(c, ignore_errors=True)
+    if args.cold_numba:
+        numba_cache = tempfile.mkdtemp(prefix="midword-cold-numba-")
+        try:
+            rows.append(
+                ("cold jit", run_model_once(args.model, args.weights, dict(os.environ, NUMBA_CACHE_DIR=numba_cache)))
+            )
+        finally:
+            shutil.rmtree(numba_cache, ignore_errors=True)
     rows += [(f"run {i + 1}", run_model_once(args.model, args.weights)) for i in range(max(1, args.warm))]
     if args.complete:
         complete.append(("complete", run_complete_once(args.model, args.weights)))
@@ -264,6 +279,12 @@ def run_model_start(args: argparse.Namespace) -> int:
                 f"fresh install (empty model, tokenizer and numba caches): first completion {t['total']:.2f} s "
                 f"after process start, of which the one-time model conversion {conv:.2f} s; "
                 f"without it {t['total'] - conv:.2f} s"
+            )
+    for name, t in rows:
+        if name in ("fresh", "cold jit"):
+            print(
+                f"{name}: the batched decode step (compiled after ready, completions take turns till then) "
+                f"was ready {t.get('batched_step_after_ready', 0.0):.2f} s after ready"
             )
     for _name, c in complete:
         print(f"`midword complete` one shot (new process, warm caches): {c['wall']:.2f} s wall, {c['text']!r}")
@@ -297,6 +318,12 @@ def add_start_arguments(p: argparse.ArgumentParser) -> None:
         "--fresh",
         action="store_true",
         help="with --model: first a run with empty model, tokenizer and numba caches (a fresh install; minutes)",
+    )
+    p.add_argument(
+        "--cold-numba",
+        action="store_true",
+        help="with --model: first a run with the user's model caches but an empty numba cache (the compile "
+        "a fresh install pays, without the model conversion)",
     )
     p.add_argument(
         "--complete", action="store_true", help="with --model: also time a one-shot `midword complete` (wall)"
