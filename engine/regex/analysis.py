@@ -147,59 +147,58 @@ class _Analysis(_Derivatives):
         memo[expr] = r
         return r
 
-    def most_chained(self, expr: int, strings, max_steps: int) -> int | None:
+    def most_chained(self, expr: int, strings, max_steps: int, search=None) -> int | None:
         """The most non-empty matches of `expr` that follow one another inside one of
         `strings` (anywhere in it), or None when that takes more than `max_steps`
-        derivative lookups. `expr` has no & or ~. Strings in sorted order share the
-        work of their common prefix."""
-        derivative = self.derivative
-        deriv = self._deriv
-        nullable = self._nullable
-        best = 0
-        steps = 0
-        # Per position of the previous string: the chains in progress there (partial
-        # match -> whole matches before it) and ends[i], the longest chain of whole
-        # matches ending at byte i (0: none). A chain may start at any byte, where it
-        # continues the chain ending there.
-        prev = b""
-        actives: list[dict[int, int]] = [{}]
-        ends = [0]
-        for s in sorted(strings):
-            p = 0
-            limit = min(len(s), len(prev))
-            while p < limit and s[p] == prev[p]:
-                p += 1
-            del actives[p + 1 :]
-            del ends[p + 1 :]
-            prev = s
-            active = actives[p]
-            for i in range(p, len(s)):
-                b = s[i]
-                start = ends[i]
-                if active.get(expr, -1) < start:
-                    active = dict(active)
-                    active[expr] = start
-                steps += len(active)
-                if steps > max_steps:
-                    return None
-                nxt: dict[int, int] = {}
-                ended = 0
-                for e, done in active.items():
-                    d = deriv.get((e << 8) | b)
-                    if d is None:
-                        d = derivative(e, b)
-                    if d == 0:
-                        continue
-                    if nxt.get(d, -1) < done:
-                        nxt[d] = done
-                    if nullable[d] and done + 1 > ended:
-                        ended = done + 1
-                ends.append(ended)
-                if ended > best:
-                    best = ended
-                active = nxt
-                actives.append(active)
-        return best
+        steps or `expr` has more than CHAIN_STATES derivatives. `expr` has no & or ~.
+        `strings` is a `PackedStrings` (or an iterable of bytes): strings in sorted order
+        share the work of their common prefix.
+
+        The walk itself is `chain_search_py` (`search`, compiled by the caller for mask
+        walks) over a table of `expr`'s derivatives that grows as the walk meets them:
+        the walk returns for each (derivative, byte class) it lacks, and Python fills
+        that class's entries; a plain-Python walk over dicts cost milliseconds per group
+        inside the first mask of a field."""
+        packed = strings if isinstance(strings, PackedStrings) else PackedStrings(strings)
+        if packed.count == 0:
+            return 0
+        search = chain_search_py if search is None else search
+        cap = CHAIN_STATES
+        table = np.full((cap, 256), CHAIN_UNKNOWN, dtype=np.int32)
+        nullable = np.zeros(cap, dtype=np.uint8)
+        actives = np.full((packed.longest + 1, cap), -1, dtype=np.int32)
+        ends = np.zeros(packed.longest + 1, dtype=np.int32)
+        walk = np.zeros(CHAIN_WALK_FIELDS, dtype=np.int64)
+        walk[CHAIN_AT_STRING] = 0
+        walk[CHAIN_AT_BYTE] = -1
+        ids = [expr]
+        index = {expr: 0}
+        nullable[0] = self._nullable[expr]
+        while True:
+            code = search(
+                packed.buf, packed.starts, packed.lcp, table, nullable, actives, ends, len(ids), walk, max_steps
+            )
+            if code == CHAIN_DONE:
+                return int(walk[CHAIN_BEST])
+            if code == CHAIN_GAVE_UP:
+                return None
+            state, byte = int(walk[CHAIN_NEED_STATE]), int(walk[CHAIN_NEED_BYTE])
+            e = ids[state]
+            cm = self.byte_classes(e)
+            rep = cm[byte]
+            d = self.derivative(e, rep)
+            if d == 0:
+                target = CHAIN_DEAD
+            else:
+                got = index.get(d)
+                if got is None:
+                    if len(ids) == cap:
+                        return None
+                    got = index[d] = len(ids)
+                    ids.append(d)
+                    nullable[got] = self._nullable[d]
+                target = got
+            table[state, np.frombuffer(cm, dtype=np.uint8) == rep] = target
 
     # Emptiness -------------------------------------------------------------------------
     def is_empty(self, expr: int, bound: int | None = None) -> bool:
@@ -415,6 +414,102 @@ class _Analysis(_Derivatives):
         return self._subset(y, x)
 
 
+# most_chained's derivative table: entries not worked out yet, and derivatives that are ∅.
+CHAIN_UNKNOWN = -1
+CHAIN_DEAD = -2
+# The most derivatives of one group most_chained tables before it gives up.
+CHAIN_STATES = 128
+# chain_search_py's answers, and the fields of its `walk` array (where it stands, so a
+# call after a return to Python goes on from there).
+CHAIN_DONE, CHAIN_NEED, CHAIN_GAVE_UP = 0, 1, 2
+CHAIN_AT_STRING, CHAIN_AT_BYTE, CHAIN_BEST, CHAIN_STEPS, CHAIN_NEED_STATE, CHAIN_NEED_BYTE = range(6)
+CHAIN_WALK_FIELDS = 6
+
+
+class PackedStrings:
+    """Byte strings sorted and laid end to end for chain_search_py: `buf` holds them,
+    string k is `buf[starts[k]:starts[k + 1]]`, and `lcp[k]` is how many leading bytes
+    it shares with string k - 1."""
+
+    def __init__(self, strings):
+        ordered = sorted(set(strings))
+        self.count = len(ordered)
+        self.buf = np.frombuffer(b"".join(ordered), dtype=np.uint8).copy()
+        lengths = np.fromiter((len(x) for x in ordered), dtype=np.int64, count=len(ordered))
+        self.starts = np.zeros(len(ordered) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=self.starts[1:])
+        self.lcp = np.zeros(len(ordered), dtype=np.int64)
+        for k in range(1, len(ordered)):
+            a, b = ordered[k - 1], ordered[k]
+            n = min(len(a), len(b))
+            p = 0
+            while p < n and a[p] == b[p]:
+                p += 1
+            self.lcp[k] = p
+        self.longest = int(lengths.max()) if len(ordered) else 0
+
+
+def chain_search_py(buf, starts, lcp, table, nullable, actives, ends, n_states, walk, max_steps):
+    """The longest chain of whole matches inside the strings `buf`/`starts`/`lcp` (a
+    PackedStrings), over the derivative table `table` (state 0 is the group itself;
+    CHAIN_DEAD for ∅). Per byte position of the current string, `actives[i, s]` is the
+    most whole matches before the partial match in derivative s (-1: none) and
+    `ends[i]` the longest chain ending at byte i; a chain may start at any byte, where
+    it continues the chain ending there. A string re-uses the rows of the prefix it
+    shares with the one before. Returns CHAIN_DONE (the answer in walk[CHAIN_BEST]),
+    CHAIN_NEED when an entry of `table` is CHAIN_UNKNOWN (its state and byte in
+    `walk`; call again once it is filled) or CHAIN_GAVE_UP past `max_steps` steps."""
+    n = starts.shape[0] - 1
+    k = walk[CHAIN_AT_STRING]
+    resume = walk[CHAIN_AT_BYTE]
+    best = walk[CHAIN_BEST]
+    steps = walk[CHAIN_STEPS]
+    while k < n:
+        base = starts[k]
+        length = starts[k + 1] - base
+        i = resume if resume >= 0 else lcp[k]
+        resume = -1
+        while i < length:
+            b = buf[base + i]
+            start = ends[i]
+            for s in range(n_states):
+                actives[i + 1, s] = -1
+            ended = 0
+            for s in range(n_states):
+                done = actives[i, s]
+                if s == 0 and done < start:
+                    done = start
+                if done < 0:
+                    continue
+                steps += 1
+                d = table[s, b]
+                if d == CHAIN_UNKNOWN:
+                    walk[CHAIN_AT_STRING] = k
+                    walk[CHAIN_AT_BYTE] = i
+                    walk[CHAIN_BEST] = best
+                    walk[CHAIN_STEPS] = steps
+                    walk[CHAIN_NEED_STATE] = s
+                    walk[CHAIN_NEED_BYTE] = b
+                    return CHAIN_NEED
+                if d == CHAIN_DEAD:
+                    continue
+                if actives[i + 1, d] < done:
+                    actives[i + 1, d] = done
+                if nullable[d] and done + 1 > ended:
+                    ended = done + 1
+            if steps > max_steps:
+                return CHAIN_GAVE_UP
+            ends[i + 1] = ended
+            if ended > best:
+                best = ended
+            i += 1
+        k += 1
+    walk[CHAIN_AT_STRING] = k
+    walk[CHAIN_BEST] = best
+    walk[CHAIN_STEPS] = steps
+    return CHAIN_DONE
+
+
 class RepeatBounds:
     """How many whole repetitions of a group fit inside one token of a vocabulary: what
     `_Analysis.clamped` may clamp repeat counts at for that vocabulary's mask walks.
@@ -425,17 +520,27 @@ class RepeatBounds:
     most. `long_strings(n)` gives the distinct strings of the vocabulary's tokens of at
     least n bytes (longest first), or None when there are too many to search; groups
     whose least length is 1 are left to the length bound, as for them nearly every long
-    token (a run of spaces) is a long chain. Answers are kept per group in its ExprSet."""
+    token (a run of spaces) is a long chain. Answers are kept per group in its ExprSet.
+    `search` is `chain_search_py` or its compiled twin (the mask walker passes that)."""
 
     # Counts up to this many repetitions are never clamped through a vocabulary search.
     FLOOR = 12
     # Derivative lookups one group's search may take before it gives up.
     MAX_STEPS = 200_000
 
-    def __init__(self, key, long_strings):
+    def __init__(self, key, long_strings, search=None):
         self.key = key
         self.floor = self.FLOOR
         self._long_strings = long_strings
+        self._search = search
+        # least length -> those strings packed for the search (None: too many)
+        self._packed: dict[int, PackedStrings | None] = {}
+
+    def _packed_strings(self, min_len: int) -> "PackedStrings | None":
+        if min_len not in self._packed:
+            strings = self._long_strings(min_len)
+            self._packed[min_len] = None if strings is None else PackedStrings(strings)
+        return self._packed[min_len]
 
     def most_repeats(self, exprs: "_Analysis", inner: int) -> int | None:
         """The most whole repetitions of `inner` (no & or ~) one token can hold, at
@@ -448,9 +553,9 @@ class RepeatBounds:
         got: int | None = None
         least = exprs._min_len[inner]
         if 2 <= least < (1 << 20):
-            strings = self._long_strings((self.floor + 1) * least)
+            strings = self._packed_strings((self.floor + 1) * least)
             if strings is not None:
-                found = exprs.most_chained(inner, strings, self.MAX_STEPS)
+                found = exprs.most_chained(inner, strings, self.MAX_STEPS, self._search)
                 if found is not None:
                     got = max(self.floor, found)
         memo[key] = got
