@@ -66,6 +66,8 @@ class _Store:
         self._literals: dict[bytes, int] = {}
         # The words of each finite expression, sorted, or None: see `_finite_words`.
         self._words_of: dict[int, tuple[bytes, ...] | None] = {}
+        # The bytes each expression without & or ~ can read, or None: see `_alphabet`.
+        self._alphabets: dict[int, int | None] = {}
         # The node of each single byte, once made (literal() reads it per byte).
         self._byte_nodes: list[int] = [-1] * 256
         self._class_cache: dict[tuple, int] = {}
