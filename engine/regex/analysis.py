@@ -97,7 +97,11 @@ class _Analysis(_Derivatives):
         ~ it also has the same prefixes of at most `depth` bytes: every node then matches
         something, so a prefix of j <= depth repetitions goes on to a match under either
         bound. With & or ~ that fails (`a{0,300} & a{400,}` is empty, its clamped
-        form is not), so such expressions come back as they are.
+        form is not), so such expressions come back as they are, with one exception
+        (`_clamped_window`): a length limit on a pattern or format, `A & C{lo,hi}`
+        where A reads only single-byte words of C, gives way to A while hi stays at
+        least `depth` plus the longest shortest completion of A (`completion_bound`);
+        a sequence or alternation around & or ~ is clamped in its other parts.
 
         A mask walk reads tokens of at most `depth` bytes: two lexer states whose
         expressions clamp alike allow the same tokens inside the lexeme and end it at the
@@ -109,7 +113,9 @@ class _Analysis(_Derivatives):
         counts of a word-count limit (`(\\S+\\s+){0,99}`) share one walk down to a
         handful of words left, not 64."""
         floor = depth if bounds is None else min(depth, bounds.floor)
-        if self._max_count[expr] <= floor or self._has_bool[expr]:
+        if self._max_count[expr] <= floor:
+            return expr
+        if self._has_bool[expr] and self._kind[expr] not in (_CONCAT, _OR, _AND):
             return expr
         key = depth if bounds is None else (depth, bounds.key, bounds.floor)
         memo = self._clamped.get(key)
@@ -131,6 +137,8 @@ class _Analysis(_Derivatives):
                 r = self._concat2(h, r)
         elif k == _OR:
             r = self.alt(*[self.clamped(m, depth, bounds) for m in a])
+        elif k == _AND:
+            r = self._clamped_window(expr, depth, bounds)
         elif k == _REPEAT:
             inner, lo, hi = a
             # A repetition takes at least max(1, least length of inner) bytes, so a
@@ -146,6 +154,84 @@ class _Analysis(_Derivatives):
             r = expr
         memo[expr] = r
         return r
+
+    def _clamped_window(self, expr: int, depth: int, bounds: "RepeatBounds | None") -> int:
+        """`A & C{lo,hi}` (A without & or ~, reading only bytes that are words of C on
+        their own, so a word of A has as many characters of C as bytes) clamped to A's
+        clamped form, when lo is at most A's least length and hi at least `depth` plus
+        `completion_bound(A)`; otherwise `expr` itself. After w (at most `depth` bytes):
+        A's derivative takes the empty word iff the limit's does too (|w| < hi, and
+        |w| >= lo when w is a word of A), and when A's derivative is not empty its
+        shortest word fits in the hi - |w| bytes left: both derivatives are empty alike.
+        A `maxLength` on a format or an unbounded pattern is such a limit, and each
+        count left was a lexer state of its own in the mask walk."""
+        members = self._args[expr]
+        if len(members) != 2:
+            return expr
+        kind = self._kind
+        for window, body in (members, members[::-1]):
+            if kind[window] != _REPEAT or self._has_bool[body]:
+                continue
+            chars, lo, hi = self._args[window]
+            if hi is None or lo > self._min_len[body]:
+                continue
+            singles = self._single_bytes(chars)
+            alphabet = self._alphabet(body)
+            if not singles or alphabet is None or alphabet & ~singles:
+                continue
+            tail = self.completion_bound(body)
+            if tail is None or hi < depth + tail:
+                continue
+            return self.clamped(body, depth, bounds)
+        return expr
+
+    def completion_bound(self, expr: int) -> int | None:
+        """An upper bound on the shortest word that completes any prefix of a word of
+        `expr` (any of its non-empty derivatives): read off the structure, no derivative
+        taken. None under & or ~."""
+        memo = self._completion
+        if expr in memo:
+            return memo[expr]
+        kind, args, least = self._kind, self._args, self._min_len
+        stack = [expr]
+        while stack:
+            x = stack[-1]
+            if x in memo:
+                stack.pop()
+                continue
+            k = kind[x]
+            if k in (_AND, _NOT, _EXCL):
+                memo[x] = None
+                stack.pop()
+                continue
+            if k == _BYTES:
+                memo[x] = 1
+                stack.pop()
+                continue
+            if k not in (_CONCAT, _OR, _REPEAT):
+                memo[x] = 0
+                stack.pop()
+                continue
+            parts = args[x] if k in (_OR, _CONCAT) else (args[x][0],)
+            pending = [c for c in parts if c not in memo]
+            if pending:
+                stack.extend(pending)
+                continue
+            got = [memo[c] for c in parts]
+            r: int | None
+            if any(g is None for g in got):
+                r = None
+            elif k == _CONCAT:
+                # inside the head: finish it, then the tail's least; inside the tail: its own
+                r = max(got[0] + least[parts[1]], got[1])
+            elif k == _OR:
+                r = max(got)
+            else:
+                # inside one repetition: finish it, then the repetitions still owed
+                r = got[0] + max(0, args[x][1] - 1) * least[parts[0]]
+            memo[x] = r
+            stack.pop()
+        return memo[expr]
 
     def most_chained(self, expr: int, strings, max_steps: int, search=None) -> int | None:
         """The most non-empty matches of `expr` that follow one another inside one of

@@ -101,3 +101,45 @@ def test_a_partial_character_shares_the_intersection():
     assert es.derivative(es.derivative(es.derivative(e, 0xE1), 0x80), 0x80) == es.derivative(
         es.derivative(e, 0xC3), 0x80
     )
+
+
+_SHORT = [bytes(w) for n in range(5) for w in itertools.product(b"abcxy", repeat=n)]
+
+
+@settings(max_examples=200, deadline=None)
+@given(patterns(), st.integers(0, 3), st.integers(0, 12), st.sampled_from(["[abcxy]", "(?:[abcxy]|zz)"]))
+def test_a_clamped_length_limit_agrees_on_short_prefixes(pattern, lo, extra, chars):
+    """`A & C{lo,hi}` clamped at depth 4 (to A's clamped form where `_clamped_window`
+    allows): after every string of at most 4 bytes, the derivatives of it and of the
+    original are empty alike and take the empty word alike (what a mask walk reads)."""
+    es = ExprSet()
+    depth = 4
+    body = es.parse(pattern)
+    limit = es.parse("%s{%d,%d}" % (chars, lo, lo + extra))
+    e = es.and_(body, limit)
+    c = es.clamped(e, depth)
+    for w in _SHORT:
+        x, y = e, c
+        for b in w:
+            x, y = es.derivative(x, b), es.derivative(y, b)
+        assert es.is_empty(x) == es.is_empty(y), (pattern, lo, extra, w)
+        assert es.nullable(x) == es.nullable(y), (pattern, lo, extra, w)
+
+
+def test_a_long_limit_on_a_format_clamps_to_the_format():
+    es = ExprSet()
+    chars = '(?:[^"\\\\\\x00-\\x1f]|\\\\["\\\\/bfnrt]|\\\\u[0-9a-fA-F]{4})'
+    email = es.parse("[a-z0-9.]+@[a-z0-9-]{0,61}[a-z0-9](?:\\.[a-z]{2,})+")
+    limited = es.and_(email, es.parse(chars + "{0,1024}"))
+    assert es._kind[limited] == AND
+    quote = es.parse('"')
+    lexeme = es._concat2(quote, es._concat2(limited, quote))
+    assert es.clamped(lexeme, 128) == es._concat2(quote, es._concat2(es.clamped(email, 128), quote))
+    # too close to the walk's depth: the count left matters, nothing changes
+    near = es.and_(email, es.parse(chars + "{0,130}"))
+    assert es.clamped(near, 128) == near
+    # a quote is not a one-byte character: kept
+    quoted = es.and_(es.parse('[a-z"]+'), es.parse(chars + "{0,1024}"))
+    assert es.clamped(quoted, 128) == quoted
+    assert es.completion_bound(es.parse("a{3}(?:bc)+")) == 5
+    assert es.completion_bound(es.parse("(?:ab|c)*d")) == 3
