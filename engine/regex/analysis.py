@@ -14,6 +14,7 @@ from .nodes import CONCAT as _CONCAT
 from .nodes import EPS as _EPS
 from .nodes import EXCL as _EXCL
 from .nodes import NOT as _NOT
+from .nodes import NOTHING as _NOTHING
 from .nodes import OR as _OR
 from .nodes import REPEAT as _REPEAT
 from .nodes import SUBSET_STATES as _SUBSET_STATES
@@ -177,13 +178,65 @@ class _Analysis(_Derivatives):
                 continue
             singles = self._single_bytes(chars)
             alphabet = self._alphabet(body)
-            if not singles or alphabet is None or alphabet & ~singles:
+            if alphabet is None:
+                continue
+            if alphabet & ~singles and (lo > 0 or not self._made_of(body, chars)):
+                # Multibyte characters: a word of A has at most as many characters as
+                # bytes, which bounds the upper limit only.
                 continue
             tail = self.completion_bound(body)
             if tail is None or hi < depth + tail:
                 continue
             return self.clamped(body, depth, bounds)
         return expr
+
+    # The longest piece `_made_of` checks against one character (a UTF-8 sequence is at
+    # most 4 bytes, a JSON escape of a surrogate pair 12).
+    _CHARACTER_BYTES = 12
+
+    def _made_of(self, expr: int, chars: int) -> bool:
+        """Whether every word of `expr` (no & or ~) is a sequence of words of `chars`:
+        true when each piece of at most _CHARACTER_BYTES bytes its structure splits
+        into lies inside `chars` (a containment check on small expressions), so a
+        pattern made of whole JSON string characters, `(\\S+\\s+){0,11}`, is found
+        inside `(char)*`. False when unsure."""
+        key = (expr, chars)
+        memo = self._made_of_memo
+        got = memo.get(key)
+        if got is not None:
+            return got
+        kind, args = self._kind, self._args
+        k = kind[expr]
+        longest = self.max_length(expr)
+        if k in (_NOTHING, _EPS):
+            got = True
+        elif self._has_bool[expr]:
+            got = False
+        elif k == _BYTES:
+            got = args[expr][0] & ~self._single_bytes(chars) == 0
+        elif (
+            longest is not None
+            and 0 < self._min_len[expr]
+            and longest <= self._CHARACTER_BYTES
+            and self._subset(expr, chars)
+        ):
+            got = True
+        elif k == _CONCAT:
+            # along the chain, as sequences are right-nested and may be long
+            got = True
+            x = expr
+            while kind[x] == _CONCAT and got:
+                h, x = args[x]
+                got = self._made_of(h, chars)
+            got = got and self._made_of(x, chars)
+        elif k == _OR:
+            got = all(self._made_of(m, chars) for m in args[expr])
+        elif k == _REPEAT:
+            got = self._made_of(args[expr][0], chars)
+        else:
+            got = False
+        memo[key] = got
+        return got
 
     def completion_bound(self, expr: int) -> int | None:
         """An upper bound on the shortest word that completes any prefix of a word of

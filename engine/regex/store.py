@@ -70,6 +70,8 @@ class _Store:
         self._alphabets: dict[int, int | None] = {}
         # Bounds on the shortest completion inside each expression: see `completion_bound`.
         self._completion: dict[int, int | None] = {}
+        # (expression, characters) -> whether it is a sequence of those characters.
+        self._made_of_memo: dict[tuple[int, int], bool] = {}
         # The node of each single byte, once made (literal() reads it per byte).
         self._byte_nodes: list[int] = [-1] * 256
         self._class_cache: dict[tuple, int] = {}

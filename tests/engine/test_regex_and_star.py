@@ -20,7 +20,7 @@ def _matches(es: ExprSet, e: int, data: bytes) -> bool:
     return es.nullable(e)
 
 
-_ATOMS = ["a", "b", "c", "[ab]", "(?:ab)", "x", "(?:xy)"]
+_ATOMS = ["a", "b", "c", "[ab]", "(?:ab)", "x", "(?:xy)", "(?:zz)", "(?:zy|a)"]
 
 
 @st.composite
@@ -103,11 +103,16 @@ def test_a_partial_character_shares_the_intersection():
     )
 
 
-_SHORT = [bytes(w) for n in range(5) for w in itertools.product(b"abcxy", repeat=n)]
+_SHORT = [bytes(w) for n in range(5) for w in itertools.product(b"abcxyz", repeat=n)]
 
 
 @settings(max_examples=200, deadline=None)
-@given(patterns(), st.integers(0, 3), st.integers(0, 12), st.sampled_from(["[abcxy]", "(?:[abcxy]|zz)"]))
+@given(
+    patterns(),
+    st.integers(0, 3),
+    st.integers(0, 12),
+    st.sampled_from(["[abcxy]", "(?:[abcxy]|zz)", "(?:[abcxy]|zz|zy)", "(?:[abcx]|zz|zy|y)"]),
+)
 def test_a_clamped_length_limit_agrees_on_short_prefixes(pattern, lo, extra, chars):
     """`A & C{lo,hi}` clamped at depth 4 (to A's clamped form where `_clamped_window`
     allows): after every string of at most 4 bytes, the derivatives of it and of the
@@ -143,3 +148,28 @@ def test_a_long_limit_on_a_format_clamps_to_the_format():
     assert es.clamped(quoted, 128) == quoted
     assert es.completion_bound(es.parse("a{3}(?:bc)+")) == 5
     assert es.completion_bound(es.parse("(?:ab|c)*d")) == 3
+
+
+def test_multibyte_characters_clamp_an_upper_limit_only():
+    es = ExprSet()
+    chars = es.parse("(?:[abcxy]|zz)")
+    whole = es.parse("(?:zz|a)+")
+    assert es._made_of(whole, chars)
+    limited = es.and_(whole, es.repeat(chars, 0, 40))
+    assert es.clamped(limited, 4) == es.clamped(whole, 4)
+    # a lower limit counts characters, which bytes do not bound from below: kept
+    at_least = es.and_(whole, es.repeat(chars, 2, 40))
+    assert es.clamped(at_least, 4) == at_least
+    # `z` alone is no character: not a sequence of them, kept
+    broken = es.and_(es.parse("(?:z|a)+"), es.repeat(chars, 0, 40))
+    assert not es._made_of(es.parse("(?:z|a)+"), chars)
+    assert es.clamped(broken, 4) == broken
+
+
+def test_words_in_any_script_are_json_characters():
+    es = ExprSet()
+    chars = es.parse('(?:[^"\\\\\\x00-\\x1f]|\\\\["\\\\/bfnrt]|\\\\u[0-9a-fA-F]{4})')
+    words = es.parse('(?:[^\\x00- "\\\\]+ +){0,11}[^\\x00- "\\\\]+')
+    assert es._made_of(words, chars)
+    limited = es.and_(words, es.repeat(chars, 0, 1000))
+    assert es.clamped(limited, 128) == es.clamped(words, 128)
