@@ -330,9 +330,10 @@ class _Analysis(_Derivatives):
             if pending:
                 stack.extend(pending)
                 continue
-            got = [memo[c] for c in parts]
+            found = [memo[c] for c in parts]
             r: int | None
-            if any(g is None for g in got):
+            got = [g for g in found if g is not None]
+            if len(got) < len(found):
                 r = None
             elif k == _CONCAT:
                 # inside the head: finish it, then the tail's least; inside the tail: its own

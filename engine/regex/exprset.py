@@ -460,14 +460,17 @@ class ExprSet(_Analysis):
                 if pending:
                     stack.extend(pending)
                     continue
-                m: int | None = 0
+                m = 0
                 for c in parts:
                     got = memo[c]
                     if got is None:
-                        m = None
                         break
                     m |= got
-                memo[x] = m
+                else:
+                    memo[x] = m
+                    stack.pop()
+                    continue
+                memo[x] = None
             stack.pop()
         return memo[expr]
 
