@@ -91,6 +91,40 @@ def hash_states_py(first, last, st_ptr, comp_lex, comp_expr, st_keys, st_vals):
         st_vals[slot] = sid
 
 
+# A table moves into a _TableSpace when it would grow past this size: below numpy's own
+# huge-page threshold (4 MiB), whose first touch cost 6 ms in a mask.
+_SPACE_FROM_BYTES = 2 << 20
+
+
+class _TableSpace:
+    """Room for a large transition table that grows without moving.
+
+    A doubling copy of a table of thousands of states (1 KiB each) took 15 ms inside
+    the one mask that met it: a new map filled with UNKNOWN, then the old rows copied.
+    From _SPACE_FROM_BYTES the table is instead a prefix view of a map sized for the state
+    limit: memory the kernel backs only where it is touched, so growing fills just the
+    new rows, a quarter of the table at a time."""
+
+    def __init__(self, rows: int, width: int):
+        import mmap
+
+        self.region = mmap.mmap(-1, rows * width * 4)
+        advise = getattr(self.region, "madvise", None)
+        if advise is not None and hasattr(mmap, "MADV_NOHUGEPAGE"):
+            advise(mmap.MADV_NOHUGEPAGE)
+        self.full = np.frombuffer(self.region, dtype=np.int32).reshape(rows, width)
+
+    def grown(self, table: np.ndarray, size: int) -> np.ndarray:
+        """The table with `size` rows: the new rows UNKNOWN, the old ones where they are
+        (`table` is this space's prefix) or copied in (the first time)."""
+        size = min(size, self.full.shape[0])
+        old = table.shape[0]
+        if table.ctypes.data != self.full.ctypes.data:
+            self.full[:old] = table
+        self.full[old:size].fill(UNKNOWN)
+        return self.full[:size]
+
+
 class DerivativeRows:
     """The lexer's derivatives, as the compiled step reads them: for an expression `e`,
     `pool[base[e] + cmaps[cmap_of[e], byte]]` is its derivative by `byte` (NOTHING when
@@ -447,6 +481,7 @@ class Lexer:
         self._state_index: dict[tuple[tuple[int, int], ...], int] = {}
         self._states: list[tuple[tuple[int, int], ...]] = []
         self.table = filled((64, 256), UNKNOWN, dtype=np.int32)
+        self._space: _TableSpace | None = None
         self.accept = filled(64, NO_ACCEPT, dtype=np.int32)
         # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
         self._lexset_index: dict[frozenset[int], int] = {}
@@ -587,9 +622,7 @@ class Lexer:
         n, comps = int(core[CORE_STATES]), int(core[CORE_COMPS])
         room = max(32, n // 4)
         if n + room > self.table.shape[0]:
-            size = max(2 * self.table.shape[0], n + room)
-            self.table = grown(self.table, size, UNKNOWN)
-            self.accept = grown(self.accept, size, NO_ACCEPT)
+            self._grow_table(n + room)
         self._hold(n + room + 1, comps + max(2048, comps // 4))
         if 2 * (n + room) > self.st_keys.shape[0]:
             size = self.st_keys.shape[0]
@@ -598,6 +631,18 @@ class Lexer:
             self.st_keys = np.zeros(size, dtype=np.int64)
             self.st_vals = filled(size, -1, dtype=np.int64)
             core[CORE_HASHED] = 0  # the compiled step enters them all again
+
+    def _grow_table(self, need: int) -> None:
+        """Grows the table (and `accept`) to at least `need` rows: doubling while small,
+        by a quarter in place once it lives in a _TableSpace."""
+        old = self.table.shape[0]
+        if self._space is None and 2 * old * self.table.shape[1] * self.table.itemsize >= _SPACE_FROM_BYTES:
+            self._space = _TableSpace(self.limits.max_lexer_states * 5 // 4 + 1024, self.table.shape[1])
+        if self._space is not None:
+            self.table = self._space.grown(self.table, max(need, old + old // 4))
+        else:
+            self.table = grown(self.table, max(need, 2 * old), UNKNOWN)
+        self.accept = grown(self.accept, self.table.shape[0], NO_ACCEPT)
 
     def _hold(self, states: int, pairs: int) -> None:
         """Grows st_ptr and the pair arrays (doubling) to hold this many states and pairs."""
@@ -621,9 +666,7 @@ class Lexer:
         self._states.append(pairs)
         self._state_index[pairs] = sid
         if sid >= self.table.shape[0]:
-            size = 2 * self.table.shape[0]
-            self.table = grown(self.table, size, UNKNOWN)
-            self.accept = grown(self.accept, size, NO_ACCEPT)
+            self._grow_table(sid + 1)
         real = frozenset(i for i, e in pairs if i < self.num_lexemes and self.exprs.nullable(e))
         if real:
             self.accept[sid] = self.lexset_id(real)

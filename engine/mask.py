@@ -60,6 +60,7 @@ from .parser import (
 )
 from .recognizer import LEXSET_BITS, NO_ROW, START_COUNT, START_POOL_USED, STEP_EMPTY, Recognizer
 from .regex import RepeatBounds
+from .regex.analysis import CHAIN_WALK_FIELDS, chain_search_py
 from .slicer import applicable_slices
 from .trie import (
     RECORD_DEPTH_MASK,
@@ -724,6 +725,25 @@ def spell_leaves_py(node_byte, node_depth, subtree_size, min_len, out, out_len):
 
 
 _spell_leaves_jit = njit(spell_leaves_py)
+_chain_search_jit = njit(chain_search_py)
+
+
+def _load_chain_search() -> None:
+    """One call on empty strings: loads the compiled chain search from numba's cache
+    here, when the first walker of a trie is made, rather than in a mask."""
+    none = np.zeros(0, dtype=np.int64)
+    _chain_search_jit(
+        np.zeros(0, dtype=np.uint8),
+        np.zeros(1, dtype=np.int64),
+        none,
+        np.zeros((1, 256), dtype=np.int32),
+        np.zeros(1, dtype=np.uint8),
+        np.zeros((1, 1), dtype=np.int32),
+        np.zeros(1, dtype=np.int32),
+        1,
+        np.zeros(CHAIN_WALK_FIELDS, dtype=np.int64),
+        1,
+    )
 
 
 def _long_token_strings(trie: TokenTrie, min_len: int, use_jit: bool = True) -> list[bytes] | None:
@@ -766,7 +786,8 @@ def repeat_bounds_for(trie: TokenTrie) -> RepeatBounds:
 
         if len(_REPEAT_BOUNDS) >= 8:
             _REPEAT_BOUNDS.clear()
-        got = _REPEAT_BOUNDS[trie.fingerprint] = RepeatBounds(trie.fingerprint, long_strings)
+        _load_chain_search()
+        got = _REPEAT_BOUNDS[trie.fingerprint] = RepeatBounds(trie.fingerprint, long_strings, _chain_search_jit)
     return got
 
 

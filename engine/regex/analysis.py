@@ -14,6 +14,7 @@ from .nodes import CONCAT as _CONCAT
 from .nodes import EPS as _EPS
 from .nodes import EXCL as _EXCL
 from .nodes import NOT as _NOT
+from .nodes import NOTHING as _NOTHING
 from .nodes import OR as _OR
 from .nodes import REPEAT as _REPEAT
 from .nodes import SUBSET_STATES as _SUBSET_STATES
@@ -97,7 +98,11 @@ class _Analysis(_Derivatives):
         ~ it also has the same prefixes of at most `depth` bytes: every node then matches
         something, so a prefix of j <= depth repetitions goes on to a match under either
         bound. With & or ~ that fails (`a{0,300} & a{400,}` is empty, its clamped
-        form is not), so such expressions come back as they are.
+        form is not), so such expressions come back as they are, with one exception
+        (`_clamped_window`): a length limit on a pattern or format, `A & C{lo,hi}`
+        where A reads only single-byte words of C, gives way to A while hi stays at
+        least `depth` plus the longest shortest completion of A (`completion_bound`);
+        a sequence or alternation around & or ~ is clamped in its other parts.
 
         A mask walk reads tokens of at most `depth` bytes: two lexer states whose
         expressions clamp alike allow the same tokens inside the lexeme and end it at the
@@ -109,7 +114,9 @@ class _Analysis(_Derivatives):
         counts of a word-count limit (`(\\S+\\s+){0,99}`) share one walk down to a
         handful of words left, not 64."""
         floor = depth if bounds is None else min(depth, bounds.floor)
-        if self._max_count[expr] <= floor or self._has_bool[expr]:
+        if self._max_count[expr] <= floor:
+            return expr
+        if self._has_bool[expr] and self._kind[expr] not in (_CONCAT, _OR, _AND):
             return expr
         key = depth if bounds is None else (depth, bounds.key, bounds.floor)
         memo = self._clamped.get(key)
@@ -131,6 +138,8 @@ class _Analysis(_Derivatives):
                 r = self._concat2(h, r)
         elif k == _OR:
             r = self.alt(*[self.clamped(m, depth, bounds) for m in a])
+        elif k == _AND:
+            r = self._clamped_window(expr, depth, bounds)
         elif k == _REPEAT:
             inner, lo, hi = a
             # A repetition takes at least max(1, least length of inner) bytes, so a
@@ -147,59 +156,249 @@ class _Analysis(_Derivatives):
         memo[expr] = r
         return r
 
-    def most_chained(self, expr: int, strings, max_steps: int) -> int | None:
+    def _clamped_window(self, expr: int, depth: int, bounds: "RepeatBounds | None") -> int:
+        """`A & C{lo,hi}` (A without & or ~, reading only bytes that are words of C on
+        their own, so a word of A has as many characters of C as bytes) clamped to A's
+        clamped form, when lo is at most A's least length and hi at least `depth` plus
+        `completion_bound(A)`; otherwise `expr` itself. After w (at most `depth` bytes):
+        A's derivative takes the empty word iff the limit's does too (|w| < hi, and
+        |w| >= lo when w is a word of A), and when A's derivative is not empty its
+        shortest word fits in the hi - |w| bytes left: both derivatives are empty alike.
+        A `maxLength` on a format or an unbounded pattern is such a limit, and each
+        count left was a lexer state of its own in the mask walk."""
+        members = self._args[expr]
+        if len(members) != 2:
+            return expr
+        kind = self._kind
+        for window, body in (members, members[::-1]):
+            if kind[window] != _REPEAT or self._has_bool[body]:
+                continue
+            chars, lo, hi = self._args[window]
+            if hi is None or lo > self._min_len[body]:
+                continue
+            tail = self.completion_bound(body)
+            if tail is None or hi < depth + tail:
+                continue
+            singles = self._single_bytes(chars)
+            alphabet = self._alphabet(body)
+            if alphabet is None:
+                continue
+            if alphabet & ~singles and (lo > 0 or not self._made_of(body, chars)):
+                # Multibyte characters: a word of A has at most as many characters as
+                # bytes, which bounds the upper limit only.
+                continue
+            return self.clamped(body, depth, bounds)
+        return expr
+
+    # The longest piece `_made_of` checks against one character (a UTF-8 sequence is at
+    # most 4 bytes, a JSON escape of a surrogate pair 12).
+    _CHARACTER_BYTES = 12
+
+    def _made_of(self, expr: int, chars: int) -> bool:
+        """Whether every word of `expr` (no & or ~) is a sequence of words of `chars`:
+        true when each piece of at most _CHARACTER_BYTES bytes its structure splits
+        into lies inside `chars` (`_one_character`), so a
+        pattern made of whole JSON string characters, `(\\S+\\s+){0,11}`, is found
+        inside `(char)*`. False when unsure."""
+        key = (expr, chars)
+        memo = self._made_of_memo
+        got = memo.get(key)
+        if got is not None:
+            return got
+        kind, args = self._kind, self._args
+        k = kind[expr]
+        longest = self.max_length(expr)
+        if k in (_NOTHING, _EPS):
+            got = True
+        elif self._has_bool[expr]:
+            got = False
+        elif k == _BYTES:
+            got = args[expr][0] & ~self._single_bytes(chars) == 0
+        elif (
+            longest is not None
+            and 0 < self._min_len[expr]
+            and longest <= self._CHARACTER_BYTES
+            and self._one_character(expr, chars)
+        ):
+            got = True
+        elif k == _CONCAT:
+            # along the chain, as sequences are right-nested and may be long
+            got = True
+            x = expr
+            while kind[x] == _CONCAT and got:
+                h, x = args[x]
+                got = self._made_of(h, chars)
+            got = got and self._made_of(x, chars)
+        elif k == _OR:
+            got = all(self._made_of(m, chars) for m in args[expr])
+        elif k == _REPEAT:
+            got = self._made_of(args[expr][0], chars)
+        else:
+            got = False
+        memo[key] = got
+        return got
+
+    def _one_character(self, piece: int, chars: int) -> bool:
+        """piece ⊆ chars for a piece of a few bytes: word by word when it has few words,
+        else branch by branch where each branch is a product of byte sets (a UTF-8
+        sequence class); False otherwise. Not the general containment check: that
+        builds `piece & ~chars`, whose exclusions of word sets took tens of
+        milliseconds inside a mask."""
+        words = self._finite_words(piece)
+        if words is not None and len(words) <= 256:
+            for w in words:
+                e = chars
+                for b in w:
+                    e = self.derivative(e, b)
+                    if e == 0:
+                        return False
+                if not self._nullable[e]:
+                    return False
+            return True
+        kind, args = self._kind, self._args
+        for m in args[piece] if kind[piece] == _OR else (piece,):
+            sets = self._byte_product(m)
+            if sets is None or not self._product_inside(sets, chars):
+                return False
+        return True
+
+    def _byte_product(self, expr: int) -> list[int] | None:
+        """The byte sets B1..Bk when `expr` is the product B1·B2·…·Bk (a UTF-8 sequence
+        class), else None."""
+        kind, args = self._kind, self._args
+        sets: list[int] = []
+        x = expr
+        while True:
+            head, rest = (args[x][0], args[x][1]) if kind[x] == _CONCAT else (x, -1)
+            if kind[head] == _BYTES:
+                sets.append(args[head][0])
+            elif kind[head] == _REPEAT and kind[args[head][0]] == _BYTES and args[head][1] == args[head][2]:
+                sets.extend([args[args[head][0]][0]] * args[head][1])
+            else:
+                return None
+            if rest < 0:
+                return sets
+            x = rest
+
+    def _product_inside(self, sets: list[int], chars: int) -> bool:
+        """B1·…·Bk ⊆ chars, exactly: chars is derived by one byte of each of its byte
+        classes inside B1, then inside B2, and so on; every end must take the empty word."""
+        frontier = {chars}
+        for m in sets:
+            nxt = set()
+            for e in frontier:
+                cm = self.byte_classes(e)
+                for r in {cm[b] for b in range(256) if (m >> b) & 1}:
+                    d = self.derivative(e, r)
+                    if d == 0:
+                        return False
+                    nxt.add(d)
+            if len(nxt) > 64:
+                return False
+            frontier = nxt
+        return all(self._nullable[e] for e in frontier)
+
+    def completion_bound(self, expr: int) -> int | None:
+        """An upper bound on the shortest word that completes any prefix of a word of
+        `expr` (any of its non-empty derivatives): read off the structure, no derivative
+        taken. None under & or ~."""
+        memo = self._completion
+        if expr in memo:
+            return memo[expr]
+        kind, args, least = self._kind, self._args, self._min_len
+        stack = [expr]
+        while stack:
+            x = stack[-1]
+            if x in memo:
+                stack.pop()
+                continue
+            k = kind[x]
+            if k in (_AND, _NOT, _EXCL):
+                memo[x] = None
+                stack.pop()
+                continue
+            if k == _BYTES:
+                memo[x] = 1
+                stack.pop()
+                continue
+            if k not in (_CONCAT, _OR, _REPEAT):
+                memo[x] = 0
+                stack.pop()
+                continue
+            parts = args[x] if k in (_OR, _CONCAT) else (args[x][0],)
+            pending = [c for c in parts if c not in memo]
+            if pending:
+                stack.extend(pending)
+                continue
+            found = [memo[c] for c in parts]
+            r: int | None
+            got = [g for g in found if g is not None]
+            if len(got) < len(found):
+                r = None
+            elif k == _CONCAT:
+                # inside the head: finish it, then the tail's least; inside the tail: its own
+                r = max(got[0] + least[parts[1]], got[1])
+            elif k == _OR:
+                r = max(got)
+            else:
+                # inside one repetition: finish it, then the repetitions still owed
+                r = got[0] + max(0, args[x][1] - 1) * least[parts[0]]
+            memo[x] = r
+            stack.pop()
+        return memo[expr]
+
+    def most_chained(self, expr: int, strings, max_steps: int, search=None) -> int | None:
         """The most non-empty matches of `expr` that follow one another inside one of
         `strings` (anywhere in it), or None when that takes more than `max_steps`
-        derivative lookups. `expr` has no & or ~. Strings in sorted order share the
-        work of their common prefix."""
-        derivative = self.derivative
-        deriv = self._deriv
-        nullable = self._nullable
-        best = 0
-        steps = 0
-        # Per position of the previous string: the chains in progress there (partial
-        # match -> whole matches before it) and ends[i], the longest chain of whole
-        # matches ending at byte i (0: none). A chain may start at any byte, where it
-        # continues the chain ending there.
-        prev = b""
-        actives: list[dict[int, int]] = [{}]
-        ends = [0]
-        for s in sorted(strings):
-            p = 0
-            limit = min(len(s), len(prev))
-            while p < limit and s[p] == prev[p]:
-                p += 1
-            del actives[p + 1 :]
-            del ends[p + 1 :]
-            prev = s
-            active = actives[p]
-            for i in range(p, len(s)):
-                b = s[i]
-                start = ends[i]
-                if active.get(expr, -1) < start:
-                    active = dict(active)
-                    active[expr] = start
-                steps += len(active)
-                if steps > max_steps:
-                    return None
-                nxt: dict[int, int] = {}
-                ended = 0
-                for e, done in active.items():
-                    d = deriv.get((e << 8) | b)
-                    if d is None:
-                        d = derivative(e, b)
-                    if d == 0:
-                        continue
-                    if nxt.get(d, -1) < done:
-                        nxt[d] = done
-                    if nullable[d] and done + 1 > ended:
-                        ended = done + 1
-                ends.append(ended)
-                if ended > best:
-                    best = ended
-                active = nxt
-                actives.append(active)
-        return best
+        steps or `expr` has more than CHAIN_STATES derivatives. `expr` has no & or ~.
+        `strings` is a `PackedStrings` (or an iterable of bytes): strings in sorted order
+        share the work of their common prefix.
+
+        The walk itself is `chain_search_py` (`search`, compiled by the caller for mask
+        walks) over a table of `expr`'s derivatives that grows as the walk meets them:
+        the walk returns for each (derivative, byte class) it lacks, and Python fills
+        that class's entries; a plain-Python walk over dicts cost milliseconds per group
+        inside the first mask of a field."""
+        packed = strings if isinstance(strings, PackedStrings) else PackedStrings(strings)
+        if packed.count == 0:
+            return 0
+        search = chain_search_py if search is None else search
+        cap = CHAIN_STATES
+        table = np.full((cap, 256), CHAIN_UNKNOWN, dtype=np.int32)
+        nullable = np.zeros(cap, dtype=np.uint8)
+        actives = np.full((packed.longest + 1, cap), -1, dtype=np.int32)
+        ends = np.zeros(packed.longest + 1, dtype=np.int32)
+        walk = np.zeros(CHAIN_WALK_FIELDS, dtype=np.int64)
+        walk[CHAIN_AT_STRING] = 0
+        walk[CHAIN_AT_BYTE] = -1
+        ids = [expr]
+        index = {expr: 0}
+        nullable[0] = self._nullable[expr]
+        while True:
+            code = search(
+                packed.buf, packed.starts, packed.lcp, table, nullable, actives, ends, len(ids), walk, max_steps
+            )
+            if code == CHAIN_DONE:
+                return int(walk[CHAIN_BEST])
+            if code == CHAIN_GAVE_UP:
+                return None
+            state, byte = int(walk[CHAIN_NEED_STATE]), int(walk[CHAIN_NEED_BYTE])
+            e = ids[state]
+            cm = self.byte_classes(e)
+            rep = cm[byte]
+            d = self.derivative(e, rep)
+            if d == 0:
+                target = CHAIN_DEAD
+            else:
+                got = index.get(d)
+                if got is None:
+                    if len(ids) == cap:
+                        return None
+                    got = index[d] = len(ids)
+                    ids.append(d)
+                    nullable[got] = self._nullable[d]
+                target = got
+            table[state, np.frombuffer(cm, dtype=np.uint8) == rep] = target
 
     # Emptiness -------------------------------------------------------------------------
     def is_empty(self, expr: int, bound: int | None = None) -> bool:
@@ -415,6 +614,102 @@ class _Analysis(_Derivatives):
         return self._subset(y, x)
 
 
+# most_chained's derivative table: entries not worked out yet, and derivatives that are ∅.
+CHAIN_UNKNOWN = -1
+CHAIN_DEAD = -2
+# The most derivatives of one group most_chained tables before it gives up.
+CHAIN_STATES = 128
+# chain_search_py's answers, and the fields of its `walk` array (where it stands, so a
+# call after a return to Python goes on from there).
+CHAIN_DONE, CHAIN_NEED, CHAIN_GAVE_UP = 0, 1, 2
+CHAIN_AT_STRING, CHAIN_AT_BYTE, CHAIN_BEST, CHAIN_STEPS, CHAIN_NEED_STATE, CHAIN_NEED_BYTE = range(6)
+CHAIN_WALK_FIELDS = 6
+
+
+class PackedStrings:
+    """Byte strings sorted and laid end to end for chain_search_py: `buf` holds them,
+    string k is `buf[starts[k]:starts[k + 1]]`, and `lcp[k]` is how many leading bytes
+    it shares with string k - 1."""
+
+    def __init__(self, strings):
+        ordered = sorted(set(strings))
+        self.count = len(ordered)
+        self.buf = np.frombuffer(b"".join(ordered), dtype=np.uint8).copy()
+        lengths = np.fromiter((len(x) for x in ordered), dtype=np.int64, count=len(ordered))
+        self.starts = np.zeros(len(ordered) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=self.starts[1:])
+        self.lcp = np.zeros(len(ordered), dtype=np.int64)
+        for k in range(1, len(ordered)):
+            a, b = ordered[k - 1], ordered[k]
+            n = min(len(a), len(b))
+            p = 0
+            while p < n and a[p] == b[p]:
+                p += 1
+            self.lcp[k] = p
+        self.longest = int(lengths.max()) if len(ordered) else 0
+
+
+def chain_search_py(buf, starts, lcp, table, nullable, actives, ends, n_states, walk, max_steps):
+    """The longest chain of whole matches inside the strings `buf`/`starts`/`lcp` (a
+    PackedStrings), over the derivative table `table` (state 0 is the group itself;
+    CHAIN_DEAD for ∅). Per byte position of the current string, `actives[i, s]` is the
+    most whole matches before the partial match in derivative s (-1: none) and
+    `ends[i]` the longest chain ending at byte i; a chain may start at any byte, where
+    it continues the chain ending there. A string re-uses the rows of the prefix it
+    shares with the one before. Returns CHAIN_DONE (the answer in walk[CHAIN_BEST]),
+    CHAIN_NEED when an entry of `table` is CHAIN_UNKNOWN (its state and byte in
+    `walk`; call again once it is filled) or CHAIN_GAVE_UP past `max_steps` steps."""
+    n = starts.shape[0] - 1
+    k = walk[CHAIN_AT_STRING]
+    resume = walk[CHAIN_AT_BYTE]
+    best = walk[CHAIN_BEST]
+    steps = walk[CHAIN_STEPS]
+    while k < n:
+        base = starts[k]
+        length = starts[k + 1] - base
+        i = resume if resume >= 0 else lcp[k]
+        resume = -1
+        while i < length:
+            b = buf[base + i]
+            start = ends[i]
+            for s in range(n_states):
+                actives[i + 1, s] = -1
+            ended = 0
+            for s in range(n_states):
+                done = actives[i, s]
+                if s == 0 and done < start:
+                    done = start
+                if done < 0:
+                    continue
+                steps += 1
+                d = table[s, b]
+                if d == CHAIN_UNKNOWN:
+                    walk[CHAIN_AT_STRING] = k
+                    walk[CHAIN_AT_BYTE] = i
+                    walk[CHAIN_BEST] = best
+                    walk[CHAIN_STEPS] = steps
+                    walk[CHAIN_NEED_STATE] = s
+                    walk[CHAIN_NEED_BYTE] = b
+                    return CHAIN_NEED
+                if d == CHAIN_DEAD:
+                    continue
+                if actives[i + 1, d] < done:
+                    actives[i + 1, d] = done
+                if nullable[d] and done + 1 > ended:
+                    ended = done + 1
+            if steps > max_steps:
+                return CHAIN_GAVE_UP
+            ends[i + 1] = ended
+            if ended > best:
+                best = ended
+            i += 1
+        k += 1
+    walk[CHAIN_AT_STRING] = k
+    walk[CHAIN_BEST] = best
+    walk[CHAIN_STEPS] = steps
+    return CHAIN_DONE
+
+
 class RepeatBounds:
     """How many whole repetitions of a group fit inside one token of a vocabulary: what
     `_Analysis.clamped` may clamp repeat counts at for that vocabulary's mask walks.
@@ -425,17 +720,27 @@ class RepeatBounds:
     most. `long_strings(n)` gives the distinct strings of the vocabulary's tokens of at
     least n bytes (longest first), or None when there are too many to search; groups
     whose least length is 1 are left to the length bound, as for them nearly every long
-    token (a run of spaces) is a long chain. Answers are kept per group in its ExprSet."""
+    token (a run of spaces) is a long chain. Answers are kept per group in its ExprSet.
+    `search` is `chain_search_py` or its compiled twin (the mask walker passes that)."""
 
     # Counts up to this many repetitions are never clamped through a vocabulary search.
     FLOOR = 12
     # Derivative lookups one group's search may take before it gives up.
     MAX_STEPS = 200_000
 
-    def __init__(self, key, long_strings):
+    def __init__(self, key, long_strings, search=None):
         self.key = key
         self.floor = self.FLOOR
         self._long_strings = long_strings
+        self._search = search
+        # least length -> those strings packed for the search (None: too many)
+        self._packed: dict[int, PackedStrings | None] = {}
+
+    def _packed_strings(self, min_len: int) -> "PackedStrings | None":
+        if min_len not in self._packed:
+            strings = self._long_strings(min_len)
+            self._packed[min_len] = None if strings is None else PackedStrings(strings)
+        return self._packed[min_len]
 
     def most_repeats(self, exprs: "_Analysis", inner: int) -> int | None:
         """The most whole repetitions of `inner` (no & or ~) one token can hold, at
@@ -448,9 +753,9 @@ class RepeatBounds:
         got: int | None = None
         least = exprs._min_len[inner]
         if 2 <= least < (1 << 20):
-            strings = self._long_strings((self.floor + 1) * least)
+            strings = self._packed_strings((self.floor + 1) * least)
             if strings is not None:
-                found = exprs.most_chained(inner, strings, self.MAX_STEPS)
+                found = exprs.most_chained(inner, strings, self.MAX_STEPS, self._search)
                 if found is not None:
                     got = max(self.floor, found)
         memo[key] = got

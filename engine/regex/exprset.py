@@ -313,6 +313,13 @@ class ExprSet(_Analysis):
         if excluded is not None:
             kept, words = excluded
             return self._exclude(self.and_(*kept), words)
+        if len(items) > 1:
+            self._drop_covering_stars(items)
+            if len(items) == 1:
+                return items.pop()
+            factored = self._factor_common_head(items)
+            if factored is not None:
+                return factored
         byte_sets = [x for x in items if kind[x] == _BYTES]
         if len(byte_sets) > 1:
             m = _FULL
@@ -340,6 +347,132 @@ class ExprSet(_Analysis):
                 True,
             )
         return i
+
+    def _drop_covering_stars(self, items: set[int]) -> None:
+        """Drops from an intersection each `C*` (or `C+`) that another member lies
+        inside because that member reads only bytes that are words of C on their own: a
+        pattern or format ANDed with the JSON string characters (`[a-z0-9.@-]+ &
+        (char)*`) is the pattern alone. Kept, the `&` hid the pattern's counts from
+        clamping and made each of its derivatives an emptiness check in the mask walk."""
+        kind, args, nullable = self._kind, self._args, self._nullable
+        for x in list(items):
+            if kind[x] != _REPEAT:
+                continue
+            body, lo, hi = args[x]
+            if hi is not None or lo > 1:
+                continue
+            singles = self._single_bytes(body)
+            if not singles:
+                continue
+            for y in items:
+                if y == x or self._has_bool[y] or (lo == 1 and nullable[y]):
+                    continue
+                alphabet = self._alphabet(y)
+                if alphabet is not None and alphabet & ~singles == 0:
+                    items.discard(x)
+                    break
+
+    def _factor_common_head(self, items: set[int]) -> int | None:
+        """`P·A & ~(P·B | M)` as `P·(A & ~B)` when P, the head every positive member
+        starts with, has all its words of one length (and no & or ~) and every member
+        of a negation either starts with P too or cannot start a word of P (M). A
+        lexer meets this in the middle of a multibyte character: the derivative of
+        `(char)* & ~K` by a lead byte is `[\x80-\xbf]{2}·(char)* & ~([\x80-\xbf]{2}·K')`,
+        one intersection node per partial character and count, each checked for
+        emptiness in the mask walk; factored, the partial characters share one. None
+        when the members do not have that shape."""
+        kind, args = self._kind, self._args
+        head = -1
+        positives: list[int] = []
+        negated: list[int] = []
+        for x in items:
+            k = kind[x]
+            if k == _CONCAT:
+                h, t = args[x]
+                if head < 0:
+                    head = h
+                elif h != head:
+                    return None
+                positives.append(t)
+            elif k == _NOT:
+                negated.append(args[x][0])
+            else:
+                return None
+        if head < 0 or self._has_bool[head]:
+            return None
+        least = self._min_len[head]
+        if least < 1 or self.max_length(head) != least:
+            return None
+        first = self.first_bytes(head)
+        kept: list[int] = []
+        for y in negated:
+            tails: list[int] = []
+            for m in args[y] if kind[y] == _OR else (y,):
+                if kind[m] == _CONCAT and args[m][0] == head:
+                    tails.append(args[m][1])
+                elif not self.first_bytes(m) & first:
+                    # No word of P·A starts with a byte m's non-empty words start with,
+                    # and P·A has no empty word: excluding m excludes nothing.
+                    continue
+                else:
+                    return None
+            kept.append(self.not_(self.alt(*tails)) if tails else self.ALL)
+        return self._concat2(head, self.and_(*positives, *kept))
+
+    def _single_bytes(self, expr: int) -> int:
+        """The bytes that are words of `expr` by themselves, as far as its top level
+        shows (a byte set, or the byte sets of an alternation)."""
+        kind, args = self._kind, self._args
+        if kind[expr] == _BYTES:
+            return args[expr][0]
+        if kind[expr] == _OR:
+            m = 0
+            for x in args[expr]:
+                if kind[x] == _BYTES:
+                    m |= args[x][0]
+            return m
+        return 0
+
+    def _alphabet(self, expr: int) -> int | None:
+        """Every byte `expr` can read, as a byte set (an over-estimate: bytes of
+        branches that lead nowhere count too); None under & or ~."""
+        memo = self._alphabets
+        if expr in memo:
+            return memo[expr]
+        kind, args = self._kind, self._args
+        # Post-order without recursion: a long literal is a long chain of sequences.
+        stack = [expr]
+        while stack:
+            x = stack[-1]
+            if x in memo:
+                stack.pop()
+                continue
+            k = kind[x]
+            if k == _BYTES:
+                memo[x] = args[x][0]
+            elif k in (_NOTHING, _EPS):
+                memo[x] = 0
+            elif k in (_AND, _NOT, _EXCL):
+                memo[x] = None
+            else:
+                parts = args[x] if k in (_OR, _CONCAT) else (args[x][0],)
+                pending = [c for c in parts if c not in memo]
+                if pending:
+                    stack.extend(pending)
+                    continue
+                m = 0
+                for c in parts:
+                    got = memo[c]
+                    if got is None:
+                        break
+                    m |= got
+                else:
+                    memo[x] = m
+                    stack.pop()
+                    continue
+                memo[x] = None
+            stack.pop()
+        return memo[expr]
 
     def _excluded_words(self, items: set[int]) -> tuple[list[int], set[bytes]] | None:
         """The members of an intersection that are not finite exclusions, and the words

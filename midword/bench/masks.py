@@ -50,7 +50,7 @@ import time
 from typing import Iterable
 
 from .masks_dataset import BenchInputError, Case, Instance, list_files, load_case, resolve_tokenizer, warmup_case
-from .masks_report import format_table
+from .masks_report import WorstMasks, format_table
 from .masks_runner import (
     BUILTIN_ENGINES,
     QUIET_THREAD_POOLS,
@@ -135,6 +135,13 @@ def add_masks_arguments(parser: argparse.ArgumentParser) -> None:
         help="stop starting files after this many seconds and report those done (default: none)",
     )
     parser.add_argument("--details", action="store_true", help="list every failing file under the table")
+    parser.add_argument(
+        "--worst",
+        type=int,
+        default=0,
+        metavar="N",
+        help="list each engine's N slowest masks: file, instance, token, the text before it",
+    )
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per file and engine on stderr")
 
 
@@ -163,6 +170,7 @@ def run_masks(args: argparse.Namespace) -> int:
     stats: dict[str, EngineStats] = {}
     stopped = ""
     cpu_before = None
+    worst = WorstMasks(args.worst) if args.worst > 0 else None
     try:
         for e in engines:
             runner = EngineRunner(e, spec, warmup)
@@ -205,6 +213,8 @@ def run_masks(args: argparse.Namespace) -> int:
                 # Keep every engine on the same files: the half-run file is dropped.
                 stopped = f"interrupted after {n - 1} of {len(files)} files"
                 break
+            if worst is not None:
+                worst.add(case, done)
             for e, r in done.items():
                 stats[e].add(r)
                 if args.verbose:
@@ -242,6 +252,8 @@ def run_masks(args: argparse.Namespace) -> int:
             # On a shared host the hypervisor's share varies during a run and slows
             # engines unevenly: figures taken with much of it compare poorly.
             print(f"\nCPU time taken by the hypervisor (steal) during the run: {100 * steal:.1f} %")
+        if worst is not None:
+            print(worst.format())
         if args.details:
             for e, s in summaries.items():
                 if s["failed_files"]:

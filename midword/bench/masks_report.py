@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from typing import Any
 
 _ROWS = [
@@ -100,3 +101,45 @@ def format_table(summaries: dict[str, dict[str, Any]]) -> str:
         if s.get("encode_mismatches"):
             out.append(f"  own tokenizer differs from the reference on {s['encode_mismatches']} instances")
     return "\n".join(out)
+
+
+class WorstMasks:
+    """The `n` slowest masks of each engine, with where they were filled (file, instance,
+    token position, the text just before) and what the other engines took at that same
+    step: the masks behind an engine's TBM max and p99."""
+
+    def __init__(self, n: int):
+        self.n = n
+        self._heaps: dict[str, list[tuple[int, str, int, int, str, dict[str, int]]]] = {}
+
+    def add(self, case, done: dict) -> None:
+        """Takes one file's results (engine -> FileResult) over `case`, a masks_dataset.Case."""
+        by_step = {e: dict(zip(r.mask_steps, r.tbm_ns, strict=False)) for e, r in done.items()}
+        for e, r in done.items():
+            heap = self._heaps.setdefault(e, [])
+            for ns, (idx, pos) in zip(r.tbm_ns, r.mask_steps, strict=False):
+                if len(heap) >= self.n and ns <= heap[0][0]:
+                    continue
+                others = {o: steps[(idx, pos)] for o, steps in by_step.items() if o != e and (idx, pos) in steps}
+                item = (ns, case.name, idx, pos, _text_before(case, idx, pos), others)
+                if len(heap) < self.n:
+                    heapq.heappush(heap, item)
+                else:
+                    heapq.heapreplace(heap, item)
+
+    def format(self) -> str:
+        lines = []
+        for e, heap in self._heaps.items():
+            lines.append(f"\n{e}: the {len(heap)} slowest masks (µs; the others' at the same step)")
+            for ns, name, idx, pos, before, others in sorted(heap, reverse=True):
+                peers = " ".join(f"{o} {v / 1000:,.0f}" for o, v in others.items())
+                lines.append(f"  {ns / 1000:>9,.0f}  {name} test {idx} token {pos}  [{peers}]  after {before!r}")
+        return "\n".join(lines)
+
+
+def _text_before(case, idx: int, pos: int, width: int = 40) -> str:
+    if idx >= len(case.instances):
+        return ""
+    inst = case.instances[idx]
+    end = inst.offsets[pos] if pos < len(inst.offsets) else len(inst.text)
+    return inst.text[max(0, end - width) : end]

@@ -139,6 +139,8 @@ class FileResult:
     ttfm_ns: list[int] = field(default_factory=list)
     # per mask, aligned with tbm_ns, where the engine can tell: MASK_CATEGORIES index
     mask_categories: list[int] = field(default_factory=list)
+    # per mask, aligned with tbm_ns: (instance index, token position) it was filled at
+    mask_steps: list[tuple[int, int]] = field(default_factory=list)
     valid_tokens: int = 0
     ff_calls: int = 0
     ff_ns: int = 0
@@ -190,9 +192,9 @@ def run_file(
                 matcher = adapter.new_matcher(compiled)
                 t = clock()
                 mask = adapter.fill_mask(matcher)
-                _record_mask(adapter, matcher, mask, clock() - t, res)
+                _record_mask(adapter, matcher, mask, clock() - t, res, (idx, 0))
             else:
-                matcher, mask, compiled = _first_mask(adapter, case.schema, res, clock)
+                matcher, mask, compiled = _first_mask(adapter, case.schema, res, clock, idx)
             res.tests_run += 1
             if inst.valid:
                 res.valid_tests += 1
@@ -240,8 +242,9 @@ MASK_CATEGORIES = (
 )
 
 
-def _record_mask(adapter, matcher, mask: np.ndarray, ns: int, res: FileResult) -> None:
+def _record_mask(adapter, matcher, mask: np.ndarray, ns: int, res: FileResult, step: tuple[int, int] = (0, 0)) -> None:
     res.tbm_ns.append(ns)
+    res.mask_steps.append(step)
     sliced = adapter.mask_sliced(matcher)
     if sliced is None:
         return
@@ -251,7 +254,7 @@ def _record_mask(adapter, matcher, mask: np.ndarray, ns: int, res: FileResult) -
     res.mask_categories.append(size + (3 if sliced else 0))
 
 
-def _first_mask(adapter: EngineAdapter, schema: Any, res: FileResult, clock):
+def _first_mask(adapter: EngineAdapter, schema: Any, res: FileResult, clock, idx: int = 0):
     """Compile, make a matcher and fill its first mask: one TTFM sample (and one TBM)."""
     t0 = clock()
     compiled = adapter.compile(schema)
@@ -260,7 +263,7 @@ def _first_mask(adapter: EngineAdapter, schema: Any, res: FileResult, clock):
     mask = adapter.fill_mask(matcher)
     t2 = clock()
     res.ttfm_ns.append(t2 - t0)
-    _record_mask(adapter, matcher, mask, t2 - t1, res)
+    _record_mask(adapter, matcher, mask, t2 - t1, res, (idx, 0))
     return matcher, mask, compiled
 
 
@@ -277,7 +280,7 @@ def _walk(adapter, matcher, mask, inst: Instance, eos_ids, res: FileResult, dead
         if i:
             t = clock()
             mask = adapter.fill_mask(matcher)
-            _record_mask(adapter, matcher, mask, clock() - t, res)
+            _record_mask(adapter, matcher, mask, clock() - t, res, (res.tests_run - 1, i))
         if track_ff and i >= covered:
             t = clock()
             ff = adapter.ff_tokens(matcher)
@@ -303,7 +306,7 @@ def _walk(adapter, matcher, mask, inst: Instance, eos_ids, res: FileResult, dead
             raise _Timeout(f"inside an instance at token {i} of {n}")
     t = clock()
     mask = adapter.fill_mask(matcher)
-    _record_mask(adapter, matcher, mask, clock() - t, res)
+    _record_mask(adapter, matcher, mask, clock() - t, res, (res.tests_run - 1, n))
     eos_ok = any(token_allowed(mask, e) for e in eos_ids)
     complete = adapter.is_accepting(matcher)
     if eos_ok != complete:
