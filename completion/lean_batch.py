@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import prange
 
-from .lean_kernels import SQRT_2_OVER_PI, _attend_into, _rms_into
+from .lean_kernels import GROUP, SQRT_2_OVER_PI, _attend_into, _rms_into
 
 # Output rows of an int8 product per block of `matvec_rows_py` (one scratch row each).
 MATVEC_BLOCK = 32
@@ -45,7 +45,8 @@ def matvec_rows_py(q, scales, x, out):
     """lean_kernels.matvec_py for several rows x[m]: each weight row is converted to
     float32 once for all rows (the conversion, not the multiply-add, is most of an int8
     product's work), and each row's sum is added up as matvec_py adds it, so a row's
-    result is the same whatever rows are computed with it."""
+    result is the same whatever rows are computed with it. A group of `GROUP` inputs is
+    unrolled whole, as in matvec_py."""
     n_out, k_in = q.shape
     n_groups = scales.shape[1]
     gs = k_in // n_groups
@@ -61,8 +62,12 @@ def matvec_rows_py(q, scales, x, out):
                 for g in range(n_groups):
                     base = g * gs
                     acc = np.float32(0.0)
-                    for k in range(gs):
-                        acc += w[base + k] * x[m, base + k]
+                    if gs == GROUP:
+                        for k in range(GROUP):
+                            acc += w[base + k] * x[m, base + k]
+                    else:
+                        for k in range(gs):
+                            acc += w[base + k] * x[m, base + k]
                     total += acc * scales[n, g]
                 out[m, n] = total
 

@@ -31,28 +31,38 @@ import numpy as np
 from numba import prange
 
 SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+# The scale group of the int8 matrices (quantized.GROUP), a literal so that the products
+# unroll a whole group.
+GROUP = 64
 
 
 def matvec_py(q, scales, x, out):
     """out[m, n] = sum_k q[n, k] * scales[n, k // group] * x[m, k] for an int8 (out, in)
-    matrix and a few rows x[m]. Each weight group is read once for all rows, and a row's
-    sum is added up in the same order whatever the number of rows, so a position's result
-    does not depend on the positions computed with it."""
+    matrix and a few rows x[m]. A row's sum is added up group by group in the same order
+    whatever the number of rows, so a position's result does not depend on the positions
+    computed with it.
+
+    A group of the usual size (`GROUP`, a compile-time constant) is one fully unrolled run
+    of vector loads, conversions and multiply-adds with no loop bookkeeping; other sizes
+    take the general loop."""
     n_out, k_in = q.shape
     n_groups = scales.shape[1]
     gs = k_in // n_groups
     rows = x.shape[0]
     for n in prange(n_out):
         for m in range(rows):
-            out[m, n] = np.float32(0.0)
-        for g in range(n_groups):
-            base = g * gs
-            scale = scales[n, g]
-            for m in range(rows):
+            total = np.float32(0.0)
+            for g in range(n_groups):
+                base = g * gs
                 acc = np.float32(0.0)
-                for k in range(gs):
-                    acc += np.float32(q[n, base + k]) * x[m, base + k]
-                out[m, n] += acc * scale
+                if gs == GROUP:
+                    for k in range(GROUP):
+                        acc += np.float32(q[n, base + k]) * x[m, base + k]
+                else:
+                    for k in range(gs):
+                        acc += np.float32(q[n, base + k]) * x[m, base + k]
+                total += acc * scales[n, g]
+            out[m, n] = total
 
 
 def head_rows_py(q, scales, ids, x, out):
@@ -69,8 +79,12 @@ def head_rows_py(q, scales, ids, x, out):
             for g in range(n_groups):
                 base = g * gs
                 acc = np.float32(0.0)
-                for k in range(gs):
-                    acc += np.float32(q[n, base + k]) * x[m, base + k]
+                if gs == GROUP:
+                    for k in range(GROUP):
+                        acc += np.float32(q[n, base + k]) * x[m, base + k]
+                else:
+                    for k in range(gs):
+                        acc += np.float32(q[n, base + k]) * x[m, base + k]
                 total += acc * scales[n, g]
             out[m, j] = total
 

@@ -9,7 +9,10 @@ each thread count it reports:
 - a decode step with the head restricted to `--allowed` ids (what a grammar mask lets
   through), median and 90th percentile over `--steps` steps,
 - the step broken down into int8/float matmuls, attention (lean), the head, and the rest
-  (Python, norms, RoPE, cache; for transformers also its attention).
+  (Python, norms, RoPE, cache; for transformers also its attention),
+- the floors beside them: the lean int8 products' read rate (weight bytes over their
+  time) against a plain memory read of this machine, and prefill's GFLOP/s against a
+  large float32 matrix product at the same thread count.
 
 Three backends: transformers, `lean` (a decode step is one compiled call,
 lean_kernels.py) and `lean-torch` (the same model with its decode step issued as torch
@@ -97,6 +100,44 @@ def _prefill(model, prompt: list[int], n: int) -> float:
     return time.perf_counter() - t0
 
 
+def _body_weights(lean) -> tuple[int, int]:
+    """Bytes (int8 values and scales) and multiply-adds per token of the lean model's layer
+    matrices: what a decode step streams and what a prefilled token computes."""
+    a = lean._kernel_args
+    if a is None:
+        return 0, 0
+    arrays = [m for part in a["weights"] for m in part]
+    return sum(m.nbytes for m in arrays), sum(q.size for part in a["weights"][0::2] for q in part)
+
+
+def _memory_read_gb_s() -> float:
+    """A plain one-thread numpy read of 256 MiB (a sum), best of five: the bandwidth the
+    int8 products are compared with."""
+    big = np.ones(256 * 1024 * 1024 // 8, dtype=np.int64)
+    big.sum()
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        big.sum()
+        best = min(best, time.perf_counter() - t0)
+    return big.nbytes / best / 1e9
+
+
+def _gemm_gflop_s(threads: int) -> float:
+    """float32 GFLOP/s of a 2048-square torch matrix product at `threads`, best of five."""
+    import torch
+
+    torch.set_num_threads(threads)
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    a @ b
+    best = float("inf")
+    for _ in range(5):
+        t0 = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t0)
+    return 2 * 2048**3 / best / 1e9
+
+
 def run_model_bench(args: argparse.Namespace) -> int:
     import torch
 
@@ -124,6 +165,9 @@ def run_model_bench(args: argparse.Namespace) -> int:
         "load_s": load_s,
         "threads": {},
     }
+    body_bytes, body_macs = _body_weights(lean)
+    results["body_weight_bytes"] = body_bytes
+    results["memory_read_gb_s"] = _memory_read_gb_s()
     try:
         with torch.inference_mode():
             for threads in args.threads:
@@ -136,7 +180,11 @@ def run_model_bench(args: argparse.Namespace) -> int:
                     for name, model in backends:
                         per[name]["prefill"].append(_prefill(model, prompt, args.prefill))
                         per[name]["runs"].append(_steps(model, prompt, n, args.steps, allowed, timer))
-                results["threads"][threads] = _summarise(per, args.prefill)
+                row = _summarise(per, args.prefill)
+                row["int8_read_gb_s"] = body_bytes / (row["lean"]["matmul_ms"] / 1e3) / 1e9
+                row["prefill_gflop_s"] = 2 * body_macs * row["lean"]["prefill_tok_s"] / 1e9
+                row["gemm_gflop_s"] = _gemm_gflop_s(threads)
+                results["threads"][threads] = row
     finally:
         timer.restore()
     if args.json:
@@ -197,6 +245,11 @@ def _print(r: dict) -> None:
         print(
             f"lean / transformers: step {t['ratio_step_p50']:.2f}x, prefill {t['ratio_prefill']:.2f}x; "
             f"lean / lean-torch: step {t['ratio_step_vs_torch_ops']:.2f}x"
+        )
+        print(
+            f"floors: lean int8 products read {r['body_weight_bytes'] / 1e6:.1f} MB at {t['int8_read_gb_s']:.1f} GB/s "
+            f"(one-thread memory read {r['memory_read_gb_s']:.1f} GB/s); lean prefill {t['prefill_gflop_s']:.0f} "
+            f"GFLOP/s in its layer matrices (float32 matrix product {t['gemm_gflop_s']:.0f} GFLOP/s)"
         )
     print(
         "\n(ms per step; 'other' is the step minus matmul, attention and head: Python, norms, RoPE, the cache;"

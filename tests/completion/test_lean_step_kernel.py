@@ -106,6 +106,31 @@ def test_matvec_equals_dequantized_product():
     np.testing.assert_array_equal(many[2], out)
 
 
+@pytest.mark.parametrize("in_features", [640, 96])
+def test_matvec_unrolled_and_general_groups(in_features):
+    """640 inputs make groups of GROUP (the unrolled path), 96 one group of 96 (the general
+    loop): both give the dequantized product, in the compiled kernels and their twins."""
+    from midword.completion import lean_batch
+    from midword.completion.quantized import GROUP, dequantize, quantize
+
+    assert lean_kernels.GROUP == GROUP
+    rng = np.random.default_rng(1)
+    w = rng.standard_normal((70, in_features)).astype(np.float32)
+    xs = rng.standard_normal((3, in_features)).astype(np.float32)
+    q, s = quantize(w)
+    assert (in_features // s.shape[1] == GROUP) == (in_features % GROUP == 0)
+    ref = xs @ dequantize(q, s).T
+    ids = np.array([69, 0, 33], dtype=np.int64)
+    for fn in (lean_kernels.compiled().matvec, lean_kernels.matvec_py, lean_batch.matvec_rows_py):
+        out = np.empty((3, 70), dtype=np.float32)
+        fn(q, s, xs, out)
+        np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4)
+    for fn in (lean_kernels.compiled().head_rows, lean_kernels.head_rows_py):
+        out = np.empty((3, ids.size), dtype=np.float32)
+        fn(q, s, ids, xs, out)
+        np.testing.assert_allclose(out, ref[:, ids], rtol=1e-5, atol=1e-4)
+
+
 def _attention_reference(qr, keys, values, start, stop, scaling):
     """Grouped-query attention in float64 numpy: the definition the kernel is checked against."""
     kv_heads, _, head_dim = keys.shape
