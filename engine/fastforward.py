@@ -174,6 +174,18 @@ def _literal_run(rec: Recognizer, state: tuple[int, int], budget: int) -> tuple[
     return bytes(out), (lexer.intern_state(((lexeme, expr),)), row)
 
 
+def nothing_forced(rec: Recognizer, state: tuple[int, int]) -> bool:
+    """True where it is already known, without a call into the lexer or parser, that no
+    byte is forced at `state`: its lexer state goes on with two or more bytes (a string
+    body, a number: most positions), or the state's forced bytes are cached and empty.
+    False means "not known", never "something is forced". Asked before any other work
+    at every fast-forward call, since nearly every position forces nothing."""
+    if surely_unforced(rec, state):
+        return True
+    got = rec.caches.forced_bytes.get((state, MAX_FORCED_BYTES))
+    return got is not None and not got[0]
+
+
 def forced_bytes_by_rows(rec: Recognizer, state: tuple[int, int], limit: int = MAX_FORCED_BYTES) -> bytes:
     """The forced bytes the plain way, a filled table row per byte: the definition the
     structural `_forced_bytes` is tested against."""

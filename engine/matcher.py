@@ -269,14 +269,17 @@ class Matcher:
         """Bytes every valid continuation starts with."""
         if self._stopped:
             return b""
+        if self._error is None and fastforward.nothing_forced(self.rec, self._state):
+            return b""
         return self._guard(lambda: fastforward.forced_bytes(self.rec, self._state)[0])
 
     def compute_ff_tokens(self) -> list[int]:
         """Forced tokens, canonically tokenized (token healing at the end)."""
         if self._stopped:
             return []
-        self._check()
-        if fastforward.surely_unforced(self.rec, self._state):
+        if self._error is None and fastforward.nothing_forced(self.rec, self._state):
+            # The common case, answered from two cache reads without the lock or a call
+            # into the lexer (the caches are plain dicts: a read is atomic).
             return []
         return self._guard(
             lambda: fastforward.forced_tokens(

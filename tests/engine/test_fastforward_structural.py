@@ -62,8 +62,10 @@ def test_forced_bytes_and_tokens_equal_the_row_by_row_way_on_maskbench(maskbench
             for t in llama3.encode(json.dumps(test["data"], ensure_ascii=False)):
                 m.compute_mask()  # as a decoder does before it asks for forced tokens
                 state = m._state
+                quick = ff.nothing_forced(m.rec, state)  # asked first: before the cache has the state
                 got, after = forced_bytes(m.rec, state)
                 assert got == forced_bytes_by_rows(m.rec, state), (path.name, llama3.decode(m.tokens))
+                assert not (quick and got), (path.name, llama3.decode(m.tokens))
                 assert after == m.rec.step_bytes(state, got)
                 recent = m._recent_tokens()
                 tokens = m.compute_ff_tokens()
@@ -138,3 +140,37 @@ start: "{" "\"name_of_the_person\"" ":" ESCAPED_STRING "}"
     made = len(m.rec.lexer.states) - states_before
     assert made <= 5, made
     assert m.compute_ff_bytes() == forced_bytes_by_rows(m.rec, m._state)
+
+
+def test_nothing_forced_never_hides_forced_bytes(llama3):
+    # The fast-forward call's early answer: where `nothing_forced` says so, the
+    # row-by-row definition forces nothing, and the early answer is taken at positions
+    # inside strings and numbers (else it would be dead code).
+    schema = {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"},
+            "count": {"type": "integer"},
+            "mode": {"enum": ["fast", "slow"]},
+            "items": {"type": "array", "items": {"type": "number"}},
+        },
+        "required": ["title", "mode"],
+    }
+    grammar = Grammar.from_json_schema(schema)
+    text = '{"title": "a longer title with words", "count": 12345, "mode": "slow", "items": [1.5, 22, 3e4]}'
+    quick_positions = 0
+    for _ in range(2):  # the second pass meets lexer states whose live bytes are cached
+        m = Matcher(llama3, grammar)
+        for t in llama3.encode(text):
+            m.compute_mask()
+            state = m._state
+            quick = ff.nothing_forced(m.rec, state)
+            by_rows = forced_bytes_by_rows(m.rec, state)
+            if quick:
+                quick_positions += 1
+                assert by_rows == b"", llama3.decode(m.tokens)
+                assert m.compute_ff_tokens() == [] and m.compute_ff_bytes() == b""
+            else:
+                assert m.compute_ff_bytes() == by_rows, llama3.decode(m.tokens)
+            m.consume_token(t)
+    assert quick_positions >= 5, quick_positions
