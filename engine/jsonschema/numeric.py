@@ -60,8 +60,8 @@ def _literal_regex(words: list[str]) -> str | None:
             else:
                 end = True
         by_rest: dict[str, list[str]] = {}
-        for ch, rest in children.items():
-            by_rest.setdefault(go(rest), []).append(ch)
+        for ch, tails in children.items():
+            by_rest.setdefault(go(tails), []).append(ch)
         alts = []
         for rest, chars in by_rest.items():
             if len(chars) == 1:
