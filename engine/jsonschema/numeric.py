@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
 from typing import Sequence
@@ -28,26 +29,39 @@ def _alt(parts: Sequence[str | None]) -> str | None:
     return present[0] if len(present) == 1 else "(?:" + "|".join(present) + ")"
 
 
+# Every ASCII code point `_esc_cp` writes otherwise than as itself, for str.translate:
+# a word's run of characters is escaped in one call, not one per character.
+_LITERAL_ESCAPES = {cp: _esc_cp(cp, False) for cp in range(0x80) if _esc_cp(cp, False) != chr(cp)}
+
+
 def _literal_regex(words: list[str]) -> str | None:
     """A compact regex for a finite set of strings: a trie whose sibling branches with
-    equal continuations share one character class."""
+    equal continuations share one character class. The trie is walked as groups of
+    suffixes, not built node by node: a run of characters that every word of a group
+    shares (most of an enum's trie) is one slice and one translate."""
     if not words:
         return None
-    trie: dict = {}
-    for w in words:
-        node = trie
-        for ch in w:
-            node = node.setdefault(ch, {})
-        node[""] = {}
 
-    def go(node: dict) -> str:
-        by_rest: dict[str, list[str]] = {}
+    def go(ws: list[str]) -> str:
+        # ws: distinct suffixes in the order the words first spell them (the order the
+        # alternatives come out in), never empty.
+        if len(ws) == 1:
+            return ws[0].translate(_LITERAL_ESCAPES)
+        if "" not in ws:
+            shared = os.path.commonprefix(ws)
+            if shared:
+                n = len(shared)
+                return shared.translate(_LITERAL_ESCAPES) + go([w[n:] for w in ws])
+        children: dict[str, list[str]] = {}
         end = False
-        for ch, child in node.items():
-            if ch == "":
+        for w in ws:
+            if w:
+                children.setdefault(w[0], []).append(w[1:])
+            else:
                 end = True
-                continue
-            by_rest.setdefault(go(child), []).append(ch)
+        by_rest: dict[str, list[str]] = {}
+        for ch, tails in children.items():
+            by_rest.setdefault(go(tails), []).append(ch)
         alts = []
         for rest, chars in by_rest.items():
             if len(chars) == 1:
@@ -55,14 +69,12 @@ def _literal_regex(words: list[str]) -> str | None:
             else:
                 head = _class_regex(charset.normalize((ord(c), ord(c)) for c in chars))
             alts.append(head + rest)
-        if not alts:
-            return ""
         body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
         if end:
             return "(?:" + body + ")?" if len(body) > 1 else body + "?"
         return body
 
-    r = go(trie)
+    r = go(list(dict.fromkeys(words)))
     return r if r else "(?:)"
 
 

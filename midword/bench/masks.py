@@ -47,7 +47,10 @@ import argparse
 import json
 import sys
 import time
-from typing import Iterable
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 from .masks_dataset import BenchInputError, Case, Instance, list_files, load_case, resolve_tokenizer, warmup_case
 from .masks_report import WorstMasks, format_table
@@ -143,9 +146,94 @@ def add_masks_arguments(parser: argparse.ArgumentParser) -> None:
         help="list each engine's N slowest masks: file, instance, token, the text before it",
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per file and engine on stderr")
+    add_phases_argument(parser)
+
+
+def add_phases_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--phases",
+        action="store_true",
+        help="instead of the comparison, time midword's time to first mask by phase, once per file",
+    )
+
+
+# The phases of midword's time to first mask, in the order they run.
+PHASES = ("normalise", "grammar", "tables", "matcher", "first mask", "total")
+
+
+def time_phases(files: Sequence[Path], tokenizer_path: str) -> dict[str, dict[str, Any]]:
+    """p50/p90 in µs of each phase of midword's TTFM, one sample per schema: schema
+    normalisation to the IR, the grammar built from it, the recognizer's lexer and
+    parser tables, the rest of the matcher, the first mask. In process, with the same
+    recognizer cache release as the benchmark after each file."""
+    from midword.engine.jsonschema.compiler import _Compiler
+    from midword.engine.jsonschema.generate import _Generator
+    from midword.engine.limits import DEFAULT_LIMITS, GrammarError, LimitExceeded
+    from midword.engine.matcher import Matcher
+    from midword.engine.recognizer import Recognizer
+    from midword.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained(tokenizer_path)
+    samples: dict[str, list[float]] = {k: [] for k in PHASES}
+    clock = time.perf_counter_ns
+    for path in files:
+        try:
+            schema = json.loads(Path(path).read_text(encoding="utf-8"))["schema"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        try:
+            t0 = clock()
+            comp = _Compiler(schema, strict=True, limits=DEFAULT_LIMITS, lenient=False, formats="assert")
+            root = comp.root()
+            t1 = clock()
+            grammar = _Generator(comp, DEFAULT_LIMITS, "any").build(root, "flexible")
+            t2 = clock()
+            Recognizer.for_grammar(grammar)
+            t3 = clock()
+            matcher = Matcher(tok, grammar)
+            t4 = clock()
+            matcher.compute_mask()
+            t5 = clock()
+        except (GrammarError, LimitExceeded, RecursionError):
+            continue
+        Recognizer.release(grammar)
+        for name, ns in zip(PHASES, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t5 - t0), strict=True):
+            samples[name].append(ns / 1000.0)
+    out = {}
+    for name, xs in samples.items():
+        a = np.asarray(xs, dtype=np.float64)
+        out[name] = {
+            "p50_us": float(np.percentile(a, 50)) if a.size else float("nan"),
+            "p90_us": float(np.percentile(a, 90)) if a.size else float("nan"),
+            "files": int(a.size),
+        }
+    return out
+
+
+def run_phases(args: argparse.Namespace) -> int:
+    try:
+        files = list_files(args.paths, args.limit)
+        spec = resolve_tokenizer(args.tokenizer)
+    except BenchInputError as e:
+        print(f"maskbench: {e}", file=sys.stderr)
+        return 2
+    quiet_thread_pools()
+    # One file first, untimed: numba's kernels load and the tokenizer's tries are built.
+    time_phases(files[:1], spec.path)
+    phases = time_phases(files, spec.path)
+    if args.json:
+        print(json.dumps(phases, indent=2))
+        return 0
+    print(f"{'phase':<12}{'p50 (µs)':>12}{'p90 (µs)':>12}")
+    for name, row in phases.items():
+        print(f"{name:<12}{row['p50_us']:>12,.0f}{row['p90_us']:>12,.0f}")
+    print(f"\n{phases['total']['files']} schemas, midword only (p90 of the total is not the sum of p90s)")
+    return 0
 
 
 def run_masks(args: argparse.Namespace) -> int:
+    if getattr(args, "phases", False):
+        return run_phases(args)
     engines: list[str] = []
     for e in list(args.engines) + list(args.compare):
         if e not in engines:
