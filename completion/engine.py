@@ -496,7 +496,9 @@ class CompletionEngine:
         arriving = self.batcher
         if arriving is not None:
             arriving.arrive()
+        queued = time.perf_counter()
         with self._lock:
+            lock_ms = (time.perf_counter() - queued) * 1e3
             if arriving is not None:
                 arriving.arrived()
             # Completions running at once take turns here; their decode steps meet in the
@@ -506,8 +508,13 @@ class CompletionEngine:
             if batcher is not None:
                 batcher.enter()
             self._job.views = views if batcher is not None else None
+            if batcher is not None:
+                batcher.take_waits()  # (what an earlier completion on this thread left)
             try:
-                return self._complete(request, cancelled, partial)
+                completion = self._complete(request, cancelled, partial)
+                waits = batcher.take_waits() if batcher is not None else {}
+                completion.timings.waits = {"lock": lock_ms, **waits}
+                return completion
             finally:
                 self._job.views = None
                 for view in views:

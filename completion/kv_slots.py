@@ -10,8 +10,8 @@ prompt again on every request.
 the one that shares the most of it, as llama.cpp's server picks a slot by prompt
 similarity: the slot whose cached tokens cover at least `min_shared` of the prompt
 (the best one), else a fresh slot. Parked slots are dropped least recently used
-first, so that at most `max_slots` exist and the parked ones take at most
-`max_bytes`. The model only needs `swap_state` and `cached_tokens` (a backend
+first, so that at most `max_slots` exist besides those checked out by running jobs,
+and the parked ones take at most `max_bytes`. The model only needs `swap_state` and `cached_tokens` (a backend
 without `swap_state` keeps its one cache and `use` does nothing).
 
 Completions that run at the same time (several documents, steps batched by
@@ -145,7 +145,11 @@ class KVSlots:
         self._parked[self._next_id] = (state, state.nbytes)
         self._next_id += 1
         total = sum(n for _, n in self._parked.values())
-        while self._parked and (len(self._parked) + max(1, self._out) > self.max_slots or total > self.max_bytes):
+        # The count bounds the parked slots and the model's current one; slots checked out
+        # are not counted: a document's slot parked while other jobs run must survive until
+        # its next keystroke, else every request of several clients prefills from zero
+        # (their memory is the running jobs' own, bounded by how many run at once).
+        while self._parked and (len(self._parked) + 1 > self.max_slots or total > self.max_bytes):
             _, (_, n) = self._parked.popitem(last=False)
             total -= n
             self.stats.evicted += 1

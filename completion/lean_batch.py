@@ -361,6 +361,7 @@ class _Step:
     error: BaseException | None = None
     done: bool = False
     at: float = field(default_factory=time.perf_counter)
+    forward_ms: float = 0.0  # the batched forward it ran in
 
 
 @dataclass
@@ -382,6 +383,7 @@ class StepBatcher:
         self.python = python
         self.stats = BatchStats()
         self._cond = threading.Condition()
+        self._waits = threading.local()  # each job thread's own wait times (take_waits)
         self._active = 0
         self._queue: list[_Step] = []
         self._running = False
@@ -423,15 +425,35 @@ class StepBatcher:
         with self._cond:
             self._queue.append(s)
             self._cond.notify_all()
+        t0 = time.perf_counter()
         self.baton.release()
         try:
             self._drive(s)
         finally:
+            t1 = time.perf_counter()
             self.baton.acquire()
+            t2 = time.perf_counter()
+            waits = self._thread_waits()
+            waits["window"] += max(0.0, (t1 - t0) * 1e3 - s.forward_ms)
+            waits["baton"] += (t2 - t1) * 1e3
         if s.error is not None:
             raise s.error
         assert s.hidden is not None
         return s.hidden
+
+    def _thread_waits(self) -> dict[str, float]:
+        waits = getattr(self._waits, "ms", None)
+        if waits is None:
+            waits = self._waits.ms = {"window": 0.0, "baton": 0.0}
+        return waits
+
+    def take_waits(self) -> dict[str, float]:
+        """The calling thread's waits since its last call (ms): "window", in a step for the
+        batch to fill and for other batches ahead of it (not its own forward); "baton", to
+        take the baton back after the step (another job's prefill or CPC holds it)."""
+        waits = dict(self._thread_waits())
+        self._waits.ms = None
+        return waits
 
     def _drive(self, mine: _Step) -> None:
         while True:
@@ -455,7 +477,11 @@ class StepBatcher:
             # The model's lock: a job holding the baton may be in a forward of its own
             # (a prefill, CPC's scoring); the two never run at once.
             with self.model._lock:
+                t0 = time.perf_counter()
                 rows = step_states(self.model, [s.state for s in batch], [s.token for s in batch], python=self.python)
+                forward_ms = (time.perf_counter() - t0) * 1e3
+            for s in batch:
+                s.forward_ms = forward_ms
             for r, s in enumerate(batch):
                 s.hidden = rows[r]
         except BaseException as e:  # each job re-raises it in its own thread

@@ -118,6 +118,9 @@ class Timings:
     context_tokens: int = 0  # of those, tokens of workspace context (other files, the suffix)
     cached_tokens: int = 0  # of those, tokens whose keys and values were already cached
     cpc_search: dict = field(default_factory=dict)  # what the cover search cost (cpc.SearchStats)
+    # where a completion waited for other concurrent ones (ms): "lock" to start, "window" in
+    # the step batcher for other jobs' steps, "baton" to resume after a batched step
+    waits: dict = field(default_factory=dict)
 
 
 @dataclass

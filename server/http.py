@@ -1074,9 +1074,17 @@ def create_app(engine_factory: EngineFactory, config: HttpConfig = HttpConfig())
         server_ms = (time.perf_counter() - started) * 1000.0
         if result is None:
             return {"Server-Timing": f"total;dur={server_ms:.3f}"}
+        phases = ""
+        if result.ran and result.completion is not None:
+            # where the engine's time went (the bench's per-phase breakdown): its phases, and
+            # its waits for other completions running beside it
+            t = result.completion.timings
+            named = {"prefill": t.prefill_ms, "cpc": t.cpc_ms, "decode": t.decode_ms, "mask": t.mask_ms}
+            named.update({f"wait-{k}": v for k, v in t.waits.items()})
+            phases = "".join(f", {k};dur={float(v):.3f}" for k, v in named.items())
         return {
             "Server-Timing": f"queue;dur={result.queue_ms:.3f}, engine;dur={result.engine_ms:.3f}, "
-            f"handoff;dur={result.handoff_ms:.3f}, total;dur={server_ms:.3f}",
+            f"handoff;dur={result.handoff_ms:.3f}, total;dur={server_ms:.3f}{phases}",
             "X-Midword-Source": result.source,
         }
 

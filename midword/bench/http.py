@@ -98,10 +98,30 @@ def infill_body(text: str, cursor: int, n_predict: int) -> dict[str, Any]:
     }
 
 
+# A model run's time, in the order it is spent: the client holding the keystroke back (its
+# previous request still out), the server's queue, the engine's lock (another completion's
+# prefill or CPC), the engine's phases; inside decode, the waits of its batched steps for
+# other jobs' steps ("window") and for the lock after a step ("baton").
+PHASES = ("send", "queue", "wait-lock", "prefill", "cpc", "decode", "wait-window", "wait-baton", "mask", "handoff")
+
+
+def _phases(records: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    out = {}
+    for name in PHASES:
+        values = [r["phases"][name] for r in records if name in r.get("phases", {})]
+        if values:
+            out[name] = {
+                "p50": _round(percentile(values, 50)),
+                "p95": _round(percentile(values, 95)),
+                "mean": _round(sum(values) / len(values)),
+            }
+    return out
+
+
 def _server_timing(header: str | None) -> dict[str, float]:
     out = {}
     for part in (header or "").split(","):
-        m = re.match(r"\s*(\w+);dur=([\d.]+)", part)
+        m = re.match(r"\s*([\w-]+);dur=([\d.]+)", part)
         if m:
             out[m.group(1)] = float(m.group(2))
     return out
@@ -312,6 +332,10 @@ class _Client:
         record["server_overhead_ms"] = timing.get("total", 0.0) - record["queue_ms"] - record["engine_ms"]
         # of that, the hand-off to the model thread and back (its wake-up, the GIL, the loop's)
         record["handoff_ms"] = timing.get("handoff", 0.0)
+        # where a model run's time went (PHASES): the client's own wait before sending, then
+        # the server's Server-Timing parts
+        record["phases"] = {"send": (sent - keystroke) * 1000.0}
+        record["phases"].update({k: timing[k] for k in PHASES[1:] if k in timing})
 
 
 async def _level(url: str, text: str, n: int, args: argparse.Namespace, pid: int) -> dict[str, Any]:
@@ -352,6 +376,7 @@ async def _level(url: str, text: str, n: int, args: argparse.Namespace, pid: int
         "handoff_ms_p50": _round(percentile([r["handoff_ms"] for r in model], 50)),
         "engine_ms_p50": _round(percentile([r["engine_ms"] for r in model], 50)),
         "queue_ms_p95": _round(percentile([r["queue_ms"] for r in responded], 95)),
+        "phases_ms": _phases(model),
         "rss_mib": _round(rss / 1024) if rss else None,
         "peak_rss_mib": _round(hwm / 1024) if hwm else None,
         "wall_s": round(wall_s, 1),
@@ -446,6 +471,13 @@ def format_report(report: dict[str, Any]) -> str:
         + "; of the server's overhead, hand-off to the model thread and back p50 "
         + ", ".join(f"{lv['clients']}: {_show(lv['handoff_ms_p50'])} ms" for lv in report["levels"])
     )
+    for lv in report["levels"]:
+        phases = lv.get("phases_ms") or {}
+        if phases:
+            rows.append(
+                f"{lv['clients']} client(s), model runs, ms p50/p95/mean: "
+                + "  ".join(f"{k} {_show(v['p50'])}/{_show(v['p95'])}/{_show(v['mean'])}" for k, v in phases.items())
+            )
     rows.append(f"server-side cancellations (client aborts seen by the server): {report['server_cancellations']}")
     rows.append(
         "latency: keystroke to answer; ovh: request to answer minus queue wait and engine time "

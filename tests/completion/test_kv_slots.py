@@ -183,6 +183,26 @@ def test_a_prefill_cut_short_goes_on_at_the_next_checkout(models, backend):
     slots.checkin(again)
 
 
+def test_a_slot_checked_in_while_others_run_is_kept(models):
+    """Several clients: a document's slot parked while more jobs than `max_slots` run (a
+    superseded job of the same document among them) serves its next keystroke whole."""
+    _, ms = models
+    m = ms["transformers"]
+    m.reset()
+    slots = KVSlots(m, max_slots=2)
+    docs = [m.encode_prompt(f"# file {k}\nvalue_{k} = compute({k})\n") for k in range(3)]
+    views = [slots.checkout(toks) for toks in docs]
+    for view, toks in zip(views, docs, strict=True):
+        view.prefill(toks)
+    slots.checkin(views[0])  # the two others still run
+    assert slots.stats.evicted == 0
+    again = slots.checkout(docs[0])
+    assert again.cached == len(docs[0])
+    for view in (again, *views[1:]):
+        slots.checkin(view)
+    assert len(slots) == 2  # then the count bound holds again
+
+
 def test_bad_bounds_are_refused(models):
     _, ms = models
     for kwargs, word in (({"max_slots": 0}, "max_slots"), ({"max_bytes": -1}, "max_bytes"), ({"min_shared": 2}, "min")):
