@@ -26,6 +26,8 @@ the prefix holds `CRASH`).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import os
 import re
@@ -170,3 +172,26 @@ def propose(request: CompletionRequest) -> tuple[str, int]:
     if at < 0:
         return "", len(prefix)
     return _lines(prefix[at + len(key) :], request.single_line), len(prefix)
+
+
+@contextlib.asynccontextmanager
+async def fake_http_server():
+    """midword's HTTP app on this fake engine, served by uvicorn on 127.0.0.1 at an
+    ephemeral port inside the running event loop; yields the port, then stops it."""
+    import uvicorn
+
+    from midword.server.http import HttpConfig, create_app
+
+    app = create_app(FakeEngine, HttpConfig(model="fake"))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
+    task = asyncio.ensure_future(server.serve())
+    try:
+        while not server.started:
+            if task.done():
+                task.result()  # the server failed to start: raise its error
+            await asyncio.sleep(0.01)
+        yield server.servers[0].sockets[0].getsockname()[1]
+    finally:
+        server.should_exit = True
+        await task
+        app.state.service.close()

@@ -33,18 +33,10 @@ async def test_responses_by_length_chunks_and_close():
 
 @pytest.mark.asyncio
 async def test_keep_alive_against_the_server():
-    uvicorn = pytest.importorskip("uvicorn")
-    from fake_engine import FakeEngine
+    pytest.importorskip("uvicorn")
+    from fake_engine import fake_http_server
 
-    from midword.server.http import HttpConfig, create_app
-
-    app = create_app(FakeEngine, HttpConfig(model="fake"))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
-    task = asyncio.ensure_future(server.serve())
-    try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
+    async with fake_http_server() as port:
         url = f"http://127.0.0.1:{port}/infill"
         async with _LeanHttp(timeout=30) as http:
             bad = await http.post(url, json={"input_prefix": "x"})  # no input_suffix
@@ -52,7 +44,3 @@ async def test_keep_alive_against_the_server():
             warm = await http.post(url, json={"input_prefix": "", "input_suffix": "", "n_predict": 0})
             assert warm.status_code == 200 and warm.json()["content"] == ""
             assert len(http._idle[("127.0.0.1", port)]) == 1  # one connection, reused
-    finally:
-        server.should_exit = True
-        await task
-        app.state.service.close()

@@ -26,19 +26,12 @@ def test_phases_summarise_only_the_runs_that_name_them():
 
 @pytest.mark.asyncio
 async def test_a_model_answer_names_its_phases():
-    uvicorn = pytest.importorskip("uvicorn")
-    from fake_engine import FakeEngine
+    pytest.importorskip("uvicorn")
+    from fake_engine import fake_http_server
 
     from midword.bench.http import _LeanHttp
-    from midword.server.http import HttpConfig, create_app
 
-    app = create_app(FakeEngine, HttpConfig(model="fake"))
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="error"))
-    task = asyncio.ensure_future(server.serve())
-    try:
-        while not server.started:
-            await asyncio.sleep(0.01)
-        port = server.servers[0].sockets[0].getsockname()[1]
+    async with fake_http_server() as port:
         body = {"input_prefix": "def f(x):\n    return x.", "input_suffix": "\n", "prompt": "    return x."}
         async with _LeanHttp(timeout=60) as http:
             while True:  # (the fake model loads in the background)
@@ -49,7 +42,3 @@ async def test_a_model_answer_names_its_phases():
         assert r.status_code == 200, r.text
         timing = _server_timing(r.headers.get("server-timing"))
         assert {"queue", "engine", "prefill", "cpc", "decode", "mask", "total"} <= set(timing), timing
-    finally:
-        server.should_exit = True
-        await task
-        app.state.service.close()
