@@ -210,13 +210,21 @@ def time_phases(files: Sequence[Path], tokenizer_path: str) -> dict[str, dict[st
     return out
 
 
-def run_phases(args: argparse.Namespace) -> int:
+def _inputs(args: argparse.Namespace):
+    """(MaskBench files, tokenizer spec) named by the arguments, or None once the problem
+    is printed."""
     try:
-        files = list_files(args.paths, args.limit)
-        spec = resolve_tokenizer(args.tokenizer)
+        return list_files(args.paths, args.limit), resolve_tokenizer(args.tokenizer)
     except BenchInputError as e:
         print(f"maskbench: {e}", file=sys.stderr)
+        return None
+
+
+def run_phases(args: argparse.Namespace) -> int:
+    inputs = _inputs(args)
+    if inputs is None:
         return 2
+    files, spec = inputs
     quiet_thread_pools()
     # One file first, untimed: numba's kernels load and the tokenizer's tries are built.
     time_phases(files[:1], spec.path)
@@ -241,12 +249,10 @@ def run_masks(args: argparse.Namespace) -> int:
     if not engines:
         print("maskbench: no engine to run", file=sys.stderr)
         return 2
-    try:
-        files = list_files(args.paths, args.limit)
-        spec = resolve_tokenizer(args.tokenizer)
-    except BenchInputError as e:
-        print(f"maskbench: {e}", file=sys.stderr)
+    inputs = _inputs(args)
+    if inputs is None:
         return 2
+    files, spec = inputs
     if not files:
         print("maskbench: no .json files found", file=sys.stderr)
         return 2
