@@ -73,7 +73,7 @@ async def start(
     return result
 
 
-async def wait_for(predicate, what: str, timeout: float = 10.0):
+async def wait_for(predicate, what: str, timeout: float = 15.0):
     deadline = time.monotonic() + timeout
     while not predicate():
         if time.monotonic() > deadline:

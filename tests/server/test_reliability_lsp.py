@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import pytest_lsp
+from lsp_session import wait_for
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient
 
@@ -35,14 +36,6 @@ async def client(lsp_client: LanguageClient):
 
     yield
     await lsp_client.shutdown_session()
-
-
-async def wait_for(predicate, what: str, timeout: float = 15.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.01)
 
 
 async def start(client: LanguageClient, *, model="fake", options=None, root=None, wait_ready=True):
