@@ -12,10 +12,10 @@ from ..limits import BUDGET_ERRORS, GrammarError, GrammarLimitExceeded, LimitExc
 from ..regex import MAX_REPEAT_COUNT, ExprSet, LazyDFA
 from ..regex.term import Term
 from .ir import (
-    _ANY_PARTS,
     _BOOL,
     _NULL,
     ANY,
+    ANY_PARTS_IN_ORDER,
     NOTHING,
     _apart,
     _Arr,
@@ -37,6 +37,7 @@ from .ir import (
     _str_within_excluded,
     _Union,
     _union,
+    stable_order,
 )
 from .keywords import (
     _ALL_KINDS,
@@ -322,8 +323,9 @@ class _Compiler:
 
     def _unfold_atoms(self, r: _Ref) -> _Node:
         acc: _Node = ANY
-        # Named references first, in name order, so the result does not depend on set order.
-        for atom in sorted(r.atoms, key=lambda a: (0, a) if isinstance(a, str) else (1, "")):
+        # Named references first, in name order, then nodes in a stable order, so the
+        # result does not depend on set order.
+        for atom in sorted(r.atoms, key=lambda a: (0, a) if isinstance(a, str) else (1, stable_order(a))):
             acc = self.intersect(acc, self.body(atom) if isinstance(atom, str) else atom)
         return acc
 
@@ -448,7 +450,7 @@ class _Compiler:
             else:
                 then = self.intersect(_Obj(required=(trigger,)), self.norm(dep, base, dpath))
             absent = _Obj(props=((trigger, NOTHING),))
-            others = self.union(p for p in _ANY_PARTS if not isinstance(p, _Obj))
+            others = self.union(p for p in ANY_PARTS_IN_ORDER if not isinstance(p, _Obj))
             node = self.intersect(node, self.union([others, absent, then]))
         return node
 
@@ -509,7 +511,7 @@ class _Compiler:
                 acc = self.intersect(acc, self.negate(p, where, depth))
             return acc
         kind = _kind(node)
-        others = [p for p in _ANY_PARTS if _kind(p) != kind]
+        others = [p for p in ANY_PARTS_IN_ORDER if _kind(p) != kind]
         return self.union(others + [self._negate_within(node, kind, where, depth)])
 
     def _negate_within(self, node: _Node, kind: str, where: str, depth: int) -> _Node:

@@ -157,8 +157,23 @@ ANY = _AnyT(("any",))
 NOTHING = _Union(())
 _NULL = _NullT(("null",))
 _BOOL = _BoolT(("bool",))
-# The unconstrained parts of each type: together they are ANY.
-_ANY_PARTS = frozenset({_NULL, _BOOL, _Num(), _Str(), _Arr(), _Obj()})
+# The unconstrained parts of each type: together they are ANY. A tuple, so that unions
+# built from it come out in the same order in every process (a frozenset's order
+# follows string hashing, which changes with PYTHONHASHSEED); the set is for subset tests.
+ANY_PARTS_IN_ORDER = (_NULL, _BOOL, _Num(), _Str(), _Arr(), _Obj())
+_ANY_PARTS = frozenset(ANY_PARTS_IN_ORDER)
+
+
+def stable_order(x) -> str:
+    """A sort key for IR nodes and their keys that is the same in every process: like
+    repr, but with the members of frozensets sorted (their iteration order is not)."""
+    if isinstance(x, _Node):
+        return type(x).__name__ + stable_order(x.key)
+    if isinstance(x, tuple):
+        return "(" + ",".join(stable_order(v) for v in x) + ")"
+    if isinstance(x, frozenset):
+        return "{" + ",".join(sorted(stable_order(v) for v in x)) + "}"
+    return repr(x)
 
 
 def _kind(n: _Node) -> str:
