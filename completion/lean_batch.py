@@ -5,11 +5,13 @@ On a memory-bound CPU a decode step's cost is reading the weights (about 100 MB 
 int8 for Gemma 3 270M); the arithmetic of one row is small beside it. Several documents
 completed at once each paying their own step read the weights once per document;
 `batch_step_py` reads them once for all: each int8 product runs over the B rows
-(`matvec_rows_py`: each weight row converted to float32 once for all B rows; a
-row's sum does not depend on the rows beside it), while
-the rotation, the cache writes and attention are per sequence, each over its own KV
-cache and at its own position. Row r of the result is what a step of sequence r alone
-gives.
+(`matvec_rows_py`: each weight row converted to float32 once for all B rows, the rows'
+sums interleaved four or two at a time), while the rotation, the cache writes and
+attention are per sequence, each over its own KV cache and at its own position. Row r
+of the result is what a step of sequence r alone gives, up to float32 rounding: the
+interleaved sums are vectorised in another order than a lone row's, as in any batched
+inference engine, so a greedy completion run beside others can part from its solo run
+only where two tokens tie to the last bits.
 
 `StepBatcher` is where the jobs meet. Concurrent completions share the engine's lock
 (the "baton": only one job runs Python engine work at a time, so grammar, constraint
@@ -43,10 +45,16 @@ DEFAULT_WINDOW_S = 0.010
 
 def matvec_rows_py(q, scales, x, out):
     """lean_kernels.matvec_py for several rows x[m]: each weight row is converted to
-    float32 once for all rows (the conversion, not the multiply-add, is most of an int8
-    product's work), and each row's sum is added up as matvec_py adds it, so a row's
-    result is the same whatever rows are computed with it. A group of `GROUP` inputs is
-    unrolled whole, as in matvec_py."""
+    float32 once for all rows, and each row's sum is added up group by group (64 products
+    per group), as matvec_py adds it. A group of `GROUP` inputs is unrolled whole, as in
+    matvec_py.
+
+    One row's group sum is a chain of dependent multiply-adds, slow beside the rate at
+    which a core could issue them, so a batch of four rows cost more than twice one row.
+    Rows are taken four (then two) at a time, their chains interleaved in one pass over
+    the converted weights. The compiler vectorises the interleaved sums in another order
+    than a lone row's: results agree to float32 rounding, not to the bit (module
+    docstring)."""
     n_out, k_in = q.shape
     n_groups = scales.shape[1]
     gs = k_in // n_groups
@@ -57,7 +65,58 @@ def matvec_rows_py(q, scales, x, out):
         for n in range(b * MATVEC_BLOCK, min(n_out, (b + 1) * MATVEC_BLOCK)):
             for k in range(k_in):
                 w[k] = np.float32(q[n, k])
-            for m in range(rows):
+            m = 0
+            while m + 4 <= rows:
+                t0 = t1 = t2 = t3 = np.float32(0.0)
+                for g in range(n_groups):
+                    base = g * gs
+                    a0 = a1 = a2 = a3 = np.float32(0.0)
+                    if gs == GROUP:
+                        for k in range(GROUP):
+                            wk = w[base + k]
+                            a0 += wk * x[m, base + k]
+                            a1 += wk * x[m + 1, base + k]
+                            a2 += wk * x[m + 2, base + k]
+                            a3 += wk * x[m + 3, base + k]
+                    else:
+                        for k in range(gs):
+                            wk = w[base + k]
+                            a0 += wk * x[m, base + k]
+                            a1 += wk * x[m + 1, base + k]
+                            a2 += wk * x[m + 2, base + k]
+                            a3 += wk * x[m + 3, base + k]
+                    sc = scales[n, g]
+                    t0 += a0 * sc
+                    t1 += a1 * sc
+                    t2 += a2 * sc
+                    t3 += a3 * sc
+                out[m, n] = t0
+                out[m + 1, n] = t1
+                out[m + 2, n] = t2
+                out[m + 3, n] = t3
+                m += 4
+            if m + 2 <= rows:
+                t0 = t1 = np.float32(0.0)
+                for g in range(n_groups):
+                    base = g * gs
+                    a0 = a1 = np.float32(0.0)
+                    if gs == GROUP:
+                        for k in range(GROUP):
+                            wk = w[base + k]
+                            a0 += wk * x[m, base + k]
+                            a1 += wk * x[m + 1, base + k]
+                    else:
+                        for k in range(gs):
+                            wk = w[base + k]
+                            a0 += wk * x[m, base + k]
+                            a1 += wk * x[m + 1, base + k]
+                    sc = scales[n, g]
+                    t0 += a0 * sc
+                    t1 += a1 * sc
+                out[m, n] = t0
+                out[m + 1, n] = t1
+                m += 2
+            if m < rows:
                 total = np.float32(0.0)
                 for g in range(n_groups):
                     base = g * gs

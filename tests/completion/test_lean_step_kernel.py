@@ -131,6 +131,33 @@ def test_matvec_unrolled_and_general_groups(in_features):
         np.testing.assert_allclose(out, ref[:, ids], rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("in_features", [640, 96])
+def test_batched_rows_product_in_blocks_of_four_two_and_one(in_features):
+    """The batched product takes rows four, then two, then one at a time: every count of
+    rows from 1 to 9 (each mix of blocks) gives the dequantized product, compiled and in
+    the twin, and a row's result agrees with the same row computed alone."""
+    import numba
+
+    from midword.completion import lean_batch
+    from midword.completion.quantized import dequantize, quantize
+
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((70, in_features)).astype(np.float32)
+    q, s = quantize(w)
+    compiled = numba.njit(parallel=True, fastmath=True)(lean_batch.matvec_rows_py)
+    for rows in range(1, 10):
+        xs = rng.standard_normal((rows, in_features)).astype(np.float32)
+        ref = xs @ dequantize(q, s).T
+        for fn in (compiled, lean_batch.matvec_rows_py):
+            out = np.empty((rows, 70), dtype=np.float32)
+            fn(q, s, xs, out)
+            np.testing.assert_allclose(out, ref, rtol=1e-5, atol=1e-4)
+            for m in range(rows):
+                alone = np.empty((1, 70), dtype=np.float32)
+                fn(q, s, xs[m : m + 1], alone)
+                np.testing.assert_allclose(out[m], alone[0], rtol=1e-6, atol=1e-5)
+
+
 def _attention_reference(qr, keys, values, start, stop, scaling):
     """Grouped-query attention in float64 numpy: the definition the kernel is checked against."""
     kv_heads, _, head_dim = keys.shape
