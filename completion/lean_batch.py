@@ -6,7 +6,7 @@ int8 for Gemma 3 270M); the arithmetic of one row is small beside it. Several do
 completed at once each paying their own step read the weights once per document;
 `batch_step_py` reads them once for all: each int8 product runs over the B rows
 (`matvec_rows_py`: each weight row converted to float32 once for all B rows, the rows'
-sums interleaved four or two at a time), while the rotation, the cache writes and
+sums interleaved four at a time), while the rotation, the cache writes and
 attention are per sequence, each over its own KV cache and at its own position. Row r
 of the result is what a step of sequence r alone gives, up to float32 rounding: the
 interleaved sums are vectorised in another order than a lone row's, as in any batched
@@ -51,10 +51,10 @@ def matvec_rows_py(q, scales, x, out):
 
     One row's group sum is a chain of dependent multiply-adds, slow beside the rate at
     which a core could issue them, so a batch of four rows cost more than twice one row.
-    Rows are taken four (then two) at a time, their chains interleaved in one pass over
-    the converted weights. The compiler vectorises the interleaved sums in another order
-    than a lone row's: results agree to float32 rounding, not to the bit (module
-    docstring)."""
+    Rows are taken four at a time, their chains interleaved in one pass over the
+    converted weights (two at a time measured no faster than one by one). The compiler
+    vectorises the interleaved sums in another order than a lone row's: results agree
+    to float32 rounding, not to the bit (module docstring)."""
     n_out, k_in = q.shape
     n_groups = scales.shape[1]
     gs = k_in // n_groups
@@ -65,26 +65,21 @@ def matvec_rows_py(q, scales, x, out):
         for n in range(b * MATVEC_BLOCK, min(n_out, (b + 1) * MATVEC_BLOCK)):
             for k in range(k_in):
                 w[k] = np.float32(q[n, k])
-            m = 0
-            while m + 4 <= rows:
+            first = 0
+            # Four rows' chains interleaved: only for whole groups of GROUP, whose loop
+            # unrolls (other group sizes, and the rows left over, go one at a time).
+            while gs == GROUP and first + 4 <= rows:
+                m = first
                 t0 = t1 = t2 = t3 = np.float32(0.0)
                 for g in range(n_groups):
-                    base = g * gs
+                    base = g * GROUP
                     a0 = a1 = a2 = a3 = np.float32(0.0)
-                    if gs == GROUP:
-                        for k in range(GROUP):
-                            wk = w[base + k]
-                            a0 += wk * x[m, base + k]
-                            a1 += wk * x[m + 1, base + k]
-                            a2 += wk * x[m + 2, base + k]
-                            a3 += wk * x[m + 3, base + k]
-                    else:
-                        for k in range(gs):
-                            wk = w[base + k]
-                            a0 += wk * x[m, base + k]
-                            a1 += wk * x[m + 1, base + k]
-                            a2 += wk * x[m + 2, base + k]
-                            a3 += wk * x[m + 3, base + k]
+                    for k in range(GROUP):
+                        wk = w[base + k]
+                        a0 += wk * x[m, base + k]
+                        a1 += wk * x[m + 1, base + k]
+                        a2 += wk * x[m + 2, base + k]
+                        a3 += wk * x[m + 3, base + k]
                     sc = scales[n, g]
                     t0 += a0 * sc
                     t1 += a1 * sc
@@ -94,29 +89,8 @@ def matvec_rows_py(q, scales, x, out):
                 out[m + 1, n] = t1
                 out[m + 2, n] = t2
                 out[m + 3, n] = t3
-                m += 4
-            if m + 2 <= rows:
-                t0 = t1 = np.float32(0.0)
-                for g in range(n_groups):
-                    base = g * gs
-                    a0 = a1 = np.float32(0.0)
-                    if gs == GROUP:
-                        for k in range(GROUP):
-                            wk = w[base + k]
-                            a0 += wk * x[m, base + k]
-                            a1 += wk * x[m + 1, base + k]
-                    else:
-                        for k in range(gs):
-                            wk = w[base + k]
-                            a0 += wk * x[m, base + k]
-                            a1 += wk * x[m + 1, base + k]
-                    sc = scales[n, g]
-                    t0 += a0 * sc
-                    t1 += a1 * sc
-                out[m, n] = t0
-                out[m + 1, n] = t1
-                m += 2
-            if m < rows:
+                first += 4
+            for m in range(first, rows):
                 total = np.float32(0.0)
                 for g in range(n_groups):
                     base = g * gs

@@ -132,10 +132,11 @@ def test_matvec_unrolled_and_general_groups(in_features):
 
 
 @pytest.mark.parametrize("in_features", [640, 96])
-def test_batched_rows_product_in_blocks_of_four_two_and_one(in_features):
-    """The batched product takes rows four, then two, then one at a time: every count of
-    rows from 1 to 9 (each mix of blocks) gives the dequantized product, compiled and in
-    the twin, and a row's result agrees with the same row computed alone."""
+def test_batched_rows_product_in_blocks_of_four_and_one(in_features):
+    """The batched product takes rows four at a time, then one at a time (and one at a
+    time only for groups other than GROUP wide): every count of rows from 1 to 9 gives the
+    dequantized product, compiled and in the twin, and a row's result agrees with the same
+    row computed alone."""
     import numba
 
     from midword.completion import lean_batch
