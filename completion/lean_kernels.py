@@ -36,57 +36,50 @@ SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
 GROUP = 64
 
 
+def _row_sum(w, scales, x):
+    """sum_k w[k] * scales[k // group] * x[k] for one weight row (int8, or float32 already
+    converted) and its group scales, added up group by group in one fixed order, so a
+    row's result is the same whichever product or row count asks for it. A group of the
+    usual size (`GROUP`, a compile-time constant) is one fully unrolled run of vector
+    loads, conversions and multiply-adds with no loop bookkeeping; other sizes take the
+    general loop. Inlined into the compiled products (compiled())."""
+    n_groups = scales.shape[0]
+    gs = w.shape[0] // n_groups
+    total = np.float32(0.0)
+    for g in range(n_groups):
+        base = g * gs
+        acc = np.float32(0.0)
+        if gs == GROUP:
+            for k in range(GROUP):
+                acc += np.float32(w[base + k]) * x[base + k]
+        else:
+            for k in range(gs):
+                acc += np.float32(w[base + k]) * x[base + k]
+        total += acc * scales[g]
+    return total
+
+
 def matvec_py(q, scales, x, out):
     """out[m, n] = sum_k q[n, k] * scales[n, k // group] * x[m, k] for an int8 (out, in)
     matrix and a few rows x[m]. A row's sum is added up group by group in the same order
-    whatever the number of rows, so a position's result does not depend on the positions
-    computed with it.
-
-    A group of the usual size (`GROUP`, a compile-time constant) is one fully unrolled run
-    of vector loads, conversions and multiply-adds with no loop bookkeeping; other sizes
-    take the general loop."""
-    n_out, k_in = q.shape
-    n_groups = scales.shape[1]
-    gs = k_in // n_groups
+    whatever the number of rows (`_row_sum`), so a position's result does not depend on
+    the positions computed with it."""
+    n_out = q.shape[0]
     rows = x.shape[0]
     for n in prange(n_out):
         for m in range(rows):
-            total = np.float32(0.0)
-            for g in range(n_groups):
-                base = g * gs
-                acc = np.float32(0.0)
-                if gs == GROUP:
-                    for k in range(GROUP):
-                        acc += np.float32(q[n, base + k]) * x[m, base + k]
-                else:
-                    for k in range(gs):
-                        acc += np.float32(q[n, base + k]) * x[m, base + k]
-                total += acc * scales[n, g]
-            out[m, n] = total
+            out[m, n] = _row_sum(q[n], scales[n], x[m])
 
 
 def head_rows_py(q, scales, ids, x, out):
     """out[m, j] = row ids[j] of the int8 matrix (q, scales) times x[m]: the output head
     restricted to the ids a mask allows, read in place (no gathered or dequantized copy of
     the rows), summed per scale group as `matvec_py` does; parallel over the ids."""
-    n_groups = scales.shape[1]
-    gs = q.shape[1] // n_groups
     rows = x.shape[0]
     for j in prange(ids.shape[0]):
         n = ids[j]
         for m in range(rows):
-            total = np.float32(0.0)
-            for g in range(n_groups):
-                base = g * gs
-                acc = np.float32(0.0)
-                if gs == GROUP:
-                    for k in range(GROUP):
-                        acc += np.float32(q[n, base + k]) * x[m, base + k]
-                else:
-                    for k in range(gs):
-                        acc += np.float32(q[n, base + k]) * x[m, base + k]
-                total += acc * scales[n, g]
-            out[m, j] = total
+            out[m, j] = _row_sum(q[n], scales[n], x[m])
 
 
 def _rms_into(x, weight, eps, out):
@@ -289,18 +282,20 @@ def compiled():
             import numba
 
             opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
-            mv = numba.njit(parallel=True, **opts)(matvec_py)
             rms = numba.njit(**opts)(_rms_into)
             attend = numba.njit(**opts)(_attend_into)
-            # The step calls the compiled helpers through its globals. Its matvec is inlined
-            # into the step, whose own parallel compilation turns the prange into threads: a
-            # cached serial function calling a parallel one crashes when it is loaded from
-            # numba's cache in a later process (numba issue 8578).
+            # The kernels call the compiled helpers through their globals (the row sum
+            # inlined into each product). The step's matvec is inlined into the step, whose
+            # own parallel compilation turns the prange into threads: a cached serial
+            # function calling a parallel one crashes when it is loaded from numba's cache
+            # in a later process (numba issue 8578).
             g = dict(decode_step_py.__globals__)
-            g.update(matvec_py=numba.njit(inline="always", **opts)(matvec_py), _rms_into=rms, _attend_into=attend)
-            step_fn = _rebind(decode_step_py, g)
-            step = numba.njit(parallel=True, **opts)(step_fn)
-            head_rows = numba.njit(parallel=True, **opts)(head_rows_py)
+            g.update(_row_sum=numba.njit(inline="always", **opts)(_row_sum), _rms_into=rms, _attend_into=attend)
+            matvec_fn = _rebind(matvec_py, g)
+            mv = numba.njit(parallel=True, **opts)(matvec_fn)
+            g["matvec_py"] = numba.njit(inline="always", **opts)(matvec_fn)
+            step = numba.njit(parallel=True, **opts)(_rebind(decode_step_py, g))
+            head_rows = numba.njit(parallel=True, **opts)(_rebind(head_rows_py, g))
             _compiled = Kernels(step, mv, attend, head_rows)
         return _compiled
 
