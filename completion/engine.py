@@ -122,12 +122,9 @@ def _warm_first_request_kernels(model) -> None:
     numba compiles them now rather than inside the first completion: after a fresh install
     that completion would otherwise compile them, or wait on numba's compile lock for the
     batched step compiling beside it."""
-    import torch
-
     probe = model.probe_sets()[-1]  # the longest probe: its prefill takes the matrix path
     model.probe([probe])
-    hidden = torch.zeros((1, model.hidden_size), dtype=torch.float32)
-    model._head(hidden, torch.tensor(probe[:4], dtype=torch.long))
+    model._head(np.zeros((1, model.hidden_size), dtype=np.float32), np.asarray(probe[:4], dtype=np.int64))
 
 
 def _compile_batched_step_beside(engine: "CompletionEngine") -> threading.Thread:

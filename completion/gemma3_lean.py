@@ -1,4 +1,4 @@
-"""A lean forward for Gemma 3: the decoder computed with plain torch tensor ops.
+"""A lean forward for Gemma 3: the decoder computed with numpy and compiled kernels, no torch.
 
 transformers' Gemma 3 runs a decode step through a few hundred modules, mask builders and
 cache objects; on a small CPU that Python is a third of the step. This module computes
@@ -23,9 +23,12 @@ layer (doubled when a sequence outgrows it, up to `max_context`). It keeps every
 sliding layers included, so a request can go back to any earlier prefix; the window is
 applied by slicing the keys (one new token) or by the mask (a chunk, a token tree).
 
-`LeanGemma3` answers the `LanguageModel` protocol through `TransformersModel`'s cache
-bookkeeping, head and token trees; only the body (`_forward`) and the head's weights are
-its own, so the two backends share every rule about prefixes, branches and statistics.
+`LeanGemma3` answers the `LanguageModel` protocol through `CachedModel`'s cache
+bookkeeping, head rules and token trees (cached_model.py), as the transformers backend
+does; only the body (`_forward`) and the head's weights are its own, so the two backends
+share every rule about prefixes, branches and statistics. Nothing here imports torch:
+a server with the stored int8 copy starts without it (torch and transformers are needed
+to convert a model and to check the lean forward against it).
 It is built from a loaded transformers model (`from_transformers`) or from stored arrays
 (`from_arrays`, the on-disk int8 copy), and `check_against` compares its logits with a
 reference on a probe set: the loader uses it once at load time and falls back to
@@ -34,25 +37,28 @@ transformers when they differ.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import numpy as np
-import torch
 
-from .model import ModelStats, ModelUnavailable
-from .model_transformers import TransformersModel, _as_token_array, _mask_kinds
+from .cached_model import CachedModel, as_token_array
+from .model import ModelStats, ModelUnavailable, default_threads
 from .quantized import Int8Weights
+
+if TYPE_CHECKING:
+    from .model_transformers import TransformersModel
 
 log = logging.getLogger(__name__)
 
 # Preallocated cache positions; a longer sequence doubles it (up to max_context).
 DEFAULT_CAPACITY = 2048
 # Runs of up to this many new positions (decode steps, draft tokens) go through the
-# compiled step (lean_kernels); longer prefill chunks through torch's batched matmuls.
+# compiled step (lean_kernels); longer prefill chunks through float32 matrix products.
 KERNEL_MAX_POSITIONS = 16
 # Matrices of a decode step at least this large are split over the model's threads.
 LEAN_PARALLEL_MIN_WEIGHTS = 1 << 19
@@ -81,6 +87,8 @@ def supports(config) -> bool:
     # did); a config asking for it is left to transformers rather than guessed at.
     if getattr(config, "attn_logit_softcapping", None):
         return False
+    from .model_transformers import _mask_kinds
+
     kinds = _mask_kinds(config)
     if kinds is None:
         return False
@@ -93,7 +101,7 @@ def supports(config) -> bool:
 
 
 class _Matrix:
-    """A projection's weight: float32 (out, in) or Int8Weights."""
+    """A projection's weight: a float32 (out, in) array or Int8Weights."""
 
     __slots__ = ("w", "int8", "out_features")
 
@@ -102,16 +110,16 @@ class _Matrix:
         self.w = w
         self.out_features = w.out_features if self.int8 else int(w.shape[0])
 
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+    def __call__(self, x: np.ndarray) -> np.ndarray:
         if self.int8:
             return self.w.matmul(x)
-        return torch.nn.functional.linear(x, self.w)
+        return x @ self.w.T
 
     @property
     def nbytes(self) -> int:
         if self.int8:
             return int(self.w.q.nbytes + self.w.scales.nbytes)
-        return int(self.w.numel() * self.w.element_size())
+        return int(self.w.nbytes)
 
 
 @dataclass
@@ -122,12 +130,12 @@ class _Layer:
     gate_up: _Matrix
     down: _Matrix
     # (1 + weight) of each RMSNorm, precomputed.
-    input_norm: torch.Tensor
-    post_attn_norm: torch.Tensor
-    pre_ff_norm: torch.Tensor
-    post_ff_norm: torch.Tensor
-    q_norm: torch.Tensor
-    k_norm: torch.Tensor
+    input_norm: np.ndarray
+    post_attn_norm: np.ndarray
+    pre_ff_norm: np.ndarray
+    post_ff_norm: np.ndarray
+    q_norm: np.ndarray
+    k_norm: np.ndarray
 
 
 @dataclass
@@ -188,8 +196,8 @@ class StaticKV:
     def __init__(self, layers: int, kv_heads: int, head_dim: int, capacity: int, limit: int):
         self.limit = int(limit)
         cap = max(1, min(int(capacity), self.limit))
-        self.k = torch.empty((layers, kv_heads, cap, head_dim), dtype=torch.float32)
-        self.v = torch.empty((layers, kv_heads, cap, head_dim), dtype=torch.float32)
+        self.k = np.empty((layers, kv_heads, cap, head_dim), dtype=np.float32)
+        self.v = np.empty((layers, kv_heads, cap, head_dim), dtype=np.float32)
         self.filled = 0
 
     @property
@@ -204,7 +212,7 @@ class StaticKV:
         cap = min(self.limit, max(need, 2 * self.capacity))
         for name in ("k", "v"):
             old = getattr(self, name)
-            new = old.new_empty((old.shape[0], old.shape[1], cap, old.shape[3]))
+            new = np.empty((old.shape[0], old.shape[1], cap, old.shape[3]), dtype=old.dtype)
             new[:, :, : self.filled] = old[:, :, : self.filled]
             setattr(self, name, new)
 
@@ -232,7 +240,7 @@ class StepProfile:
         self.steps = 0
 
 
-class LeanGemma3(TransformersModel):
+class LeanGemma3(CachedModel):
     """Gemma 3 computed by `_forward` below behind the `LanguageModel` protocol."""
 
     def __init__(
@@ -240,7 +248,7 @@ class LeanGemma3(TransformersModel):
         spec: Gemma3Spec,
         layers: list[_Layer],
         embed,
-        final_norm: torch.Tensor,
+        final_norm: np.ndarray,
         tokenizer,
         *,
         name: str,
@@ -259,14 +267,14 @@ class LeanGemma3(TransformersModel):
         self._layers = layers
         self._model = self._base = None
         self.config = None
-        self._embed = embed  # float32 (vocab, hidden) tensor or Int8Weights (also the tied head)
+        self._embed = embed  # float32 (vocab, hidden) array or Int8Weights (also the tied head)
         self._head_int8 = embed if isinstance(embed, Int8Weights) else None
-        self._w = None if self._head_int8 is not None else embed
+        self._w: np.ndarray | None = None if self._head_int8 is not None else embed
         self._b = None
         self._final_norm = final_norm
         self._softcap = spec.final_softcap
         self.weights = "int8" if self._head_int8 is not None else "float32"
-        self.dtype = torch.float32
+        self.dtype = "float32"  # of the activations (the transformers backend says torch.float32)
         self.vocab_size = spec.vocab_size
         self.hidden_size = spec.hidden
         if tokenizer.vocab_size > self.vocab_size:
@@ -283,20 +291,24 @@ class LeanGemma3(TransformersModel):
         self._lock = threading.RLock()
         self._mask_kinds = (tuple(sorted(set(spec.layer_types))), spec.window)
         self._tree_ok = True
-        self._embed_scale = torch.tensor(spec.hidden**0.5, dtype=torch.float32)
+        self._embed_scale = np.float32(spec.hidden**0.5)
+        # As transformers computes them: in float32.
         self._inv_freq = {
-            kind: 1.0 / (theta ** (torch.arange(0, spec.head_dim, 2, dtype=torch.float) / spec.head_dim))
+            kind: (
+                np.float32(1.0)
+                / (np.float32(theta) ** (np.arange(0, spec.head_dim, 2, dtype=np.float32) / spec.head_dim))
+            ).astype(np.float32)
             for kind, theta in spec.rope_theta.items()
         }
         self.profile: StepProfile | None = None
-        self.set_threads(torch.get_num_threads() if threads is None else threads)
+        self.set_threads(default_threads() if threads is None else threads)
         # Decode steps go through the compiled step (lean_kernels) when every matrix is int8.
         self.use_kernel = bool(use_kernel)
         self._prepare_kernel()
         self._reset_state()
         self._start_kernel_warm_up()
         self.probe_tokens = self.encode_prompt(PROBE_TEXTS[0])
-        self.probe_logits = None
+        self.probe_logits: np.ndarray | None = None
         # The reference logits the probe set was checked against (set by the checks).
         self.probe_reference: np.ndarray | None = None
 
@@ -324,7 +336,7 @@ class LeanGemma3(TransformersModel):
         for layer in self._layers:
             total += sum(m.nbytes for m in (layer.qkv, layer.o, layer.gate_up, layer.down))
         emb = self._embed
-        total += emb.q.nbytes + emb.scales.nbytes if isinstance(emb, Int8Weights) else emb.numel() * 4
+        total += emb.q.nbytes + emb.scales.nbytes if isinstance(emb, Int8Weights) else emb.nbytes
         return int(total)
 
     def quantize_int8(self) -> None:
@@ -335,9 +347,11 @@ class LeanGemma3(TransformersModel):
     # -- building ----------------------------------------------------------------
 
     @classmethod
-    def from_transformers(cls, model: TransformersModel, **kwargs) -> "LeanGemma3":
+    def from_transformers(cls, model: "TransformersModel", **kwargs) -> "LeanGemma3":
         """The lean forward over the weights of a loaded transformers Gemma 3 (float32, or
         int8 after `quantize_int8`: then the int8 values are shared, the float twins are not)."""
+        import torch
+
         config = model.config
         spec = Gemma3Spec.from_config(config)
         if model.dtype != torch.float32:
@@ -353,10 +367,10 @@ class LeanGemma3(TransformersModel):
                     if len(parts) > 1
                     else Int8Weights.from_quantized(parts[0].q, parts[0].scales)
                 )
-            return _Matrix(torch.cat([lin.weight.detach() for lin in linears]).contiguous())
+            return _Matrix(np.ascontiguousarray(torch.cat([lin.weight.detach() for lin in linears]).numpy()))
 
         def norm(module):
-            return (1.0 + module.weight.detach().float()).contiguous()
+            return np.ascontiguousarray((1.0 + module.weight.detach().float()).numpy())
 
         layers = []
         for i, block in enumerate(base.layers[: len(spec.layer_types)]):
@@ -382,11 +396,11 @@ class LeanGemma3(TransformersModel):
             assert head is not None  # int8 says so
             if head.q.shape != tuple(emb_w.shape) or model._w.data_ptr() != emb_w.data_ptr():
                 raise ModelUnavailable("the lean forward needs the output head tied to the token embeddings")
-            embed = Int8Weights.from_quantized(head.q, head.scales)
+            embed: Int8Weights | np.ndarray = Int8Weights.from_quantized(head.q, head.scales)
         else:
             if model._w.data_ptr() != emb_w.data_ptr() and not torch.equal(model._w, emb_w):
                 raise ModelUnavailable("the lean forward needs the output head tied to the token embeddings")
-            embed = emb_w
+            embed = np.ascontiguousarray(emb_w.numpy())
         lean = cls(
             spec,
             layers,
@@ -410,10 +424,10 @@ class LeanGemma3(TransformersModel):
                 out[f"layers.{i}.{part}.q"] = m.q
                 out[f"layers.{i}.{part}.scales"] = m.scales
             for part in ("input_norm", "post_attn_norm", "pre_ff_norm", "post_ff_norm", "q_norm", "k_norm"):
-                out[f"layers.{i}.{part}"] = getattr(layer, part).numpy()
+                out[f"layers.{i}.{part}"] = getattr(layer, part)
         out["embed.q"] = self._embed.q
         out["embed.scales"] = self._embed.scales
-        out["final_norm"] = self._final_norm.numpy()
+        out["final_norm"] = self._final_norm
         return self.spec.as_dict(), out
 
     @classmethod
@@ -431,7 +445,7 @@ class LeanGemma3(TransformersModel):
             return _Matrix(Int8Weights.from_quantized(get(f"{key}.q"), get(f"{key}.scales")))
 
         def vec(key, n):
-            v = torch.from_numpy(np.ascontiguousarray(get(key), dtype=np.float32))
+            v = np.ascontiguousarray(get(key), dtype=np.float32)
             if v.shape != (n,):
                 raise ModelUnavailable(f"stored {key!r} has shape {tuple(v.shape)}, expected ({n},)")
             return v
@@ -478,14 +492,14 @@ class LeanGemma3(TransformersModel):
         """Full logits after each probe, computed as a prefill of all but the last token
         and one decode step (both paths of the forward); the cache is reset afterwards."""
         rows = []
-        with self._lock, torch.inference_mode():
+        with self._lock:
             for toks in probes:
                 self._reset_state()
-                arr = _as_token_array(toks, "probe", self.vocab_size)
+                arr = as_token_array(toks, "probe", self.vocab_size)
                 if arr.size > 1:
                     self._ensure(arr[:-1])
                 self._ensure(arr)
-                rows.append(self._head(self._hidden[arr.size - 1 : arr.size], None)[0].float().numpy())
+                rows.append(self._head(self._hidden[arr.size - 1 : arr.size], None)[0])
             self._reset_state()
         self.stats.reset()
         return np.stack(rows)
@@ -512,46 +526,47 @@ class LeanGemma3(TransformersModel):
 
     # -- the cache -----------------------------------------------------------------
 
-    def _reset_state(self):
-        from collections import OrderedDict
-
-        self._cache = StaticKV(
+    def _new_cache(self) -> StaticKV:
+        return StaticKV(
             len(self._layers),
             self.spec.kv_heads,
             self.spec.head_dim,
             min(self.capacity, self.max_context),
             self.max_context,
         )
-        self._row_cache = OrderedDict()
-        self._branch_cache = OrderedDict()
-        self._tokens = np.zeros(0, dtype=np.int64)
-        self._hidden_buffer = torch.zeros((0, self.hidden_size), dtype=torch.float32)
-        self._hidden = self._hidden_buffer[:0]
 
     # -- the head --------------------------------------------------------------------
 
-    def _head(self, hidden: torch.Tensor, ids: torch.Tensor | None) -> torch.Tensor:
-        if self._head_int8 is None or ids is None:
-            t0 = time.perf_counter()
-            out = super()._head(hidden, ids)
-            if self.profile is not None:
-                self.profile.head += time.perf_counter() - t0
-            return out
+    def _head(self, hidden: np.ndarray, ids: np.ndarray | None) -> np.ndarray:
         t0 = time.perf_counter()
-        if self._kernel_args is not None and hidden.shape[0] <= KERNEL_MAX_POSITIONS and hidden.dtype == torch.float32:
-            logits = self._head_rows_compiled(hidden, ids)
+        rows = np.ascontiguousarray(hidden, dtype=np.float32)
+        if ids is None:
+            with _blas_threads(self.threads):
+                if self._head_int8 is not None:
+                    logits = self._head_int8.matmul(rows)
+                else:
+                    assert self._w is not None  # a float32 head where there is no int8 one
+                    logits = rows @ self._w.T
+            self.stats.full_head_rows += int(rows.shape[0])
         else:
-            logits = torch.nn.functional.linear(hidden, self._head_int8.dequantize_rows(ids))
-        self.stats.restricted_head_rows += int(hidden.shape[0])
+            if self._head_int8 is None:
+                assert self._w is not None
+                logits = rows @ self._w[ids].T
+            elif self._kernel_args is not None and rows.shape[0] <= KERNEL_MAX_POSITIONS:
+                logits = self._head_rows_compiled(rows, ids)
+            else:
+                with _blas_threads(self.threads):
+                    logits = rows @ self._head_int8.dequantize_rows(ids).T
+            self.stats.restricted_head_rows += int(rows.shape[0])
         if self._softcap:
-            logits = torch.tanh(logits / self._softcap) * self._softcap
+            logits = np.tanh(logits / np.float32(self._softcap)) * np.float32(self._softcap)
         dt = time.perf_counter() - t0
         self.stats.head_seconds += dt
         if self.profile is not None:
             self.profile.head += dt
         return logits
 
-    def _head_rows_compiled(self, hidden: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    def _head_rows_compiled(self, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
         """The restricted head of a few rows by the compiled kernel (lean_kernels.head_rows_py):
         it reads the allowed int8 rows in place instead of gathering and dequantizing them."""
         import numba
@@ -560,52 +575,62 @@ class LeanGemma3(TransformersModel):
 
         a = self._kernel_args
         assert a is not None and self._head_int8 is not None  # only called with the compiled step's arguments
-        rows = np.ascontiguousarray(hidden.detach().numpy(), dtype=np.float32)
-        index = np.ascontiguousarray(ids.numpy() if isinstance(ids, torch.Tensor) else ids, dtype=np.int64)
+        index = np.ascontiguousarray(ids, dtype=np.int64)
         if index.size and (index.min() < 0 or index.max() >= self._head_int8.out_features):
             raise IndexError(f"head ids outside [0, {self._head_int8.out_features})")
         out = np.empty((rows.shape[0], index.size), dtype=np.float32)
         numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # set at import
-        compiled().head_rows(a["embed_q"], a["embed_s"], index, rows, out)
-        return torch.from_numpy(out)
+        compiled().head_rows(a["embed_q"], a["embed_s"], index, np.ascontiguousarray(rows), out)
+        return out
 
-    def _embed_rows(self, ids: torch.Tensor) -> torch.Tensor:
+    def _embed_rows(self, ids: np.ndarray) -> np.ndarray:
         if isinstance(self._embed, Int8Weights):
             rows = self._embed.dequantize_rows(ids)
         else:
-            rows = self._embed.index_select(0, ids)
+            rows = self._embed[ids]
         return rows * self._embed_scale
 
     # -- the body ----------------------------------------------------------------------
 
-    def _rms(self, x: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.spec.eps) * scale
+    def _rms(self, x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+        mean_square = np.mean(x * x, axis=-1, keepdims=True, dtype=np.float32)
+        return x * (np.float32(1.0) / np.sqrt(mean_square + np.float32(self.spec.eps))) * scale
 
-    def _forward(self, ids, pos, mask):
-        """Final hidden states (1, n, hidden) of tokens `ids` (1, n) at positions `pos`
-        (1, n), appended after the cache's `filled` positions. `mask`: None for a run of
-        consecutive positions right after the cache (causal, windowed), else transformers'
-        additive 4-D mask(s) over [cache, new tokens] (a token tree)."""
+    def _forward(self, ids, pos, see):
+        """Final hidden rows (n, hidden) of tokens `ids` (n,) at positions `pos` (n,),
+        appended after the cache's `filled` positions. `see`: None for a run of
+        consecutive positions right after the cache (causal, windowed), else per layer
+        kind which of [cache, new tokens] each new token attends to (a token tree)."""
         t_start = time.perf_counter()
         prof = self.profile
-        sp = self.spec
-        n = int(ids.shape[1])
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        positions = np.asarray(pos, dtype=np.int64)
+        n = int(ids.shape[0])
         cache = self._cache
         c = cache.filled
         cache.reserve(c + n)
         total = c + n
-        positions = pos[0]
         if (
             n <= KERNEL_MAX_POSITIONS
-            and mask is None
+            and see is None
             and self._kernel_args is not None
             and int(positions[0]) == c
             and int(positions[-1]) == total - 1
         ):
-            x = self._step_compiled(ids[0].numpy(), c)
+            x = self._step_compiled(ids, c)
             self._account(cache, total, n, t_start, prof)
-            return x[None]
-        x = self._embed_rows(ids[0])
+            return x
+        with _blas_threads(self.threads):
+            x = self._body(ids, positions, see, c, n, prof)
+        self._account(cache, total, n, t_start, prof)
+        return x
+
+    def _body(self, ids: np.ndarray, positions: np.ndarray, see, c: int, n: int, prof) -> np.ndarray:
+        """`_forward` of many positions: float32 matrix products and numpy attention."""
+        sp = self.spec
+        cache = self._cache
+        total = c + n
+        x = self._embed_rows(ids)
         heads, kvh, hd = sp.heads, sp.kv_heads, sp.head_dim
         rep = heads // kvh
         half = hd // 2
@@ -613,29 +638,28 @@ class LeanGemma3(TransformersModel):
 
         rope = {}
         for kind, inv in self._inv_freq.items():
-            freqs = positions[:, None].float() * inv
-            rope[kind] = (freqs.cos(), freqs.sin())
+            freqs = positions.astype(np.float32)[:, None] * inv[None, :]
+            rope[kind] = (np.cos(freqs)[:, None, :], np.sin(freqs)[:, None, :])
 
-        masks = self._masks(mask, positions, c, n)
-
+        masks = self._masks(see, positions, c, n)
+        t1 = 0.0
         for li, layer in enumerate(self._layers):
             h = self._rms(x, layer.input_norm)
             t0 = time.perf_counter() if prof else 0.0
             qkv = layer.qkv(h)
             if prof:
                 prof.matmul += time.perf_counter() - t0
-            q = self._rms(qkv[:, :q_end].view(n, heads, hd), layer.q_norm)
-            k = self._rms(qkv[:, q_end:k_end].view(n, kvh, hd), layer.k_norm)
-            v = qkv[:, k_end:].view(n, kvh, hd)
+            q = self._rms(qkv[:, :q_end].reshape(n, heads, hd), layer.q_norm)
+            k = self._rms(qkv[:, q_end:k_end].reshape(n, kvh, hd), layer.k_norm)
+            v = qkv[:, k_end:].reshape(n, kvh, hd)
             cos, sin = rope[layer.kind]
-            cos, sin = cos[:, None, :], sin[:, None, :]
             q1, q2 = q[..., :half], q[..., half:]
-            q = torch.cat((q1 * cos - q2 * sin, q2 * cos + q1 * sin), dim=-1)
+            q = np.concatenate((q1 * cos - q2 * sin, q2 * cos + q1 * sin), axis=-1)
             k1, k2 = k[..., :half], k[..., half:]
-            k = torch.cat((k1 * cos - k2 * sin, k2 * cos + k1 * sin), dim=-1)
+            k = np.concatenate((k1 * cos - k2 * sin, k2 * cos + k1 * sin), axis=-1)
             t0 = time.perf_counter() if prof else 0.0
-            cache.k[li, :, c:total] = k.transpose(0, 1)
-            cache.v[li, :, c:total] = v.transpose(0, 1)
+            cache.k[li, :, c:total] = k.transpose(1, 0, 2)
+            cache.v[li, :, c:total] = v.transpose(1, 0, 2)
             attn = self._attend(li, layer.kind, q, total, masks, rep)
             if prof:
                 t1 = time.perf_counter()
@@ -649,16 +673,13 @@ class LeanGemma3(TransformersModel):
             gu = layer.gate_up(h)
             if prof:
                 prof.matmul += time.perf_counter() - t2
-            g, u = gu[:, : sp.intermediate], gu[:, sp.intermediate :]
-            m = torch.nn.functional.gelu(g, approximate="tanh") * u
+            m = _gelu_tanh_times(gu[:, : sp.intermediate], gu[:, sp.intermediate :])
             t0 = time.perf_counter() if prof else 0.0
             d = layer.down(m)
             if prof:
                 prof.matmul += time.perf_counter() - t0
             x = x + self._rms(d, layer.post_ff_norm)
-        x = self._rms(x, self._final_norm)
-        self._account(cache, total, n, t_start, prof)
-        return x[None]
+        return self._rms(x, self._final_norm)
 
     def _account(self, cache, total: int, n: int, t_start: float, prof) -> None:
         """Marks the cache filled to `total` and counts the forward in the stats (and the
@@ -698,11 +719,11 @@ class LeanGemma3(TransformersModel):
         ).astype(np.float32)
         qk_norms = np.stack([np.stack([layer.q_norm, layer.k_norm]) for layer in self._layers]).astype(np.float32)
         sliding = np.array([layer.kind == "sliding_attention" for layer in self._layers], dtype=np.bool_)
-        inv_freq = np.stack([self._inv_freq[layer.kind].numpy() for layer in self._layers]).astype(np.float32)
+        inv_freq = np.stack([self._inv_freq[layer.kind] for layer in self._layers]).astype(np.float32)
         self._kernel_args = dict(
             embed_q=np.ascontiguousarray(self._head_int8.q),
             embed_s=np.ascontiguousarray(self._head_int8.scales),
-            embed_scale=np.float32(self._embed_scale.item()),
+            embed_scale=np.float32(self._embed_scale),
             weights=(qkv_q, qkv_s, o_q, o_s, gu_q, gu_s, d_q, d_s),
             norms=norms,
             qk_norms=qk_norms,
@@ -712,7 +733,7 @@ class LeanGemma3(TransformersModel):
             eps=float(sp.eps),
             scaling=np.float32(sp.scaling),
             heads=int(sp.heads),
-            final_norm=self._final_norm.numpy().astype(np.float32),
+            final_norm=np.asarray(self._final_norm, dtype=np.float32),
         )
 
     def _start_kernel_warm_up(self) -> None:
@@ -746,7 +767,7 @@ class LeanGemma3(TransformersModel):
         if self._kernel_warm is not None:
             self._kernel_warm.join()
 
-    def _step_compiled(self, tokens: np.ndarray, pos: int) -> torch.Tensor:
+    def _step_compiled(self, tokens: np.ndarray, pos: int) -> np.ndarray:
         """The final hidden rows of `tokens` at positions from `pos` == the cache's length
         on, by the compiled step (their keys and values are written into the cache)."""
         import numba
@@ -756,8 +777,8 @@ class LeanGemma3(TransformersModel):
         step = compiled().step
         out = np.empty((tokens.size, self.hidden_size), dtype=np.float32)
         numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # set at import
-        step(*self.step_arguments(tokens, pos, self._cache.k.numpy(), self._cache.v.numpy(), out))
-        return torch.from_numpy(out)
+        step(*self.step_arguments(tokens, pos, self._cache.k, self._cache.v, out))
+        return out
 
     def time_parts(self) -> tuple[float, float]:
         """Seconds of one decode step's int8 products and of its attention over the cache
@@ -780,7 +801,7 @@ class LeanGemma3(TransformersModel):
                 kern.matvec(q, s, x, np.empty((1, q.shape[0]), dtype=np.float32))
         matmul = time.perf_counter() - t0
         pos = self._cache.filled - 1
-        keys, values = self._cache.k.numpy(), self._cache.v.numpy()
+        keys, values = self._cache.k, self._cache.v
         qr = self._probe_row(sp.heads * sp.head_dim)
         out = np.empty(sp.heads * sp.head_dim, dtype=np.float32)
         scores = np.empty((sp.heads // sp.kv_heads, pos + 1), dtype=np.float32)
@@ -820,78 +841,96 @@ class LeanGemma3(TransformersModel):
             out,
         )
 
-    def _masks(self, mask, positions: torch.Tensor, c: int, n: int) -> dict:
-        """Per layer kind: None (every cached key visible), ("slice", start) (keys from
-        start on, one query), ("causal", 0) (a chunk from position 0 within the window), or
-        an additive (n, c + n) float mask."""
+    def _masks(self, see, positions: np.ndarray, c: int, n: int) -> dict:
+        """Per layer kind: (start, additive) where attention reads the cached keys from
+        `start` on and `additive` is None (every one of them visible) or an (n, keys)
+        float32 mask of 0 and -inf."""
         sp = self.spec
+        window = sp.window or 0
         kinds = set(sp.layer_types)
         out: dict = {}
-        if mask is not None:
+        if see is not None:
             for kind in kinds:
-                m = mask[kind] if isinstance(mask, dict) else mask
-                out[kind] = m[0, 0]
+                out[kind] = (0, np.where(see[kind], np.float32(0.0), np.float32(-np.inf)))
             return out
         if n == 1:
             for kind in kinds:
-                if kind == "sliding_attention" and sp.window and c + 1 > sp.window:
-                    out[kind] = ("slice", c + 1 - sp.window)
-                else:
-                    out[kind] = None
+                sliding = kind == "sliding_attention" and window and c + 1 > window
+                out[kind] = (c + 1 - window if sliding else 0, None)
             return out
-        if c == 0 and int(positions[0]) == 0:
-            # A prompt from the start: plain causal attention for every layer whose window it
-            # fits in (torch's fused kernel then skips the masked half instead of adding a mask).
-            for kind in kinds:
-                if not (kind == "sliding_attention" and sp.window and n > sp.window):
-                    out[kind] = ("causal", 0)
-            if len(out) == len(kinds):
-                return out
         q_pos = positions[:, None]
-        k_pos = torch.arange(c + n)[None, :]
-        see = k_pos <= q_pos
-        neg = torch.finfo(torch.float32).min
-        for kind in kinds - out.keys():
-            allowed = see & (q_pos - k_pos < sp.window) if kind == "sliding_attention" and sp.window else see
-            out[kind] = torch.zeros(allowed.shape, dtype=torch.float32).masked_fill_(~allowed, neg)
+        for kind in kinds:
+            windowed = kind == "sliding_attention" and window > 0
+            # Keys before the first query's window are visible to none of the queries.
+            start = max(0, int(positions.min()) - window + 1) if windowed else 0
+            k_pos = np.arange(start, c + n)[None, :]
+            allowed = k_pos <= q_pos
+            if windowed:
+                allowed &= q_pos - k_pos < window
+            out[kind] = (start, np.where(allowed, np.float32(0.0), np.float32(-np.inf)))
         return out
 
-    def _attend(self, li: int, kind: str, q: torch.Tensor, total: int, masks: dict, rep: int) -> torch.Tensor:
-        """Attention of queries q (n, heads, head_dim) over the layer's cached keys [0, total)."""
+    def _attend(self, li: int, kind: str, q: np.ndarray, total: int, masks: dict, rep: int) -> np.ndarray:
+        """Attention of queries q (n, heads, head_dim) over the layer's cached keys [start, total)."""
         sp = self.spec
         n = q.shape[0]
-        m = masks[kind]
-        start = 0
-        causal = False
-        if isinstance(m, tuple):
-            causal = m[0] == "causal"
-            start, m = m[1], None
+        start, additive = masks[kind]
         keys = self._cache.k[li, :, start:total]  # (kv, L, hd)
         values = self._cache.v[li, :, start:total]
         kvh = keys.shape[0]
-        if n > 1:
-            # A chunk or a tree: torch's fused attention (no n x L score tensors kept per head).
-            out = torch.nn.functional.scaled_dot_product_attention(
-                q.transpose(0, 1)[None],
-                keys[None],
-                values[None],
-                attn_mask=m,
-                is_causal=causal,
-                scale=sp.scaling,
-                enable_gqa=kvh != sp.heads,
-            )
-            return out[0].transpose(0, 1).reshape(n, sp.heads * sp.head_dim)
-        # (kv, rep, hd): the query heads sharing a key head are rows of one product.
-        qg = q.view(n, kvh, rep, sp.head_dim).permute(1, 2, 0, 3).reshape(kvh, rep * n, sp.head_dim)
-        scores = torch.bmm(qg, keys.transpose(1, 2)) * sp.scaling
-        if m is not None:
-            scores = (scores.view(kvh, rep, n, -1) + m).view(kvh, rep * n, -1)
-        probs = torch.softmax(scores, dim=-1)
-        out = torch.bmm(probs, values)  # (kv, rep * n, hd)
-        return out.view(kvh, rep, n, sp.head_dim).permute(2, 0, 1, 3).reshape(n, sp.heads * sp.head_dim)
+        # (kv, rep * n, hd): the query heads sharing a key head are rows of one product.
+        qg = np.ascontiguousarray(q.reshape(n, kvh, rep, sp.head_dim).transpose(1, 2, 0, 3)).reshape(
+            kvh, rep * n, sp.head_dim
+        )
+        scores = np.matmul(qg, keys.transpose(0, 2, 1))
+        scores *= np.float32(sp.scaling)
+        if additive is not None:
+            scores = scores.reshape(kvh, rep, n, -1)
+            scores += additive
+            scores = scores.reshape(kvh, rep * n, -1)
+        scores -= scores.max(axis=-1, keepdims=True)
+        np.exp(scores, out=scores)
+        scores /= scores.sum(axis=-1, keepdims=True)
+        out = np.matmul(scores, values)  # (kv, rep * n, hd)
+        return out.reshape(kvh, rep, n, sp.head_dim).transpose(2, 0, 1, 3).reshape(n, sp.heads * sp.head_dim)
 
 
-def build_checked(model: TransformersModel, **kwargs) -> tuple[LeanGemma3, float]:
+_blas_control: Any = None
+
+
+def _blas_threads(threads: int):
+    """A context in which numpy's BLAS uses `threads` threads (the model's share of the
+    cores, as the compiled kernels do); without threadpoolctl, BLAS keeps its own count."""
+    global _blas_control
+    if _blas_control is None:
+        try:
+            from threadpoolctl import ThreadpoolController
+        except ImportError:
+            _blas_control = False
+        else:
+            _blas_control = ThreadpoolController()
+    if _blas_control is False:
+        return contextlib.nullcontext()
+    return _blas_control.limit(limits=threads, user_api="blas")
+
+
+def _gelu_tanh_times(x: np.ndarray, up: np.ndarray) -> np.ndarray:
+    """GELU of `x` with the tanh approximation (Gemma's `gelu_pytorch_tanh`) times `up`,
+    in float32, in one scratch array (a prefill chunk's are megabytes each)."""
+    t = x * x
+    t *= x
+    t *= np.float32(0.044715)
+    t += x
+    t *= np.float32(0.7978845608028654)
+    np.tanh(t, out=t)
+    t += np.float32(1.0)
+    t *= x
+    t *= np.float32(0.5)
+    t *= up
+    return t
+
+
+def build_checked(model: "TransformersModel", **kwargs) -> tuple[LeanGemma3, float]:
     """A lean model over `model`'s weights, checked against `model`'s own forward on the
     probe set. Raises ModelUnavailable when the architecture is not supported or the
     logits differ by more than CHECK_TOLERANCE."""
@@ -903,8 +942,10 @@ def build_checked(model: TransformersModel, **kwargs) -> tuple[LeanGemma3, float
     return lean, err
 
 
-def reference_logits(model: TransformersModel, probes: Sequence[Sequence[int]]) -> np.ndarray:
+def reference_logits(model: "TransformersModel", probes: Sequence[Sequence[int]]) -> np.ndarray:
     """transformers' own logits after each probe (its full forward, no cache)."""
+    import torch
+
     rows = []
     with torch.inference_mode():
         for toks in probes:

@@ -67,7 +67,7 @@ class KVSlots:
         self.min_shared = float(min_shared)
         self.stats = SlotStats()
         # parked states, least recently used first: id -> (state, its bytes)
-        # (a backend's state object: `tokens` and `nbytes`, e.g. model_transformers.ModelState)
+        # (a backend's state object: `tokens` and `nbytes`, e.g. cached_model.ModelState)
         self._parked: OrderedDict[int, tuple[Any, int]] = OrderedDict()
         self._next_id = 0
         self._out = 0  # slots checked out by running jobs
@@ -214,13 +214,10 @@ class SlotView:
         # a batch of one is slower. One that arrives meanwhile is let in at the next step.
         if self.batcher is None or self.batcher.alone or not self._one_step(toks):
             return self._installed("next_logits", tokens, allowed)
-        import torch
-
         model = self._model
         ids = model._allowed(allowed, "allowed")
         row = self.batcher.step(self.state, int(toks[-1]))
-        with torch.inference_mode():
-            return model._head(torch.from_numpy(row[None]), ids)[0].float().numpy()
+        return model._head(row[None], ids)[0]
 
     def _one_step(self, toks: np.ndarray) -> bool:
         """Whether `toks` is the slot's cached sequence (cut back to it where it goes on

@@ -324,11 +324,11 @@ def _arguments(model, tokens: np.ndarray, positions: np.ndarray, keys_list, valu
 
 
 def step_states(model, states, tokens, *, python: bool = False) -> np.ndarray:
-    """One decode step of each parked model state (model_transformers.ModelState of a lean
+    """One decode step of each parked model state (cached_model.ModelState of a lean
     model) with its next token: state r's cached sequence grows by tokens[r] (its keys,
     values and final hidden row). Returns the hidden rows (B, hidden). `python`: the
     plain-Python twin instead of the compiled kernel (tests)."""
-    import torch
+    from .cached_model import append_rows
 
     b = len(states)
     if b != len(tokens) or b == 0:
@@ -346,8 +346,8 @@ def step_states(model, states, tokens, *, python: bool = False) -> np.ndarray:
         positions[r] = pos
     out = np.empty((b, model.hidden_size), dtype=np.float32)
     if python:
-        keys_list = [s.fields["_cache"].k.numpy() for s in states]
-        values_list = [s.fields["_cache"].v.numpy() for s in states]
+        keys_list = [s.fields["_cache"].k for s in states]
+        values_list = [s.fields["_cache"].v for s in states]
         batch_step_py(*_arguments(model, toks, positions, keys_list, values_list, out))
     else:
         import numba
@@ -355,35 +355,18 @@ def step_states(model, states, tokens, *, python: bool = False) -> np.ndarray:
 
         keys_list, values_list = List(), List()
         for s in states:
-            keys_list.append(s.fields["_cache"].k.numpy())
-            values_list.append(s.fields["_cache"].v.numpy())
+            keys_list.append(s.fields["_cache"].k)
+            values_list.append(s.fields["_cache"].v)
         numba.set_num_threads(min(model.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
         compiled()(*_arguments(model, toks, positions, keys_list, values_list, out))
     model.stats.forward_passes += 1
     model.stats.tokens_prefilled += b
-    with torch.inference_mode():  # the hidden buffers are inference tensors
-        for r, state in enumerate(states):
-            f = state.fields
-            f["_cache"].filled = int(positions[r]) + 1
-            f["_tokens"] = np.append(f["_tokens"], toks[r])
-            _append_hidden(f, torch.from_numpy(out[r : r + 1]))
+    for r, state in enumerate(states):
+        f = state.fields
+        f["_cache"].filled = int(positions[r]) + 1
+        f["_tokens"] = np.append(f["_tokens"], toks[r])
+        f["_hidden_buffer"], f["_hidden"] = append_rows(f["_hidden_buffer"], f["_hidden"], out[r : r + 1])
     return out
-
-
-def _append_hidden(fields: dict, rows) -> None:
-    """model_transformers.TransformersModel._append_hidden over a parked state's fields."""
-    import torch
-
-    hidden, buffer = fields["_hidden"], fields["_hidden_buffer"]
-    n = hidden.shape[0]
-    need = n + rows.shape[0]
-    if need > buffer.shape[0]:
-        grown = torch.empty((max(need, 2 * buffer.shape[0], 256), rows.shape[1]), dtype=rows.dtype)
-        grown[:n] = hidden
-        buffer = grown
-        fields["_hidden_buffer"] = buffer
-    buffer[n:need] = rows
-    fields["_hidden"] = buffer[:need]
 
 
 @dataclass(eq=False)

@@ -19,7 +19,7 @@ deleted and rebuilt by the caller.
 
 That check runs the model over the probes (seconds of a start on a CPU), so a load
 that passes it leaves `verified.json`: what it checked (the manifest's digest, each
-file's size and modification time, the lean forward's source and the torch and numpy
+file's size and modification time, the lean forward's source and kernels, the numba and numpy
 versions). A later load whose stamp still says the same skips the probes; any change
 of files, code or libraries, or `MIDWORD_VERIFY_MODEL=1`, checks again.
 """
@@ -41,7 +41,7 @@ _WEIGHTS = "weights.bin"
 _REFERENCE = "reference.npy"
 _STAMP = "verified.json"
 # The modules whose code computes the lean model's logits: a change in any re-checks.
-_FORWARD_MODULES = ("gemma3_lean.py", "quantized.py", "lean_store.py", "model_transformers.py")
+_FORWARD_MODULES = ("gemma3_lean.py", "cached_model.py", "quantized.py", "lean_kernels.py", "lean_store.py")
 _ALIGN = 64
 
 
@@ -134,7 +134,7 @@ class Damaged(Exception):
     pass
 
 
-def open_lean(folder: Path, tokenizer, *, name: str, max_context=None):
+def open_lean(folder: Path, tokenizer, *, name: str, max_context=None, threads: int | None = None):
     """The int8 lean model stored in `folder`, checked against its stored reference.
     Raises Damaged when it cannot be used (the caller deletes and rebuilds it)."""
     from .gemma3_lean import LeanGemma3
@@ -143,7 +143,7 @@ def open_lean(folder: Path, tokenizer, *, name: str, max_context=None):
     try:
         manifest = json.loads((folder / _MANIFEST).read_text(encoding="utf-8"))
         reference = np.load(folder / _REFERENCE, allow_pickle=False)
-        # Copy-on-write: writable arrays for torch, pages shared with the page cache.
+        # Copy-on-write: writable arrays, pages shared with the page cache.
         blob = np.memmap(folder / _WEIGHTS, dtype=np.uint8, mode="c")
         arrays = {}
         for entry in manifest["arrays"]:
@@ -155,7 +155,9 @@ def open_lean(folder: Path, tokenizer, *, name: str, max_context=None):
             if lo < 0 or hi > blob.size or lo % dtype.itemsize:
                 raise ValueError(f"array {entry['name']!r} lies outside {_WEIGHTS}")
             arrays[entry["name"]] = blob[lo:hi].view(dtype).reshape(shape)
-        model = LeanGemma3.from_arrays(manifest["spec"], arrays, tokenizer, name=name, max_context=max_context)
+        model = LeanGemma3.from_arrays(
+            manifest["spec"], arrays, tokenizer, name=name, max_context=max_context, threads=threads
+        )
         probes = manifest["probes"]
         stamp = _stamp(folder)
         if os.environ.get("MIDWORD_VERIFY_MODEL") != "1" and _read_stamp(folder) == stamp:
@@ -173,7 +175,7 @@ def open_lean(folder: Path, tokenizer, *, name: str, max_context=None):
 
 def _stamp(folder: Path) -> dict:
     """What a passed probe check vouches for (see the module's docstring)."""
-    import torch
+    import numba
 
     here = Path(__file__).resolve().parent
     code = hashlib.sha256()
@@ -187,7 +189,7 @@ def _stamp(folder: Path) -> dict:
         "manifest": hashlib.sha256((folder / _MANIFEST).read_bytes()).hexdigest(),
         "files": files,
         "code": code.hexdigest(),
-        "torch": torch.__version__,
+        "numba": numba.__version__,
         "numpy": np.__version__,
     }
 

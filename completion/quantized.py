@@ -9,7 +9,7 @@ as in torch.ao gives a KL of 0.6 nats per token on this model; weight-only int8 
 of 64 gives 0.0014, and the default model's weights came from a 4-bit GGUF anyway).
 
 Few rows (decode steps, a handful of head rows) go through `int8_rows`, a compiled
-kernel; many rows (prefill, token trees) go through torch's float32 matmul on the
+kernel; many rows (prefill, token trees) go through a float32 matmul on the
 *dequantized* weights, which are exactly `q * scale`. Both paths therefore compute with
 the same weights and agree to float rounding, so a sequence's logits do not depend on
 how it was prefilled. The plain-Python `int8_rows_py` is the kernel's reference twin.
@@ -18,7 +18,6 @@ how it was prefilled. The plain-Python `int8_rows_py` is the kernel's reference 
 from __future__ import annotations
 
 import numpy as np
-import torch
 from numba import prange
 
 from midword.engine._jit import njit
@@ -27,7 +26,7 @@ GROUP = 64
 # Up to this many rows the int8 kernel beats a float32 matmul (it reads each weight row
 # once for all of them); beyond it the matmul's blocking wins.
 KERNEL_MAX_ROWS = 12
-# Matrices with at least this many weights are split over torch's thread count (the
+# Matrices with at least this many weights are split over the caller's threads (the
 # 262k-row output head; a body layer is done before other threads would wake up).
 PARALLEL_MIN_WEIGHTS = 1 << 23
 # Output rows dequantized at once when a matrix without its float32 twin meets many rows
@@ -256,19 +255,28 @@ class Int8Weights:
 
     Without the twin (`keep_dequantized=False`, or made by `from_quantized`) the matrix
     holds a quarter of the bytes; products over many rows then dequantize it block by
-    block (`DEQUANT_BLOCK` output rows at a time) for torch's float32 matmul, which gives
-    the same values as the twin would."""
+    block (`DEQUANT_BLOCK` output rows at a time) for a float32 matmul, which gives the
+    same values as the twin would."""
 
-    def __init__(
-        self, weight: torch.Tensor, group: int = GROUP, *, in_place: bool = False, keep_dequantized: bool = True
-    ):
-        """With `in_place`, `weight` (float32, contiguous) itself is overwritten with the
-        dequantized values and becomes `dequantized`: no second copy of a large matrix, and
-        tensors sharing its storage (a tied embedding table) see the same weights."""
-        source = weight.detach()
-        if in_place and not (source.dtype == torch.float32 and source.is_contiguous() and source.device.type == "cpu"):
-            raise ValueError("in-place quantization needs a contiguous float32 CPU tensor")
-        w = _as_matrix(source.float().cpu().numpy())
+    def __init__(self, weight, group: int = GROUP, *, in_place: bool = False, keep_dequantized: bool = True):
+        """`weight`: a float array, or a torch tensor. With `in_place`, `weight` (float32,
+        contiguous, on the CPU) itself is overwritten with the dequantized values and
+        becomes `dequantized`: no second copy of a large matrix, and tensors sharing its
+        storage (a tied embedding table) see the same weights."""
+        if hasattr(weight, "detach"):  # a torch tensor, without importing torch here
+            source = weight.detach()
+            if in_place and not (
+                str(source.dtype) == "torch.float32" and source.is_contiguous() and source.device.type == "cpu"
+            ):
+                raise ValueError("in-place quantization needs a contiguous float32 CPU tensor")
+            array = source.numpy() if in_place else source.float().cpu().numpy()
+        else:
+            array = np.asarray(weight)
+            if in_place and not (array.dtype == np.float32 and array.flags.c_contiguous and array.flags.writeable):
+                raise ValueError("in-place quantization needs a contiguous, writable float32 array")
+        w = array if in_place else _as_matrix(array)
+        if in_place and (w.ndim != 2 or not np.isfinite(w).all()):
+            _as_matrix(w)  # raises with the reason
         n, k = w.shape
         gs = group_size(k, group)
         self.q = np.empty((n, k), dtype=np.int8)
@@ -276,10 +284,10 @@ class Int8Weights:
         # Each group is read in full before it is written, so the output may be the input.
         deq = w if in_place else np.empty((n, k), dtype=np.float32)
         _quantize_kernel()(w, gs, self.q, self.scales, deq)
-        self.dequantized = (source if in_place else torch.from_numpy(deq)) if keep_dequantized or in_place else None
+        self.dequantized: np.ndarray | None = deq if keep_dequantized or in_place else None
         self.out_features, self.in_features = n, k
         self.threads = 1
-        self.min_parallel = None
+        self.min_parallel: int | None = None
 
     @classmethod
     def from_quantized(cls, q: np.ndarray, scales: np.ndarray) -> "Int8Weights":
@@ -314,72 +322,46 @@ class Int8Weights:
             np.concatenate([p.q for p in parts]), np.concatenate([p.scales for p in parts])
         )
 
-    def dequantize_rows(self, ids: torch.Tensor | np.ndarray | slice) -> torch.Tensor:
-        """float32 rows `ids` of the matrix, exactly the dequantized values."""
-        if isinstance(ids, torch.Tensor):
-            ids = ids.numpy()
-        q = torch.from_numpy(np.ascontiguousarray(self.q[ids]))
-        s = torch.from_numpy(np.ascontiguousarray(self.scales[ids]))
+    def dequantize_rows(self, ids) -> np.ndarray:
+        """float32 rows `ids` (an index array or a slice) of the matrix, exactly the dequantized values."""
+        q = np.ascontiguousarray(self.q[ids])
+        s = np.ascontiguousarray(self.scales[ids])
         g = s.shape[-1]
-        w = q.reshape(*q.shape[:-1], g, self.in_features // g).to(torch.float32) * s[..., None]
-        return w.reshape(*q.shape)
+        w = q.reshape(*q.shape[:-1], g, self.in_features // g).astype(np.float32) * s[..., None]
+        return w.reshape(q.shape)
 
-    def matmul(self, x: torch.Tensor) -> torch.Tensor:
-        """x @ W.T for x of shape (..., in) in float32."""
-        rows = x.numel() // self.in_features if x.numel() else 0
-        if 0 < rows <= KERNEL_MAX_ROWS and x.dtype == torch.float32 and not x.requires_grad:
-            flat = x.reshape(rows, self.in_features).contiguous()
-            out = torch.empty((rows, self.out_features), dtype=torch.float32)
-            threads = max(self.threads, torch.get_num_threads()) if self.min_parallel is None else self.threads
-            int8_rows(self.q, self.scales, flat.numpy(), out.numpy(), threads, self.min_parallel)
+    def matmul(self, x: np.ndarray, threads: int | None = None) -> np.ndarray:
+        """x @ W.T for a float32 array x of shape (..., in); `threads`: the caller's thread
+        count, used for the kernel when it is larger than the matrix's own `threads`."""
+        x = np.asarray(x, dtype=np.float32)
+        rows = x.size // self.in_features if x.size else 0
+        own = self.threads if threads is None else max(self.threads, int(threads))
+        if 0 < rows <= KERNEL_MAX_ROWS:
+            flat = np.ascontiguousarray(x.reshape(rows, self.in_features))
+            out = np.empty((rows, self.out_features), dtype=np.float32)
+            int8_rows(
+                self.q, self.scales, flat, out, own if self.min_parallel is None else self.threads, self.min_parallel
+            )
             return out.reshape(*x.shape[:-1], self.out_features)
         if self.dequantized is not None:
-            return torch.nn.functional.linear(x, self.dequantized.to(x.dtype))
-        out = torch.empty((*x.shape[:-1], self.out_features), dtype=x.dtype)
+            return x @ self.dequantized.T
+        out = np.empty((*x.shape[:-1], self.out_features), dtype=np.float32)
         block = np.empty((min(DEQUANT_BLOCK, self.out_features), self.in_features), dtype=np.float32)
-        weights = torch.from_numpy(block)
-        threads = torch.get_num_threads()
         for lo in range(0, self.out_features, DEQUANT_BLOCK):
             hi = min(self.out_features, lo + DEQUANT_BLOCK)
-            dequantize_into(self.q, self.scales, lo, block[: hi - lo], threads)
-            out[..., lo:hi] = torch.nn.functional.linear(x, weights[: hi - lo].to(x.dtype))
+            # On one thread: numba's parallel workers and the BLAS threads of the product
+            # that follows each block take turns badly over the same cores (many times
+            # slower than a serial conversion).
+            dequantize_into(self.q, self.scales, lo, block[: hi - lo], 1)
+            np.matmul(x, block[: hi - lo].T, out=out[..., lo:hi])
         return out
 
 
-class Int8Linear(torch.nn.Module):
-    """Drop-in for `torch.nn.Linear` at inference time (see the module docstring)."""
+def __getattr__(name):
+    # The torch module wrappers moved to quantized_torch.py, so that the lean forward's
+    # weights load without importing torch.
+    if name in ("Int8Linear", "quantize_linears"):
+        from . import quantized_torch
 
-    def __init__(self, linear: torch.nn.Linear, group: int = GROUP):
-        super().__init__()
-        self.in_features = linear.in_features
-        self.out_features = linear.out_features
-        self.weights = Int8Weights(linear.weight, group)
-        self.bias = (
-            None if linear.bias is None else torch.nn.Parameter(linear.bias.detach().float(), requires_grad=False)
-        )
-
-    @property
-    def weight(self) -> torch.Tensor:
-        # Code that inspects `.weight` (shapes, dtypes) sees the weights actually used.
-        w = self.weights.dequantized
-        assert w is not None  # made from a float matrix, so the float twin is kept
-        return w
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.weights.matmul(x)
-        return out if self.bias is None else out + self.bias
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, int8 groups of {self.weights.in_features // self.weights.scales.shape[1]}"
-
-
-def quantize_linears(module: torch.nn.Module, group: int = GROUP) -> int:
-    """Replace every `torch.nn.Linear` below `module` by an `Int8Linear`; returns how many."""
-    count = 0
-    for name, child in list(module.named_children()):
-        if type(child) is torch.nn.Linear:
-            setattr(module, name, Int8Linear(child, group))
-            count += 1
-        else:
-            count += quantize_linears(child, group)
-    return count
+        return getattr(quantized_torch, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

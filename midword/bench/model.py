@@ -15,8 +15,8 @@ each thread count it reports:
   large float32 matrix product at the same thread count.
 
 Three backends: transformers, `lean` (a decode step is one compiled call,
-lean_kernels.py) and `lean-torch` (the same model with its decode step issued as torch
-operations, the path before the compiled step). transformers' and lean-torch's matmuls
+lean_kernels.py) and `lean-numpy` (the same model with its decode step issued as numpy
+operations, the path before the compiled step). transformers' and lean-numpy's matmuls
 are timed around the shared matmul entry point; the compiled step is one call, so its
 matmuls and attention are timed apart right after each step, by the same kernels over
 the same cache (`LeanGemma3.time_parts`).
@@ -53,12 +53,12 @@ class _MatmulTimer:
         self.on = False
         timer = self
 
-        def timed(weights, x):
+        def timed(weights, x, *args, **kwargs):
             if not timer.on:
-                return timer.original(weights, x)
+                return timer.original(weights, x, *args, **kwargs)
             t0 = time.perf_counter()
             try:
-                return timer.original(weights, x)
+                return timer.original(weights, x, *args, **kwargs)
             finally:
                 timer.seconds += time.perf_counter() - t0
 
@@ -148,8 +148,8 @@ def run_model_bench(args: argparse.Namespace) -> int:
     tm = load_model(args.model, dtype="int8", backend="transformers")
     lean = LeanGemma3.from_transformers(tm)
     lean.profile = StepProfile()
-    lean_torch = LeanGemma3.from_transformers(tm, use_kernel=False)
-    lean_torch.profile = StepProfile()
+    lean_numpy = LeanGemma3.from_transformers(tm, use_kernel=False)
+    lean_numpy.profile = StepProfile()
     load_s = time.perf_counter() - t0
     prompt = tm.encode_prompt(_prompt_text())
     n = min(args.context, len(prompt) - args.steps - 1)
@@ -173,8 +173,8 @@ def run_model_bench(args: argparse.Namespace) -> int:
             for threads in args.threads:
                 torch.set_num_threads(threads)
                 lean.set_threads(threads)
-                lean_torch.set_threads(threads)
-                backends = (("transformers", tm), ("lean-torch", lean_torch), ("lean", lean))
+                lean_numpy.set_threads(threads)
+                backends = (("transformers", tm), ("lean-numpy", lean_numpy), ("lean", lean))
                 per: dict = {name: {"prefill": [], "runs": []} for name, _ in backends}
                 for _ in range(args.repeats):
                     for name, model in backends:
@@ -217,7 +217,7 @@ def _summarise(per: dict, prefill_tokens: int) -> dict:
         out[name] = row
     out["ratio_step_p50"] = out["lean"]["step_ms_p50"] / out["transformers"]["step_ms_p50"]
     out["ratio_prefill"] = out["lean"]["prefill_tok_s"] / out["transformers"]["prefill_tok_s"]
-    out["ratio_step_vs_torch_ops"] = out["lean"]["step_ms_p50"] / out["lean-torch"]["step_ms_p50"]
+    out["ratio_step_vs_numpy_ops"] = out["lean"]["step_ms_p50"] / out["lean-numpy"]["step_ms_p50"]
     return out
 
 
@@ -234,7 +234,7 @@ def _print(r: dict) -> None:
             f"{'backend':14s}{'step p50':>10s}{'p90':>8s}{'min':>8s}{'matmul':>9s}{'attn':>8s}{'head':>8s}"
             f"{'other':>8s}{'prefill tok/s':>15s}"
         )
-        for name in ("transformers", "lean-torch", "lean"):
+        for name in ("transformers", "lean-numpy", "lean"):
             x = t[name]
             att = "-" if x["attention_ms"] is None else f"{x['attention_ms']:.1f}"
             print(
@@ -244,7 +244,7 @@ def _print(r: dict) -> None:
             )
         print(
             f"lean / transformers: step {t['ratio_step_p50']:.2f}x, prefill {t['ratio_prefill']:.2f}x; "
-            f"lean / lean-torch: step {t['ratio_step_vs_torch_ops']:.2f}x"
+            f"lean / lean-numpy: step {t['ratio_step_vs_numpy_ops']:.2f}x"
         )
         print(
             f"floors: lean int8 products read {r['body_weight_bytes'] / 1e6:.1f} MB at {t['int8_read_gb_s']:.1f} GB/s "

@@ -2,7 +2,7 @@
 
 On tiny random int8 Gemma 3 models (a 4-token sliding window, grouped-query attention):
 the compiled step equals its plain-Python twin, writes the same key and value rows, and
-decoding through it gives the logits of the torch path and of the model's own forward.
+decoding through it gives the logits of the matrix path and of the model's own forward.
 """
 
 from __future__ import annotations
@@ -34,14 +34,14 @@ def test_compiled_step_equals_twin(byte_tok, kwargs):
     step = lean_kernels.compiled().step
     results = []
     for fn in (step, lean_kernels.decode_step_py):
-        keys, values = lean._cache.k.numpy().copy(), lean._cache.v.numpy().copy()
+        keys, values = lean._cache.k.copy(), lean._cache.v.copy()
         out = np.empty((3, lean.hidden_size), dtype=np.float32)
         fn(*lean.step_arguments(np.array(toks[pos:]), pos, keys, values, out))
         results.append((out, keys[:, :, : pos + 3], values[:, :, : pos + 3]))
     for got, want in zip(results[0], results[1], strict=True):
         np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
     # The positions before `pos` are untouched, the new ones are written.
-    np.testing.assert_array_equal(results[0][1][:, :, :pos], lean._cache.k.numpy()[:, :, :pos])
+    np.testing.assert_array_equal(results[0][1][:, :, :pos], lean._cache.k[:, :, :pos])
     assert np.abs(results[0][1][:, :, pos:]).max() > 0
 
 
@@ -251,22 +251,22 @@ def test_restricted_head_equals_dequantized_rows(byte_tok):
     with the dequantized rows, and its twin."""
     _, _, lean = pair(byte_tok, int8=True, seed=8)
     rng = np.random.default_rng(1)
-    hidden = torch.from_numpy(rng.standard_normal((3, lean.hidden_size)).astype(np.float32))
-    ids = torch.tensor([299, 0, 17, 17, 5])
-    got = lean._head(hidden, ids).numpy()
-    want = (hidden @ lean._head_int8.dequantize_rows(ids).T).numpy()
+    hidden = rng.standard_normal((3, lean.hidden_size)).astype(np.float32)
+    ids = np.array([299, 0, 17, 17, 5])
+    got = lean._head(hidden, ids)
+    want = hidden @ lean._head_int8.dequantize_rows(ids).T
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     twin = np.empty_like(got)
     a = lean._kernel_args
-    lean_kernels.head_rows_py(a["embed_q"], a["embed_s"], ids.numpy(), hidden.numpy(), twin)
+    lean_kernels.head_rows_py(a["embed_q"], a["embed_s"], ids, hidden, twin)
     np.testing.assert_allclose(twin, got, rtol=1e-6, atol=1e-6)
     with pytest.raises(IndexError, match="head ids"):
-        lean._head(hidden, torch.tensor([300]))
+        lean._head(hidden, np.array([300]))
 
 
 @pytest.mark.parametrize("window", [4, 512])
 def test_prefill_equals_steps_one_by_one(byte_tok, window):
-    """A prompt prefilled in one chunk (longer than the compiled runs: torch's batched
+    """A prompt prefilled in one chunk (longer than the compiled runs: the float32 matrix
     path, causal attention from position 0, with a float mask where a sliding window is
     crossed) leaves the cache and logits of decoding it token by token."""
     _, _, lean = pair(byte_tok, int8=True, seed=9, window=window)
@@ -275,10 +275,10 @@ def test_prefill_equals_steps_one_by_one(byte_tok, window):
     lean.stats.reset()
     chunk = lean.next_logits(toks)
     assert lean.stats.forward_passes == 1
-    keys = lean._cache.k.numpy()[:, :, : len(toks)].copy()
+    keys = lean._cache.k[:, :, : len(toks)].copy()
     lean.reset()
     lean.next_logits(toks[:1])
     for i in range(2, len(toks) + 1):
         step = lean.next_logits(toks[:i])
     np.testing.assert_allclose(chunk, step, atol=TOL)
-    np.testing.assert_allclose(keys, lean._cache.k.numpy()[:, :, : len(toks)], atol=1e-5)
+    np.testing.assert_allclose(keys, lean._cache.k[:, :, : len(toks)], atol=1e-5)

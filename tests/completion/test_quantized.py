@@ -110,7 +110,7 @@ def test_in_place_quantization_keeps_tied_storage():
     table = torch.randn(50, 64)
     view = table[:]  # a tied embedding sees the same storage
     weights = q.Int8Weights(table, in_place=True)
-    assert weights.dequantized.data_ptr() == table.data_ptr()
+    assert weights.dequantized.ctypes.data == table.data_ptr()
     torch.testing.assert_close(view, torch.from_numpy(q.dequantize(weights.q, weights.scales)))
     with pytest.raises(ValueError, match="contiguous float32"):
         q.Int8Weights(torch.randn(64, 50).t(), in_place=True)
@@ -175,8 +175,12 @@ def test_many_rows_without_the_float_twin_equal_the_twin():
     """A matrix without its float32 copy (the lean model's, the stored int8 weights)
     multiplies many rows block by block: the same values as with the copy."""
     rng = np.random.default_rng(3)
-    w = torch.from_numpy(rng.standard_normal((q.DEQUANT_BLOCK + 37, 128)).astype(np.float32))
+    w = rng.standard_normal((q.DEQUANT_BLOCK + 37, 128)).astype(np.float32)
     full = q.Int8Weights(w)
     bare = q.Int8Weights.from_quantized(full.q, full.scales)
-    x = torch.from_numpy(rng.standard_normal((q.KERNEL_MAX_ROWS + 5, 128)).astype(np.float32))
-    np.testing.assert_allclose(bare.matmul(x).numpy(), full.matmul(x).numpy(), rtol=1e-6, atol=1e-5)
+    x = rng.standard_normal((q.KERNEL_MAX_ROWS + 5, 128)).astype(np.float32)
+    np.testing.assert_allclose(bare.matmul(x), full.matmul(x), rtol=1e-6, atol=1e-5)
+    # A torch tensor quantizes to the same values as its array.
+    from_tensor = q.Int8Weights(torch.from_numpy(w))
+    np.testing.assert_array_equal(from_tensor.q, full.q)
+    np.testing.assert_array_equal(from_tensor.scales, full.scales)
