@@ -137,7 +137,7 @@ def _compile_batched_step_beside(engine: "CompletionEngine") -> threading.Thread
 
     def run() -> None:
         try:
-            lean_batch.warm_up(model)
+            lean_batch.warm_up(model, in_child=True)
         except Exception:  # noqa: BLE001 - completions then run one at a time, as without batching
             log.warning("compiling the batched decode step failed; completions run one at a time", exc_info=True)
             engine.batch_steps = False

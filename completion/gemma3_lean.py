@@ -579,6 +579,7 @@ class LeanGemma3(CachedModel):
         if index.size and (index.min() < 0 or index.max() >= self._head_int8.out_features):
             raise IndexError(f"head ids outside [0, {self._head_int8.out_features})")
         out = np.empty((rows.shape[0], index.size), dtype=np.float32)
+        self.wait_compiled()
         numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # set at import
         compiled().head_rows(a["embed_q"], a["embed_s"], index, np.ascontiguousarray(rows), out)
         return out
@@ -737,23 +738,38 @@ class LeanGemma3(CachedModel):
         )
 
     def _start_kernel_warm_up(self) -> None:
-        """Compiles the decode step on a thread (or loads it from numba's disk cache), over
-        scratch cache arrays of one position, while the rest of the start goes on: the first
-        completion after installing would otherwise wait for the compiler (a step that comes
-        first waits on numba's compile lock instead of compiling twice)."""
+        """Loads the decode step and the restricted head from numba's disk cache on a
+        thread, over scratch arrays of one position, while the rest of the start goes on.
+        What the cache lacks (after installing) a child process compiles first
+        (kernel_precompile.py), so that the grammar kernels compiling meanwhile in this
+        process do not wait behind them for numba's lock; if the child fails, they compile
+        here. A step that comes first waits on the lock instead of compiling twice."""
         self._kernel_warm: threading.Thread | None = None
-        if self._kernel_args is None:
+        a = self._kernel_args
+        if a is None:
             return
         layers, kv_heads, _, head_dim = self._cache.k.shape
 
         def run() -> None:
+            from . import kernel_precompile
             from .lean_kernels import compiled
 
             try:
                 keys = np.zeros((layers, kv_heads, 1, head_dim), dtype=np.float32)
                 values = np.zeros_like(keys)
                 out = np.empty((1, self.hidden_size), dtype=np.float32)
-                compiled().step(*self.step_arguments(np.zeros(1, dtype=np.int64), 0, keys, values, out))
+                step_args = self.step_arguments(np.zeros(1, dtype=np.int64), 0, keys, values, out)
+                index = np.zeros(1, dtype=np.int64)
+                head_args = (a["embed_q"], a["embed_s"], index, out, np.empty((1, 1), dtype=np.float32))
+                kernel_precompile.compile_in_child(
+                    [
+                        ("step", kernel_precompile.signature_of(step_args)),
+                        ("head_rows", kernel_precompile.signature_of(head_args)),
+                    ]
+                )
+                kern = compiled()
+                kern.step(*step_args)
+                kern.head_rows(*head_args)
             except Exception:  # noqa: BLE001 - only a head start: the first step compiles it anyway
                 log.debug("compiling the decode step ahead failed", exc_info=True)
 
@@ -763,9 +779,12 @@ class LeanGemma3(CachedModel):
     def wait_compiled(self) -> None:
         """Waits for the decode step's compilation started with the model (a server calls
         this before it says it is ready, so that its first completion is not cut short by
-        its time budget while numba compiles)."""
-        if self._kernel_warm is not None:
-            self._kernel_warm.join()
+        its time budget while numba compiles; a step asked for meanwhile waits too, rather
+        than compile the same kernel a second time beside the child)."""
+        warm = self._kernel_warm
+        if warm is not None and warm is not threading.current_thread():
+            warm.join()
+            self._kernel_warm = None
 
     def _step_compiled(self, tokens: np.ndarray, pos: int) -> np.ndarray:
         """The final hidden rows of `tokens` at positions from `pos` == the cache's length
@@ -774,6 +793,7 @@ class LeanGemma3(CachedModel):
 
         from .lean_kernels import compiled
 
+        self.wait_compiled()
         step = compiled().step
         out = np.empty((tokens.size, self.hidden_size), dtype=np.float32)
         numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # set at import

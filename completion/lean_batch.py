@@ -280,9 +280,11 @@ def supports(model) -> bool:
     return getattr(model, "backend", None) == "lean" and getattr(model, "_kernel_args", None) is not None
 
 
-def warm_up(model) -> None:
+def warm_up(model, in_child: bool = False) -> None:
     """Compiles the batched step (or loads it from numba's disk cache) over scratch caches
-    of one position, so that the first completion does not wait for the compiler."""
+    of one position, so that the first completion does not wait for the compiler. With
+    `in_child`, a child process compiles it into the cache first (kernel_precompile.py:
+    numba's compile lock in this process stays free for the grammar's kernels)."""
     import numba
     from numba.typed import List
 
@@ -293,10 +295,13 @@ def warm_up(model) -> None:
     keys_list.append(np.zeros((layers, kv_heads, 1, head_dim), dtype=np.float32))
     values_list.append(np.zeros((layers, kv_heads, 1, head_dim), dtype=np.float32))
     out = np.empty((1, model.hidden_size), dtype=np.float32)
+    args = _arguments(model, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), keys_list, values_list, out)
+    if in_child:
+        from . import kernel_precompile
+
+        kernel_precompile.compile_in_child([("batch_step", kernel_precompile.signature_of(args))])
     numba.set_num_threads(min(model.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
-    compiled()(
-        *_arguments(model, np.zeros(1, dtype=np.int64), np.zeros(1, dtype=np.int64), keys_list, values_list, out)
-    )
+    compiled()(*args)
 
 
 def _arguments(model, tokens: np.ndarray, positions: np.ndarray, keys_list, values_list, out: np.ndarray) -> tuple:

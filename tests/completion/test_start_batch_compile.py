@@ -35,7 +35,8 @@ def uncached_batch_step(monkeypatch):
     `release` (or raises `fail`), and records the model it was given."""
     state = {"release": threading.Event(), "fail": None, "models": []}
 
-    def warm_up(model):
+    def warm_up(model, in_child=False):
+        assert in_child  # compiled in a child process, away from this process's compile lock
         state["models"].append(model)
         assert state["release"].wait(60)
         if state["fail"] is not None:
