@@ -33,6 +33,7 @@ A backend supplies `_forward` (hidden rows of new tokens appended to its cache),
 
 from __future__ import annotations
 
+import abc
 import threading
 from collections import OrderedDict
 from typing import Any, Iterable, Sequence
@@ -185,7 +186,7 @@ class TokenTree:
         return anc
 
 
-class CachedModel:
+class CachedModel(abc.ABC):
     """The `LanguageModel` protocol over a backend's forward and head (see the module
     docstring). Subclasses set, in their constructor: name, tokenizer, stats, source,
     vocab_size, hidden_size, bos_token_id, eos_token_ids, max_context, max_branch_nodes,
@@ -217,20 +218,20 @@ class CachedModel:
 
     # -- what a backend supplies -------------------------------------------------
 
+    @abc.abstractmethod
     def _new_cache(self):
         """An empty KV cache with `crop(-n)` and `get_seq_length()`."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _forward(self, ids: np.ndarray, pos: np.ndarray, see: dict[str, np.ndarray] | None) -> np.ndarray:
         """Final hidden rows (n, hidden_size) float32 of tokens `ids` (n,) at positions `pos`
         (n,), appended after the cache's positions. `see`: None for a run of consecutive
         positions right after the cache (causal, windowed), else per layer kind the (n,
         cached + n) booleans of which keys each new token attends to (a token tree)."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def _head(self, hidden: np.ndarray, ids: np.ndarray | None) -> np.ndarray:
         """float32 logits for each row of `hidden`: over the whole vocabulary, or at `ids`."""
-        raise NotImplementedError
 
     # -- public API ------------------------------------------------------------
 

@@ -117,14 +117,13 @@ def _warm_grammar_beside(tokenizer) -> threading.Thread:
 
 
 def _warm_first_request_kernels(model) -> None:
-    """Runs the lean model's kernels a completion needs besides the decode step (the
-    prefill's dequantisation, the full-vocabulary and the restricted head) once, so that
-    numba compiles them now rather than inside the first completion: after a fresh install
-    that completion would otherwise compile them, or wait on numba's compile lock for the
-    batched step compiling beside it."""
+    """Runs the lean model's kernels a completion needs besides the decode step and the
+    restricted head (which the model's own warm-up loads): the prefill's dequantisation
+    and the few-row products, once, so that numba compiles them now rather than inside the
+    first completion: after a fresh install that completion would otherwise compile them,
+    or wait on numba's compile lock for a batched step compiling beside it."""
     probe = model.probe_sets()[-1]  # the longest probe: its prefill takes the matrix path
     model.probe([probe])
-    model._head(np.zeros((1, model.hidden_size), dtype=np.float32), np.asarray(probe[:4], dtype=np.int64))
 
 
 def _compile_batched_step_beside(engine: "CompletionEngine") -> threading.Thread:

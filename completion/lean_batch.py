@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import prange
 
-from .lean_kernels import GROUP, SQRT_2_OVER_PI, _attend_into, _rms_into
+from .lean_kernels import GROUP, SQRT_2_OVER_PI, _attend_into, _rebind, _rms_into, _row_sum
 
 # Output rows of an int8 product per block of `matvec_rows_py` (one scratch row each).
 MATVEC_BLOCK = 32
@@ -91,18 +91,7 @@ def matvec_rows_py(q, scales, x, out):
                 out[m + 3, n] = t3
                 first += 4
             for m in range(first, rows):
-                total = np.float32(0.0)
-                for g in range(n_groups):
-                    base = g * gs
-                    acc = np.float32(0.0)
-                    if gs == GROUP:
-                        for k in range(GROUP):
-                            acc += w[base + k] * x[m, base + k]
-                    else:
-                        for k in range(gs):
-                            acc += w[base + k] * x[m, base + k]
-                    total += acc * scales[n, g]
-                out[m, n] = total
+                out[m, n] = _row_sum(w, scales[n], x[m])
 
 
 def batch_step_py(
@@ -250,8 +239,11 @@ def compiled():
             # The product is inlined into a step compiled parallel, whose compilation turns
             # its prange into threads: a cached serial function calling a parallel one
             # crashes when loaded from numba's cache in a later process (numba issue 8578).
+            row_sum = numba.njit(inline="always", **helper)(_row_sum)
             g.update(
-                matvec_rows_py=numba.njit(inline="always", **helper)(matvec_rows_py),
+                matvec_rows_py=numba.njit(inline="always", **helper)(
+                    _rebind(matvec_rows_py, dict(matvec_rows_py.__globals__, _row_sum=row_sum))
+                ),
                 _rms_into=numba.njit(**helper)(_rms_into),
                 _attend_into=numba.njit(**helper)(_attend_into),
             )

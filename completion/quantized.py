@@ -274,9 +274,8 @@ class Int8Weights:
             array = np.asarray(weight)
             if in_place and not (array.dtype == np.float32 and array.flags.c_contiguous and array.flags.writeable):
                 raise ValueError("in-place quantization needs a contiguous, writable float32 array")
-        w = array if in_place else _as_matrix(array)
-        if in_place and (w.ndim != 2 or not np.isfinite(w).all()):
-            _as_matrix(w)  # raises with the reason
+        # A contiguous float32 array comes back as itself: in place, `w` is `weight`'s memory.
+        w = _as_matrix(array)
         n, k = w.shape
         gs = group_size(k, group)
         self.q = np.empty((n, k), dtype=np.int8)

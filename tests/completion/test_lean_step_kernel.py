@@ -145,7 +145,10 @@ def test_batched_rows_product_in_blocks_of_four_and_one(in_features):
     rng = np.random.default_rng(7)
     w = rng.standard_normal((70, in_features)).astype(np.float32)
     q, s = quantize(w)
-    compiled = numba.njit(parallel=True, fastmath=True)(lean_batch.matvec_rows_py)
+    # Compiled as lean_batch.compiled() does: its one-row tail calls the compiled row sum.
+    row_sum = numba.njit(inline="always", fastmath=True)(lean_kernels._row_sum)
+    globals_ = dict(lean_batch.matvec_rows_py.__globals__, _row_sum=row_sum)
+    compiled = numba.njit(parallel=True, fastmath=True)(lean_kernels._rebind(lean_batch.matvec_rows_py, globals_))
     for rows in range(1, 10):
         xs = rng.standard_normal((rows, in_features)).astype(np.float32)
         ref = xs @ dequantize(q, s).T
