@@ -196,7 +196,8 @@ class _Drafter:
         self.pending: tuple[int, np.ndarray] | None = None
 
     def before_step(self, gen: Generation) -> None:
-        if not self.on:
+        # Beside other jobs, a step batched with theirs costs less than drafts run alone.
+        if not self.on or getattr(self.model, "batching", False):
             return
         seq = self.prompt + gen.tokens
         if self.model.is_cached(seq):

@@ -27,6 +27,7 @@ from midword.engine.grammar import Grammar
 from midword.engine.limits import GrammarError, LimitExceeded
 from midword.engine.recognizer import Recognizer
 
+from .baton import Baton
 from .constraint import Constraint, ConstraintError
 from .context import assemble, piece_key
 from .cpc import backoff, search_covers
@@ -177,7 +178,8 @@ class CompletionEngine:
         self._slots: KVSlots | None = None
         # Prompt-lookup draft tokens per model step (decode.py; 0: none, same output).
         self.draft_tokens = DRAFT_TOKENS
-        self._lock = threading.Lock()  # one completion's engine work at a time (the batcher lets go of it)
+        # One completion's engine work at a time, in turn (the batcher lets go of it; baton.py).
+        self._lock = Baton()
         # Decode steps of completions running at once in one forward (lean_batch.py).
         self.batch_steps = True
         self._batcher = None

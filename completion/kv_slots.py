@@ -196,7 +196,19 @@ class SlotView:
         held = self.state.tokens
         return 0 < n <= held.size and bool(np.array_equal(held[:n], np.asarray(tokens, dtype=np.int64)))
 
+    def _take_turn(self) -> None:
+        """Before a forward of this job's own: other jobs waiting for the engine's lock (to
+        resume after a batched step, or to start) go first."""
+        if self.batcher is not None and not self.batcher.alone:
+            self.batcher.take_turn()
+
     def prefill(self, tokens, cancelled=None) -> bool:
+        if self.is_cached(tokens):  # nothing to run: no need to wait for the model
+            stats = self._model.stats
+            stats.cache_hits += 1
+            stats.tokens_reused += len(tokens)
+            return True
+        self._take_turn()
         return self._installed("prefill", tokens, cancelled)
 
     def next_logprobs(self, tokens, allowed=None):
@@ -212,12 +224,27 @@ class SlotView:
         toks = np.asarray(tokens, dtype=np.int64)
         # A completion running alone takes the model's own step (compiled head included):
         # a batch of one is slower. One that arrives meanwhile is let in at the next step.
-        if self.batcher is None or self.batcher.alone or not self._one_step(toks):
+        if self.batcher is None or self.batcher.alone:
             return self._installed("next_logits", tokens, allowed)
         model = self._model
         ids = model._allowed(allowed, "allowed")
-        row = self.batcher.step(self.state, int(toks[-1]))
-        return model._head(row[None], ids)[0]
+        if self._one_step(toks):
+            return self.batcher.step(self.state, int(toks[-1]), ids)
+        if self.is_cached(toks):
+            # Run before (a draft, an earlier answer): a head only. Over the whole vocabulary
+            # it reads more weights than a step, shared in a batch; a few rows (CPC's covers,
+            # a grammar's choices) cost less than waiting for the batch.
+            if ids is None:
+                return self.batcher.step(self.state, None, None, cached=toks.size)
+            return self._installed("next_logits", tokens, allowed)
+        self._take_turn()
+        return self._installed("next_logits", tokens, allowed)
+
+    @property
+    def batching(self) -> bool:
+        """Whether this job's decode steps run in batches with other jobs' now: then a
+        forward of its own (draft tokens) costs the others their turn."""
+        return self.batcher is not None and not self.batcher.alone
 
     def _one_step(self, toks: np.ndarray) -> bool:
         """Whether `toks` is the slot's cached sequence (cut back to it where it goes on

@@ -5,8 +5,9 @@ On a memory-bound CPU a decode step's cost is reading the weights (about 100 MB 
 int8 for Gemma 3 270M); the arithmetic of one row is small beside it. Several documents
 completed at once each paying their own step read the weights once per document;
 `batch_step_py` reads them once for all: each int8 product runs over the B rows
-(`matvec_rows_py`: each weight row converted to float32 once for all B rows, the rows'
-sums interleaved four at a time), while the rotation, the cache writes and
+(`matvec_rows_py`: each int8 weight converted once for four rows, their sums
+interleaved), and the head's rows that need the whole vocabulary share one pass over
+it too (`_batch_heads`), while the rotation, the cache writes and
 attention are per sequence, each over its own KV cache and at its own position. Row r
 of the result is what a step of sequence r alone gives, up to float32 rounding: the
 interleaved sums are vectorised in another order than a lone row's, as in any batched
@@ -35,36 +36,39 @@ from numba import prange
 
 from .lean_kernels import GROUP, SQRT_2_OVER_PI, _attend_into, _rebind, _rms_into, _row_sum
 
-# Output rows of an int8 product per block of `matvec_rows_py` (one scratch row each).
+# Output rows of an int8 product per block of `matvec_rows_py` (a unit of parallel work).
 MATVEC_BLOCK = 32
 
-# How long a handed-in step waits for the other jobs' steps when some job is busy with
-# something else (a job's Python between two steps takes a few milliseconds).
+# How long a handed-in step waits for the steps of jobs that have not decoded yet (busy
+# with a prefill, CPC, a grammar): they join a later batch.
 DEFAULT_WINDOW_S = 0.010
+
+# How long a batch waits at most for a decoding job's next step. Such a job comes back
+# from the last batch to choose its token and compute its next mask under the baton (a few
+# milliseconds each, one job after another); a batch that left it out would run twice as
+# many forwards, each reading the whole model, and the jobs would fall out of step.
+DEFAULT_ROUND_WAIT_S = 0.100
 
 
 def matvec_rows_py(q, scales, x, out):
-    """lean_kernels.matvec_py for several rows x[m]: each weight row is converted to
-    float32 once for all rows, and each row's sum is added up group by group (64 products
-    per group), as matvec_py adds it. A group of `GROUP` inputs is unrolled whole, as in
-    matvec_py.
+    """lean_kernels.matvec_py for several rows x[m]: each row's sum is added up group by
+    group (64 products per group), as matvec_py adds it. A group of `GROUP` inputs is
+    unrolled whole, as in matvec_py.
 
     One row's group sum is a chain of dependent multiply-adds, slow beside the rate at
     which a core could issue them, so a batch of four rows cost more than twice one row.
-    Rows are taken four at a time, their chains interleaved in one pass over the
-    converted weights (two at a time measured no faster than one by one). The compiler
-    vectorises the interleaved sums in another order than a lone row's: results agree
-    to float32 rounding, not to the bit (module docstring)."""
+    Rows are taken four at a time, their chains interleaved in one pass over the weight
+    row, each int8 weight converted once, in registers, for the four of them (a row
+    converted to float32 in memory first and read back for each row made the pass
+    load-bound). The compiler vectorises the interleaved sums in another order than a
+    lone row's: results agree to float32 rounding, not to the bit (module docstring)."""
     n_out, k_in = q.shape
     n_groups = scales.shape[1]
     gs = k_in // n_groups
     rows = x.shape[0]
     blocks = (n_out + MATVEC_BLOCK - 1) // MATVEC_BLOCK
     for b in prange(blocks):
-        w = np.empty(k_in, dtype=np.float32)
         for n in range(b * MATVEC_BLOCK, min(n_out, (b + 1) * MATVEC_BLOCK)):
-            for k in range(k_in):
-                w[k] = np.float32(q[n, k])
             first = 0
             # Four rows' chains interleaved: only for whole groups of GROUP, whose loop
             # unrolls (other group sizes, and the rows left over, go one at a time).
@@ -75,7 +79,7 @@ def matvec_rows_py(q, scales, x, out):
                     base = g * GROUP
                     a0 = a1 = a2 = a3 = np.float32(0.0)
                     for k in range(GROUP):
-                        wk = w[base + k]
+                        wk = np.float32(q[n, base + k])
                         a0 += wk * x[m, base + k]
                         a1 += wk * x[m + 1, base + k]
                         a2 += wk * x[m + 2, base + k]
@@ -91,7 +95,7 @@ def matvec_rows_py(q, scales, x, out):
                 out[m + 3, n] = t3
                 first += 4
             for m in range(first, rows):
-                out[m, n] = _row_sum(w, scales[n], x[m])
+                out[m, n] = _row_sum(q[n], scales[n], x[m])
 
 
 def batch_step_py(
@@ -369,12 +373,29 @@ def step_states(model, states, tokens, *, python: bool = False) -> np.ndarray:
 @dataclass(eq=False)
 class _Step:
     state: object
-    token: int
-    hidden: np.ndarray | None = None
+    token: int | None  # None: the state's sequence is cached up to `cached`, only its head runs
+    ids: np.ndarray | None = None  # the head's rows for this step (None: all of them)
+    cached: int = 0
+    job: int = field(default_factory=threading.get_ident)  # the job's thread
+    logits: np.ndarray | None = None
     error: BaseException | None = None
     done: bool = False
     at: float = field(default_factory=time.perf_counter)
     forward_ms: float = 0.0  # the batched forward it ran in
+
+
+def _batch_heads(model, rows: np.ndarray, batch: list[_Step]) -> None:
+    """Each step's logits from its hidden row: the rows that want the whole vocabulary in
+    one product (the head's weights read once for all of them), the restricted ones each
+    over its own ids (a few thousand rows read in place)."""
+    full = [r for r, s in enumerate(batch) if s.ids is None]
+    if full:
+        logits = model._head(np.ascontiguousarray(rows[full]), None)
+        for i, r in enumerate(full):
+            batch[r].logits = logits[i]
+    for r, s in enumerate(batch):
+        if s.ids is not None:
+            s.logits = model._head(rows[r : r + 1], s.ids)[0]
 
 
 @dataclass
@@ -389,10 +410,24 @@ class StepBatcher:
     module docstring). `baton`: the lock every job holds while it runs engine work; a job
     calls `enter()` after taking it and `leave()` before letting it go for good."""
 
-    def __init__(self, model, baton, *, window_s: float = DEFAULT_WINDOW_S, python: bool = False):
+    def __init__(
+        self,
+        model,
+        baton,
+        *,
+        window_s: float = DEFAULT_WINDOW_S,
+        round_wait_s: float = DEFAULT_ROUND_WAIT_S,
+        python: bool = False,
+    ):
         self.model = model
         self.baton = baton
         self.window_s = float(window_s)
+        self.round_wait_s = float(round_wait_s)
+        # Jobs (their threads) that have handed in a step since they entered: each batch
+        # waits for their next steps, so that the decoding jobs go in step, one forward
+        # for all of them.
+        self._decoding: set[int] = set()
+        self._last_end = 0.0
         self.python = python
         self.stats = BatchStats()
         self._cond = threading.Condition()
@@ -424,18 +459,26 @@ class StepBatcher:
     def leave(self) -> None:
         with self._cond:
             self._active -= 1
+            self._decoding.discard(threading.get_ident())
             self._cond.notify_all()
 
     @property
     def active(self) -> int:
         return self._active
 
-    def step(self, state, token: int) -> np.ndarray:
-        """The final hidden row of `token` after the state's cached sequence (which grows
-        by it), computed in a batch with the other jobs' steps; called holding the baton,
-        which is let go while the step waits."""
-        s = _Step(state, int(token))
+    def step(self, state, token: int | None, ids: np.ndarray | None = None, *, cached: int = 0) -> np.ndarray:
+        """The logits after `token` follows the state's cached sequence (which grows by
+        it), or with `token` None after the state's first `cached` tokens (already run: a
+        head only): all of the vocabulary's, or those of `ids` in their order, computed in
+        a batch with the other jobs' steps; called holding the baton, which is let go while
+        the step waits. The head is part of the batch: a full head over the vocabulary
+        reads more weights than the whole body, and the batch's rows that need it share
+        one read."""
+        if token is None and not 0 < cached <= state.fields["_hidden"].shape[0]:
+            raise ValueError(f"a head after {cached} tokens of a state holding {state.fields['_hidden'].shape[0]}")
+        s = _Step(state, None if token is None else int(token), ids, cached)
         with self._cond:
+            self._decoding.add(s.job)
             self._queue.append(s)
             self._cond.notify_all()
         t0 = time.perf_counter()
@@ -451,8 +494,18 @@ class StepBatcher:
             waits["baton"] += (t2 - t1) * 1e3
         if s.error is not None:
             raise s.error
-        assert s.hidden is not None
-        return s.hidden
+        assert s.logits is not None
+        return s.logits
+
+    def take_turn(self) -> None:
+        """Called holding the baton before a forward of the job's own (not a batched step):
+        jobs waiting for the baton go first (a baton without turns, kept)."""
+        pass_on = getattr(self.baton, "pass_on", None)
+        if pass_on is None:
+            return
+        t0 = time.perf_counter()
+        if pass_on():
+            self._thread_waits()["baton"] += (time.perf_counter() - t0) * 1e3
 
     def _thread_waits(self) -> dict[str, float]:
         waits = getattr(self._waits, "ms", None)
@@ -475,15 +528,28 @@ class StepBatcher:
                     if mine.done:
                         return
                     if not self._running and self._queue:
-                        waited = time.perf_counter() - self._queue[0].at
-                        if len(self._queue) >= self._active or waited >= self.window_s:
+                        wait = self._wait_left()
+                        if wait <= 0:
                             batch, self._queue = self._queue, []
                             self._running = True
                             break
-                        self._cond.wait(self.window_s - waited)
+                        self._cond.wait(wait)
                     else:
                         self._cond.wait()
             self._run(batch)
+
+    def _wait_left(self) -> float:
+        """Seconds the queued steps still wait before they run as a batch (0: now): for
+        the decoding jobs not in the queue (up to `round_wait_s` after the last batch ended
+        or the first step came, whichever is later), then for the other jobs inside the
+        engine (up to `window_s`)."""
+        now = time.perf_counter()
+        queued = {s.job for s in self._queue}
+        if not self._decoding <= queued:
+            return self.round_wait_s - (now - max(self._queue[0].at, self._last_end))
+        if len(self._queue) >= self._active:
+            return 0.0
+        return self.window_s - (now - self._queue[0].at)
 
     def _run(self, batch: list[_Step]) -> None:
         try:
@@ -491,12 +557,20 @@ class StepBatcher:
             # (a prefill, CPC's scoring); the two never run at once.
             with self.model._lock:
                 t0 = time.perf_counter()
-                rows = step_states(self.model, [s.state for s in batch], [s.token for s in batch], python=self.python)
+                rows = np.empty((len(batch), self.model.hidden_size), dtype=np.float32)
+                run = [r for r, s in enumerate(batch) if s.token is not None]
+                if run:
+                    stepped = [batch[r] for r in run]
+                    rows[run] = step_states(
+                        self.model, [s.state for s in stepped], [s.token for s in stepped], python=self.python
+                    )
+                for r, s in enumerate(batch):
+                    if s.token is None:
+                        rows[r] = s.state.fields["_hidden"][s.cached - 1]
+                _batch_heads(self.model, rows, batch)
                 forward_ms = (time.perf_counter() - t0) * 1e3
             for s in batch:
                 s.forward_ms = forward_ms
-            for r, s in enumerate(batch):
-                s.hidden = rows[r]
         except BaseException as e:  # each job re-raises it in its own thread
             for s in batch:
                 s.error = e
@@ -504,6 +578,7 @@ class StepBatcher:
             for s in batch:
                 s.done = True
             self._running = False
+            self._last_end = time.perf_counter()
             self.stats.batches += 1
             self.stats.rows += len(batch)
             self.stats.largest = max(self.stats.largest, len(batch))

@@ -33,6 +33,39 @@ def test_no_draft_without_a_long_enough_match():
     assert draft_tokens(np.array([1, 2, 8, 1, 2], dtype=np.int64), 5).tolist() == [8, 1, 2]
 
 
+class _Model:
+    """A model that records prefills (what drafting runs), batching or not."""
+
+    def __init__(self, batching: bool):
+        self.batching = batching
+        self.max_context = 100
+        self.prefilled: list[list[int]] = []
+
+    def is_cached(self, tokens) -> bool:
+        return False
+
+    def prefill(self, tokens, cancelled=None) -> bool:
+        self.prefilled.append(list(tokens))
+        return True
+
+
+@pytest.mark.parametrize("batching", [False, True])
+def test_no_drafts_while_steps_run_in_batches(batching):
+    """Beside other jobs, a step batched with theirs costs less than draft tokens run in a
+    forward of the job's own (the drafts would also hold the others back)."""
+    from midword.completion.decode import Generation, _Drafter
+
+    model = _Model(batching)
+    prompt = [5, 6, 7, 8, 9, 5, 6, 7]  # "5 6 7" recurs: "8 9" is the draft
+    drafter = _Drafter(model, prompt, 4)
+    gen = Generation(tokens=[])
+    drafter.before_step(gen)
+    if batching:
+        assert model.prefilled == [] and gen.drafted == 0
+    else:
+        assert model.prefilled == [prompt + [8, 9, 5, 6]] and gen.drafted == 4
+
+
 def _cuts():
     """Cursor positions inside lines of real files of this checkout."""
     out = []

@@ -88,6 +88,73 @@ def test_a_state_whose_cache_does_not_match_is_refused(byte_tok):
         lean_batch.step_states(lean, [state], [5, 6], python=True)
 
 
+def test_a_batch_gives_each_step_its_own_head(byte_tok):
+    """Steps handed in together come back as logits: the full head for those that want the
+    whole vocabulary (one product for all of them), the rows of their ids for the others,
+    each what its sequence alone gives."""
+    _, _, lean = pair(byte_tok, int8=True, seed=3)
+    seqs = [lean.encode_prompt(t) for t in TEXTS]
+    states = _states(lean, seqs)
+    wanted = [None, np.array([7, 3, 120, 64], dtype=np.int64), None]
+    baton = threading.Lock()
+    batcher = lean_batch.StepBatcher(lean, baton, window_s=30.0)  # the batch waits for all three
+    for _ in seqs:
+        batcher.enter()
+    got: list = [None] * len(seqs)
+
+    def run(r: int) -> None:
+        with baton:
+            got[r] = batcher.step(states[r], seqs[r][-1], wanted[r])
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(len(seqs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert batcher.stats.batches == 1 and batcher.stats.largest == 3
+    for r, s in enumerate(seqs):
+        lean.reset()
+        alone = lean.next_logits(s)
+        expect = alone if wanted[r] is None else alone[wanted[r]]
+        assert got[r].shape == expect.shape
+        np.testing.assert_allclose(got[r], expect, atol=TOL)
+        assert states[r].tokens.tolist() == s
+
+
+def test_a_step_already_run_takes_only_its_head_in_the_batch(byte_tok):
+    """A job whose next position is cached (a draft, an earlier answer) hands in a head
+    only: its logits are those of the cached row, and its state does not grow."""
+    _, _, lean = pair(byte_tok, int8=True, seed=3)
+    seqs = [lean.encode_prompt(t) for t in TEXTS[:2]]
+    states = _states(lean, [s + [s[-1]] for s in seqs])  # each holds its sequence and one more
+    baton = threading.Lock()
+    batcher = lean_batch.StepBatcher(lean, baton, window_s=30.0)
+    batcher.enter()
+    batcher.enter()
+    got: list = [None, None]
+
+    def run(r: int) -> None:
+        with baton:
+            if r == 0:  # a head after the first len(seq) tokens it holds
+                got[r] = batcher.step(states[r], None, None, cached=len(seqs[r]))
+            else:  # a step
+                got[r] = batcher.step(states[r], seqs[r][-1])
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert batcher.stats.batches == 1 and batcher.stats.largest == 2
+    lean.reset()
+    np.testing.assert_allclose(got[0], lean.next_logits(seqs[0]), atol=TOL)
+    assert states[0].tokens.tolist() == seqs[0]  # unchanged: nothing ran
+    lean.reset()
+    np.testing.assert_allclose(got[1], lean.next_logits(seqs[1] + [seqs[1][-1]]), atol=TOL)
+    with pytest.raises(ValueError, match="a head after"):
+        batcher.step(states[0], None, None, cached=len(seqs[0]) + 5)
+
+
 def _request(doc: str, mode: str) -> CompletionRequest:
     return CompletionRequest(
         prefix=doc, language="python", max_tokens=10, mode=mode, single_line=False, time_budget_s=60
