@@ -68,6 +68,12 @@ def add_http_bench_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--ready-timeout-s", type=float, default=900.0, help="how long to wait for the model to load")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.add_argument(
+        "--records",
+        metavar="PATH",
+        default=None,
+        help="append every request's record (latency, phases, tokens, stop type, text) to PATH as JSON lines",
+    )
 
 
 def infill_body(text: str, cursor: int, n_predict: int) -> dict[str, Any]:
@@ -320,7 +326,11 @@ class _Client:
             record["outcome"] = "error"
             record["error"] = f"HTTP {r.status_code}: {r.text[:200]}"
             return
-        record["outcome"] = "answered" if r.json().get("content") else "empty"
+        answer = r.json()
+        record["outcome"] = "answered" if answer.get("content") else "empty"
+        record["tokens"] = answer.get("tokens_predicted")
+        record["stop_type"] = answer.get("stop_type")
+        record["content"] = answer.get("content")
         timing = _server_timing(r.headers.get("server-timing"))
         record["source"] = r.headers.get("x-midword-source", "?")
         record["queue_ms"] = timing.get("queue", 0.0)
@@ -347,6 +357,10 @@ async def _level(url: str, text: str, n: int, args: argparse.Namespace, pid: int
         await asyncio.gather(*(c.type() for c in clients))
         wall_s = time.perf_counter() - started
     records = [r for c in clients for r in c.records]
+    if args.records:
+        with open(args.records, "a", encoding="utf-8") as f:
+            for r in records:
+                f.write(json.dumps({"clients": len(clients), **r}) + "\n")
     outcomes: dict[str, int] = {}
     for r in records:
         outcomes[r["outcome"]] = outcomes.get(r["outcome"], 0) + 1
