@@ -1539,6 +1539,24 @@ def exposure_warning(host: str, api_key: str | None) -> str | None:
     )
 
 
+def listening_socket(host: str, port: int) -> socket.socket:
+    """The server's socket, bound and listening. It is made as a TCP socket by name, so
+    that asyncio turns Nagle's algorithm off on each connection it accepts (asyncio checks
+    the protocol number, which a plain stream socket leaves 0): uvicorn writes an answer's
+    head and body apart, and the body would otherwise wait for the client's delayed
+    acknowledgement of the head, tens of milliseconds on many answers."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def serve_http(engine_factory: EngineFactory, host: str, port: int, config: HttpConfig) -> int:
     """Runs the HTTP API until interrupted. Prints the address it listens on (the real
     port when `port` is 0) to stderr once it accepts connections."""
@@ -1547,15 +1565,11 @@ def serve_http(engine_factory: EngineFactory, host: str, port: int, config: Http
     warning = exposure_warning(host, config.api_key)
     if warning:
         print(warning, file=sys.stderr)
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((host, port))
+        sock = listening_socket(host, port)
     except OSError as e:
         print(f"midword serve: cannot listen on {host}:{port}: {e.strerror or e}", file=sys.stderr)
         return 2
-    sock.listen(128)
     app = create_app(engine_factory, config)
     bound = sock.getsockname()[1]
 

@@ -267,3 +267,58 @@ def test_stream_sends_each_piece_as_the_model_produces_it(start, route):
         texts = [e["choices"][0]["text"] for e in parsed]
     assert "".join(texts) == LONG_ANSWER
     assert sum(1 for t in texts if t) > 10  # one piece per step (the answer is 21 steps)
+
+
+def _accepted_nodelay(make_socket) -> int:
+    """TCP_NODELAY on a connection asyncio accepted on the listening socket `make_socket()`."""
+
+    async def run() -> int:
+        seen: asyncio.Future = asyncio.get_running_loop().create_future()
+
+        async def on_connect(reader, writer):
+            sock = writer.get_extra_info("socket")
+            seen.set_result(sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY))
+            writer.close()
+
+        listener = make_socket()
+        server = await asyncio.start_server(on_connect, sock=listener)
+        port = listener.getsockname()[1]
+        _, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            return await asyncio.wait_for(seen, 10)
+        finally:
+            writer.close()
+            server.close()
+            await server.wait_closed()
+
+    return asyncio.run(run())
+
+
+def test_answers_are_not_held_back_by_nagles_algorithm():
+    """uvicorn writes an answer's head and body apart: with Nagle's algorithm on, the body
+    waits for the client's delayed acknowledgement (about 40 ms on Linux). asyncio turns it
+    off only for sockets whose protocol is TCP by number, which the server's socket is."""
+    from midword.server.http import listening_socket
+
+    assert _accepted_nodelay(lambda: listening_socket("127.0.0.1", 0)) == 1
+
+    def plain() -> socket.socket:  # how the server made its socket before
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        return s
+
+    assert _accepted_nodelay(plain) == 0
+
+
+def test_a_port_in_use_is_refused_with_its_address(capsys):
+    from midword.server.http import HttpConfig, listening_socket, serve_http
+
+    taken = listening_socket("127.0.0.1", 0)
+    port = taken.getsockname()[1]
+    try:
+        assert serve_http(lambda **kw: None, "127.0.0.1", port, HttpConfig()) == 2
+    finally:
+        taken.close()
+    err = capsys.readouterr().err
+    assert f"cannot listen on 127.0.0.1:{port}" in err and "in use" in err
