@@ -537,13 +537,15 @@ class LeanGemma3(CachedModel):
 
     # -- the head --------------------------------------------------------------------
 
-    def _head(self, hidden: np.ndarray, ids: np.ndarray | None) -> np.ndarray:
+    def _head(self, hidden: np.ndarray, ids: np.ndarray | None, threads: int | None = None) -> np.ndarray:
+        """`threads`: for this call (a batched step's), default the model's."""
         t0 = time.perf_counter()
+        threads = max(1, int(threads or self.threads))
         rows = np.ascontiguousarray(hidden, dtype=np.float32)
         if ids is None:
-            with _blas_threads(self.threads):
+            with _blas_threads(threads):
                 if self._head_int8 is not None:
-                    logits = self._head_int8.matmul(rows)
+                    logits = self._head_int8.matmul(rows, threads=threads)
                 else:
                     assert self._w is not None  # a float32 head where there is no int8 one
                     logits = rows @ self._w.T
@@ -553,9 +555,9 @@ class LeanGemma3(CachedModel):
                 assert self._w is not None
                 logits = rows @ self._w[ids].T
             elif self._kernel_args is not None and rows.shape[0] <= KERNEL_MAX_POSITIONS:
-                logits = self._head_rows_compiled(rows, ids)
+                logits = self._head_rows_compiled(rows, ids, threads)
             else:
-                with _blas_threads(self.threads):
+                with _blas_threads(threads):
                     logits = rows @ self._head_int8.dequantize_rows(ids).T
             self.stats.restricted_head_rows += int(rows.shape[0])
         if self._softcap:
@@ -566,7 +568,7 @@ class LeanGemma3(CachedModel):
             self.profile.head += dt
         return logits
 
-    def _head_rows_compiled(self, rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    def _head_rows_compiled(self, rows: np.ndarray, ids: np.ndarray, threads: int | None = None) -> np.ndarray:
         """The restricted head of a few rows by the compiled kernel (lean_kernels.head_rows_py):
         it reads the allowed int8 rows in place instead of gathering and dequantizing them."""
         import numba
@@ -580,7 +582,7 @@ class LeanGemma3(CachedModel):
             raise IndexError(f"head ids outside [0, {self._head_int8.out_features})")
         out = np.empty((rows.shape[0], index.size), dtype=np.float32)
         self.wait_compiled()
-        numba.set_num_threads(min(self.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # set at import
+        numba.set_num_threads(min(threads or self.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # set at import
         compiled().head_rows(a["embed_q"], a["embed_s"], index, np.ascontiguousarray(rows), out)
         return out
 

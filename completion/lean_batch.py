@@ -30,6 +30,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from numba import prange
@@ -324,11 +325,12 @@ def _arguments(model, tokens: np.ndarray, positions: np.ndarray, keys_list, valu
     )
 
 
-def step_states(model, states, tokens, *, python: bool = False) -> np.ndarray:
+def step_states(model, states, tokens, *, python: bool = False, threads: int | None = None) -> np.ndarray:
     """One decode step of each parked model state (cached_model.ModelState of a lean
     model) with its next token: state r's cached sequence grows by tokens[r] (its keys,
     values and final hidden row). Returns the hidden rows (B, hidden). `python`: the
-    plain-Python twin instead of the compiled kernel (tests)."""
+    plain-Python twin instead of the compiled kernel (tests); `threads`: the compiled
+    kernel's (default: the model's)."""
     from .cached_model import append_rows
 
     b = len(states)
@@ -358,7 +360,7 @@ def step_states(model, states, tokens, *, python: bool = False) -> np.ndarray:
         for s in states:
             keys_list.append(s.fields["_cache"].k)
             values_list.append(s.fields["_cache"].v)
-        numba.set_num_threads(min(model.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
+        numba.set_num_threads(min(threads or model.threads, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]
         compiled()(*_arguments(model, toks, positions, keys_list, values_list, out))
     model.stats.forward_passes += 1
     model.stats.tokens_prefilled += b
@@ -372,7 +374,7 @@ def step_states(model, states, tokens, *, python: bool = False) -> np.ndarray:
 
 @dataclass(eq=False)
 class _Step:
-    state: object
+    state: Any  # a cached_model.ModelState
     token: int | None  # None: the state's sequence is cached up to `cached`, only its head runs
     ids: np.ndarray | None = None  # the head's rows for this step (None: all of them)
     cached: int = 0
@@ -384,18 +386,18 @@ class _Step:
     forward_ms: float = 0.0  # the batched forward it ran in
 
 
-def _batch_heads(model, rows: np.ndarray, batch: list[_Step]) -> None:
+def _batch_heads(model, rows: np.ndarray, batch: list[_Step], threads: int | None = None) -> None:
     """Each step's logits from its hidden row: the rows that want the whole vocabulary in
     one product (the head's weights read once for all of them), the restricted ones each
     over its own ids (a few thousand rows read in place)."""
     full = [r for r, s in enumerate(batch) if s.ids is None]
     if full:
-        logits = model._head(np.ascontiguousarray(rows[full]), None)
+        logits = model._head(np.ascontiguousarray(rows[full]), None, threads=threads)
         for i, r in enumerate(full):
             batch[r].logits = logits[i]
     for r, s in enumerate(batch):
         if s.ids is not None:
-            s.logits = model._head(rows[r : r + 1], s.ids)[0]
+            s.logits = model._head(rows[r : r + 1], s.ids, threads=threads)[0]
 
 
 @dataclass
@@ -418,8 +420,14 @@ class StepBatcher:
         window_s: float = DEFAULT_WINDOW_S,
         round_wait_s: float = DEFAULT_ROUND_WAIT_S,
         python: bool = False,
+        threads: int | None = None,
     ):
+        """`threads`: of a batch of several steps (default: model.batch_threads()); a
+        batch of one runs on the model's own threads."""
+        from .model import batch_threads
+
         self.model = model
+        self.threads = max(int(threads or batch_threads()), int(model.threads))
         self.baton = baton
         self.window_s = float(window_s)
         self.round_wait_s = float(round_wait_s)
@@ -557,17 +565,22 @@ class StepBatcher:
             # (a prefill, CPC's scoring); the two never run at once.
             with self.model._lock:
                 t0 = time.perf_counter()
+                threads = self.threads if len(batch) > 1 else self.model.threads
                 rows = np.empty((len(batch), self.model.hidden_size), dtype=np.float32)
                 run = [r for r, s in enumerate(batch) if s.token is not None]
                 if run:
                     stepped = [batch[r] for r in run]
                     rows[run] = step_states(
-                        self.model, [s.state for s in stepped], [s.token for s in stepped], python=self.python
+                        self.model,
+                        [s.state for s in stepped],
+                        [s.token for s in stepped],
+                        python=self.python,
+                        threads=threads,
                     )
                 for r, s in enumerate(batch):
                     if s.token is None:
                         rows[r] = s.state.fields["_hidden"][s.cached - 1]
-                _batch_heads(self.model, rows, batch)
+                _batch_heads(self.model, rows, batch, threads)
                 forward_ms = (time.perf_counter() - t0) * 1e3
             for s in batch:
                 s.forward_ms = forward_ms

@@ -59,7 +59,8 @@ Choices (their figures are in docs/benchmarks.md and docs/optimizations.md):
 - The model gets every core but one by default (one thread on a 2-core machine: torch's
   pool, or the lean kernels' and numpy's BLAS threads): an oversubscribed pool spins while
   other work competes for the cores, and the spare core is left to the grammar engine.
-  Override with `threads=` or $MIDWORD_THREADS.
+  A batched step of several completions (lean_batch.py) takes every core: the jobs it
+  serves wait for it. Override both with `threads=` or $MIDWORD_THREADS.
 """
 
 from __future__ import annotations
@@ -193,6 +194,18 @@ def default_threads() -> int:
     except (AttributeError, OSError):
         cores = os.cpu_count() or 1
     return max(1, cores - 1)
+
+
+def batch_threads() -> int:
+    """Threads for a batched decode step of several completions: $MIDWORD_THREADS, else
+    every core. While such a step runs, the completions it serves have nothing else to do
+    (each waits for its row), so the core `default_threads` keeps free would sit idle."""
+    if os.environ.get("MIDWORD_THREADS"):
+        return default_threads()
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
 
 
 def load_model(

@@ -155,6 +155,50 @@ def test_a_step_already_run_takes_only_its_head_in_the_batch(byte_tok):
         batcher.step(states[0], None, None, cached=len(seqs[0]) + 5)
 
 
+def test_a_batch_of_several_steps_runs_on_the_batch_threads(byte_tok, monkeypatch):
+    """A batch of several jobs' steps takes every core (its jobs wait for it, nothing else
+    of theirs runs meanwhile); a batch of one keeps the model's own thread count."""
+    _, _, lean = pair(byte_tok, int8=True, seed=3)
+    seen: list[int | None] = []
+    real = lean_batch.step_states
+
+    def recording(model, states, tokens, *, python=False, threads=None):
+        seen.append(threads)
+        return real(model, states, tokens, python=python, threads=threads)
+
+    monkeypatch.setattr(lean_batch, "step_states", recording)
+    seqs = [lean.encode_prompt(t) for t in TEXTS[:2]]
+    for jobs in (2, 1):
+        states = _states(lean, seqs[:jobs])
+        baton = threading.Lock()
+        batcher = lean_batch.StepBatcher(lean, baton, window_s=30.0, threads=lean.threads + 2)
+        for _ in range(jobs):
+            batcher.enter()
+
+        def run(r: int, batcher=batcher, states=states, baton=baton) -> None:
+            with baton:
+                batcher.step(states[r], seqs[r][-1])
+
+        threads = [threading.Thread(target=run, args=(r,)) for r in range(jobs)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert batcher.stats.batches == 1
+    assert seen == [lean.threads + 2, lean.threads]
+
+
+def test_batch_threads_follow_the_environment(monkeypatch):
+    import os
+
+    from midword.completion.model import batch_threads
+
+    monkeypatch.setenv("MIDWORD_THREADS", "3")
+    assert batch_threads() == 3
+    monkeypatch.delenv("MIDWORD_THREADS")
+    assert batch_threads() == len(os.sched_getaffinity(0))
+
+
 def _request(doc: str, mode: str) -> CompletionRequest:
     return CompletionRequest(
         prefix=doc, language="python", max_tokens=10, mode=mode, single_line=False, time_budget_s=60
