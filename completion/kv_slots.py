@@ -22,6 +22,7 @@ handed to the batcher when there is one. `checkin` parks the slot again.
 
 from __future__ import annotations
 
+import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -178,9 +179,17 @@ class SlotView:
     def __getattr__(self, name: str):
         return getattr(self._model, name)
 
-    def _installed(self, name: str, *args, **kwargs):
+    def _installed(self, name: str, *args, turn: bool = True, **kwargs):
+        """Calls the model's `name` with this job's cache installed; with `turn`, other jobs
+        waiting for the engine's lock go first (`_take_turn`): a job's forwards of its own
+        (a prefill, CPC's branches) would otherwise keep it through all of them."""
+        if turn:
+            self._take_turn()
         model = self._model
+        t0 = time.perf_counter()
         with model._lock:
+            if self.batcher is not None:
+                self.batcher.waited_for_model((time.perf_counter() - t0) * 1e3)
             parked = model.swap_state(self.state)
             try:
                 return getattr(model, name)(*args, **kwargs)
@@ -208,7 +217,10 @@ class SlotView:
             stats.cache_hits += 1
             stats.tokens_reused += len(tokens)
             return True
-        self._take_turn()
+        toks = np.asarray(tokens, dtype=np.int64)
+        if self.batching and self._one_step(toks):  # one new token: a step without a head
+            self.batcher.step(self.state, int(toks[-1]), _NO_IDS)
+            return True
         return self._installed("prefill", tokens, cancelled)
 
     def next_logprobs(self, tokens, allowed=None):
@@ -225,7 +237,7 @@ class SlotView:
         # A completion running alone takes the model's own step (compiled head included):
         # a batch of one is slower. One that arrives meanwhile is let in at the next step.
         if self.batcher is None or self.batcher.alone:
-            return self._installed("next_logits", tokens, allowed)
+            return self._installed("next_logits", tokens, allowed, turn=False)
         model = self._model
         ids = model._allowed(allowed, "allowed")
         if self._one_step(toks):
@@ -236,8 +248,7 @@ class SlotView:
             # a grammar's choices) cost less than waiting for the batch.
             if ids is None:
                 return self.batcher.step(self.state, None, None, cached=toks.size)
-            return self._installed("next_logits", tokens, allowed)
-        self._take_turn()
+            return self._installed("next_logits", tokens, allowed, turn=False)
         return self._installed("next_logits", tokens, allowed)
 
     @property
@@ -262,6 +273,9 @@ class SlotView:
             f["_tokens"] = held[:k]
             f["_hidden"] = f["_hidden"][:k]
         return True
+
+
+_NO_IDS = np.zeros(0, dtype=np.int64)  # a step whose head is not wanted (a prefill's)
 
 
 def _shared(a: np.ndarray, b: np.ndarray) -> int:

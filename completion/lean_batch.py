@@ -397,7 +397,10 @@ def _batch_heads(model, rows: np.ndarray, batch: list[_Step], threads: int | Non
             batch[r].logits = logits[i]
     for r, s in enumerate(batch):
         if s.ids is not None:
-            s.logits = model._head(rows[r : r + 1], s.ids, threads=threads)[0]
+            if s.ids.size == 0:  # a prefill's step: no logits wanted
+                s.logits = np.zeros(0, dtype=np.float32)
+            else:
+                s.logits = model._head(rows[r : r + 1], s.ids, threads=threads)[0]
 
 
 @dataclass
@@ -507,7 +510,13 @@ class StepBatcher:
 
     def take_turn(self) -> None:
         """Called holding the baton before a forward of the job's own (not a batched step):
-        jobs waiting for the baton go first (a baton without turns, kept)."""
+        jobs waiting for the baton go first (a baton without turns, kept), and the next
+        batch does not wait for this job's step (it hands one in after its forward)."""
+        me = threading.get_ident()
+        if me in self._decoding:
+            with self._cond:
+                self._decoding.discard(me)
+                self._cond.notify_all()
         pass_on = getattr(self.baton, "pass_on", None)
         if pass_on is None:
             return
@@ -515,16 +524,21 @@ class StepBatcher:
         if pass_on():
             self._thread_waits()["baton"] += (time.perf_counter() - t0) * 1e3
 
+    def waited_for_model(self, ms: float) -> None:
+        self._thread_waits()["model"] += ms
+
     def _thread_waits(self) -> dict[str, float]:
         waits = getattr(self._waits, "ms", None)
         if waits is None:
-            waits = self._waits.ms = {"window": 0.0, "baton": 0.0}
+            waits = self._waits.ms = {"window": 0.0, "baton": 0.0, "model": 0.0}
         return waits
 
     def take_waits(self) -> dict[str, float]:
         """The calling thread's waits since its last call (ms): "window", in a step for the
         batch to fill and for other batches ahead of it (not its own forward); "baton", to
-        take the baton back after the step (another job's prefill or CPC holds it)."""
+        take the baton back after the step or a turn given to others (another job's
+        Python, prefill or CPC holds it); "model", for the model before a forward of its
+        own (a batch or another job's forward runs)."""
         waits = dict(self._thread_waits())
         self._waits.ms = None
         return waits

@@ -106,9 +106,22 @@ def infill_body(text: str, cursor: int, n_predict: int) -> dict[str, Any]:
 
 # A model run's time, in the order it is spent: the client holding the keystroke back (its
 # previous request still out), the server's queue, the engine's lock (another completion's
-# prefill or CPC), the engine's phases; inside decode, the waits of its batched steps for
-# other jobs' steps ("window") and for the lock after a step ("baton").
-PHASES = ("send", "queue", "wait-lock", "prefill", "cpc", "decode", "wait-window", "wait-baton", "mask", "handoff")
+# prefill or CPC), the engine's phases; and, across them, the waits of its batched steps
+# for other jobs' steps ("window"), for the lock after a step or a turn given to others
+# ("baton") and for the model before a forward of its own ("model").
+PHASES = (
+    "send",
+    "queue",
+    "wait-lock",
+    "prefill",
+    "cpc",
+    "decode",
+    "wait-window",
+    "wait-baton",
+    "wait-model",
+    "mask",
+    "handoff",
+)
 
 
 def _phases(records: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
