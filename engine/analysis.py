@@ -121,7 +121,8 @@ def rule_tables_py(lhs, rhs_len, rhs_flat, dot_symbol, dot_lhs, first_pos, nulla
         rule_first[placed[lhs[r]]] = first_pos[r]
         placed[lhs[r]] += 1
     # Nullable: derives the empty string, which no rule with a lexeme does.
-    mark_derivers(lhs, rhs_len, rhs_flat, False, nullable)
+    # np.bool_: a literal True or False would compile a version of the kernel of its own.
+    mark_derivers(lhs, rhs_len, rhs_flat, np.bool_(False), nullable)
 
 
 rule_tables_jit = njit_calling(rule_tables_py, mark_derivers=mark_derivers_jit)
@@ -149,7 +150,7 @@ def grammar_marks_py(lhs, rhs_len, rhs_flat, start, productive, reach, lexeme_us
     n_rules = lhs.shape[0]
     n_nt = productive.shape[0]
     # Productive: as nullable in rule_tables_py, with lexemes counting as productive.
-    missing = mark_derivers(lhs, rhs_len, rhs_flat, True, productive)
+    missing = mark_derivers(lhs, rhs_len, rhs_flat, np.bool_(True), productive)
     work = np.zeros(n_nt, dtype=np.int64)  # each nonterminal is reached once
     # Reachable through the rules left (all nonterminals productive), by left side.
     first_sym = np.zeros(n_rules + 1, dtype=np.int64)

@@ -355,7 +355,11 @@ def start_state_py(allowed, n_allowed, with_ignore, accept, table_rows, step_arr
     comp_expr[out + n] = 1  # ExprSet.EPSILON
     n += 1
     h = ((h * 1000003) ^ (i * 1048583 + 1)) & _STATE_HASH_MASK
-    return intern_pairs_py(n, h, False, accepts_ignore, accept, table_rows, step_arrays)
+    # Typed as lex_step's call is (np.int64, np.bool_): a literal argument, or one numba
+    # first types as a literal, compiles a version of the kernel of its own.
+    return intern_pairs_py(
+        np.int64(n), np.int64(h), np.bool_(False), np.bool_(accepts_ignore), accept, np.int64(table_rows), step_arrays
+    )
 
 
 def lex_step_py(state, byte, table, accept, step_arrays):
@@ -411,7 +415,15 @@ def lex_step_py(state, byte, table, accept, step_arrays):
                 accepts_lexeme = True
             elif i == ignore:
                 accepts_ignore = True
-    target = intern_pairs_py(n, h, accepts_lexeme, accepts_ignore, accept, table.shape[0], step_arrays)
+    target = intern_pairs_py(
+        np.int64(n),
+        np.int64(h),
+        np.bool_(accepts_lexeme),
+        np.bool_(accepts_ignore),
+        accept,
+        np.int64(table.shape[0]),
+        step_arrays,
+    )
     if target == UNKNOWN:
         return UNKNOWN
     core[CORE_FUEL] += 1

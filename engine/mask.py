@@ -147,7 +147,8 @@ def walk_py(
             visited += 1
             nxt = lex_table[at(lexstate), at(byte)]
             if nxt == UNKNOWN:
-                nxt = lex_step(lexstate, byte, lex_table, lex_accept, lex_arrays)
+                # np.int64: the state's type at every call (one compiled lex_step).
+                nxt = lex_step(np.int64(lexstate), byte, lex_table, lex_accept, lex_arrays)
                 if nxt == UNKNOWN:
                     stats[0] += visited
                     return NEED_LEXER, range_idx, node, lexstate, byte
@@ -203,7 +204,7 @@ def walk_py(
                 start = row_lexstate[at(row)]
                 nxt = lex_table[at(start), at(byte)]
                 if nxt == UNKNOWN:
-                    nxt = lex_step(start, byte, lex_table, lex_accept, lex_arrays)
+                    nxt = lex_step(np.int64(start), byte, lex_table, lex_accept, lex_arrays)
                     if nxt == UNKNOWN:
                         stats[0] += visited
                         return NEED_LEXER, range_idx, node, start, byte

@@ -342,9 +342,13 @@ def build_row_py(
             src_pos, dst_pos = dst_pos, src_pos
             src_origin, dst_origin = dst_origin, src_origin
             width *= 2
-        adv_sym[base : base + m] = src_sym
-        adv_pos[base : base + m] = src_pos
-        adv_origin[base : base + m] = src_origin
+        # Element by element: numba's slice assignment from an array brings in its
+        # shape-mismatch error, whose message formatting (str, join, f-strings) took most
+        # of this kernel's compile time after a fresh install.
+        for i in range(m):
+            adv_sym[base + i] = src_sym[i]
+            adv_pos[base + i] = src_pos[i]
+            adv_origin[base + i] = src_origin[i]
     row_start[row_id] = base
     row_end[row_id] = base + m
     row_accepting[row_id] = accepting
