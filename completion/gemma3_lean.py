@@ -604,6 +604,9 @@ class LeanGemma3(CachedModel):
         appended after the cache's `filled` positions. `see`: None for a run of
         consecutive positions right after the cache (causal, windowed), else per layer
         kind which of [cache, new tokens] each new token attends to (a token tree)."""
+        # After a fresh install the child compiles this forward's int8 products too: wait
+        # for it rather than compile them a second time here.
+        self.wait_compiled()
         t_start = time.perf_counter()
         prof = self.profile
         ids = np.ascontiguousarray(ids, dtype=np.int64)
@@ -767,6 +770,7 @@ class LeanGemma3(CachedModel):
                     [
                         ("step", kernel_precompile.signature_of(step_args)),
                         ("head_rows", kernel_precompile.signature_of(head_args)),
+                        *self._prefill_kernel_jobs(),
                     ]
                 )
                 kern = compiled()
@@ -777,6 +781,29 @@ class LeanGemma3(CachedModel):
 
         self._kernel_warm = threading.Thread(target=run, name="midword-warm-step", daemon=True)
         self._kernel_warm.start()
+
+    def _prefill_kernel_jobs(self) -> list[tuple[str, tuple]]:
+        """The int8 products a prefill compiles (kernel_precompile.KERNELS), for the types of
+        this model's matrices (memory maps and arrays type apart): a child compiles them
+        with the step, not the server's process after its grammar kernels."""
+        from . import kernel_precompile
+        from .quantized import DEQUANT_BLOCK, dequantize_arguments
+
+        jobs: list[tuple[str, tuple]] = []
+        matrices = [m.w for layer in self._layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down) if m.int8]
+        if self._head_int8 is not None:
+            matrices.append(self._head_int8)
+        for w in matrices:
+            x = np.zeros((2, w.in_features), dtype=np.float32)
+            out = np.empty((2, w.out_features), dtype=np.float32)
+            block = np.empty((min(DEQUANT_BLOCK, w.out_features), w.in_features), dtype=np.float32)
+            for job in (
+                ("int8_rows", kernel_precompile.signature_of((w.q, w.scales, x, out))),
+                ("dequantize_into", kernel_precompile.signature_of(dequantize_arguments(w.q, w.scales, 0, block))),
+            ):
+                if job not in jobs:
+                    jobs.append(job)
+        return jobs
 
     def wait_compiled(self) -> None:
         """Waits for the decode step's compilation started with the model (a server calls

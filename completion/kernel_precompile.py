@@ -44,11 +44,26 @@ def _batch_step():
     return lean_batch.compiled()
 
 
+def _int8_rows():
+    from . import quantized
+
+    return quantized.int8_rows_kernel()
+
+
+def _dequantize_into():
+    from . import quantized
+
+    return quantized.dequantize_kernel()
+
+
 # The dispatchers a child may compile, by name.
 KERNELS: dict[str, Callable[[], object]] = {
     "step": _lean_kernel("step"),
     "head_rows": _lean_kernel("head_rows"),
     "batch_step": _batch_step,
+    # a prefill's int8 products: few rows, and many rows through float32 blocks
+    "int8_rows": _int8_rows,
+    "dequantize_into": _dequantize_into,
 }
 
 

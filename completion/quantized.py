@@ -130,16 +130,28 @@ def dequantize_into_py(q, scales, lo, out):
 _dequantize_compiled = None
 
 
+def dequantize_kernel():
+    """The compiled `dequantize_into_py` (numba's dispatcher, with its disk cache)."""
+    global _dequantize_compiled
+    if _dequantize_compiled is None:
+        import numba
+
+        _dequantize_compiled = numba.njit(parallel=True, cache=True, nogil=True, boundscheck=False)(dequantize_into_py)
+    return _dequantize_compiled
+
+
+def dequantize_arguments(q: np.ndarray, scales: np.ndarray, lo: int, out: np.ndarray) -> tuple:
+    # A memory map is read through a plain ndarray view of it (numba types subclasses apart).
+    return np.asarray(q), np.asarray(scales), lo, out
+
+
 def dequantize_into(q: np.ndarray, scales: np.ndarray, lo: int, out: np.ndarray, threads: int) -> None:
     """The compiled `dequantize_into_py` on `threads` of numba's threads."""
-    global _dequantize_compiled
     import numba
 
-    if _dequantize_compiled is None:
-        _dequantize_compiled = numba.njit(parallel=True, cache=True, nogil=True, boundscheck=False)(dequantize_into_py)
+    kernel = dequantize_kernel()
     numba.set_num_threads(max(1, min(threads, numba.config.NUMBA_NUM_THREADS)))  # type: ignore[attr-defined]  # set at import
-    # A memory map is read through a plain ndarray view of it (numba types subclasses apart).
-    _dequantize_compiled(np.asarray(q), np.asarray(scales), lo, out)
+    kernel(*dequantize_arguments(q, scales, lo, out))
 
 
 def int8_rows_py(q, scales, x, out):
@@ -205,17 +217,23 @@ def _compile_int8_rows():
 _kernel = None
 
 
+def int8_rows_kernel():
+    """The compiled `int8_rows_py` (numba's dispatcher, with its disk cache)."""
+    global _kernel
+    if _kernel is None:
+        _kernel = _compile_int8_rows()
+    return _kernel
+
+
 def int8_rows(q, scales, x, out, threads: int = 1, min_parallel: int | None = None):
     """The compiled kernel; with `threads` > 1 a matrix of at least `min_parallel` weights
     (default PARALLEL_MIN_WEIGHTS) is split by output rows over that many threads (the
     kernel releases the GIL). Small matrices stay on one thread: waking others costs more
     than they save."""
-    global _kernel
-    if _kernel is None:
-        _kernel = _compile_int8_rows()
+    kernel = int8_rows_kernel()
     n_out = q.shape[0]
     if threads <= 1 or q.size < (PARALLEL_MIN_WEIGHTS if min_parallel is None else min_parallel) or n_out < 2:
-        _kernel(q, scales, x, out)
+        kernel(q, scales, x, out)
         return
     step = -(-n_out // threads)
     pieces = [(lo, min(n_out, lo + step)) for lo in range(0, n_out, step)]
@@ -223,11 +241,11 @@ def int8_rows(q, scales, x, out, threads: int = 1, min_parallel: int | None = No
     # stores sequential.
     parts = [np.empty((x.shape[0], hi - lo), dtype=np.float32) for lo, hi in pieces]
     futures = [
-        _pool(threads).submit(_kernel, q[lo:hi], scales[lo:hi], x, part)
+        _pool(threads).submit(kernel, q[lo:hi], scales[lo:hi], x, part)
         for (lo, hi), part in zip(pieces[1:], parts[1:], strict=False)
     ]
     lo, hi = pieces[0]
-    _kernel(q[lo:hi], scales[lo:hi], x, parts[0])
+    kernel(q[lo:hi], scales[lo:hi], x, parts[0])
     for f in futures:
         f.result()
     for (lo, hi), part in zip(pieces, parts, strict=False):

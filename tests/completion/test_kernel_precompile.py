@@ -25,7 +25,7 @@ import json, sys
 sys.path[:0] = [sys.argv[1], sys.argv[1] + "/completion"]
 from byte_tokenizer import byte_tokenizer
 from test_lean_gemma3 import PROMPT, pair
-from midword.completion import kernel_precompile, lean_kernels
+from midword.completion import kernel_precompile, lean_kernels, quantized
 _, _, lean = pair(byte_tokenizer(), int8=True, seed=5)
 lean.wait_compiled()
 kern = lean_kernels.compiled()
@@ -35,6 +35,10 @@ logits = lean.next_logits(toks)  # a decode step through the compiled step
 print(json.dumps({
     "step": [sum(kern.step.stats.cache_hits.values()), sum(kern.step.stats.cache_misses.values())],
     "head_rows": [sum(kern.head_rows.stats.cache_hits.values()), sum(kern.head_rows.stats.cache_misses.values())],
+    "prefill": [
+        sum(sum(getattr(k.stats, f).values()) for k in (quantized.int8_rows_kernel(), quantized.dequantize_kernel()))
+        for f in ("cache_hits", "cache_misses")
+    ],
     "steps": lean.stats.forward_passes,
     "finite": bool(abs(logits).max() < 1e4),
 }))
@@ -51,6 +55,8 @@ def test_a_fresh_install_loads_the_kernels_a_child_compiled(tmp_path):
     # Loaded from the disk cache, never compiled in the model's own process.
     assert got["step"][0] >= 1 and got["step"][1] == 0
     assert got["head_rows"][0] >= 1 and got["head_rows"][1] == 0
+    # The prefill's int8 products too (few rows, or many through float32 blocks).
+    assert got["prefill"][0] >= 1 and got["prefill"][1] == 0
     assert got["finite"] and got["steps"] >= 2
     assert any((tmp_path / "numba").rglob("*decode_step_py*.nbc"))
 
