@@ -787,19 +787,19 @@ class LeanGemma3(CachedModel):
         this model's matrices (memory maps and arrays type apart): a child compiles them
         with the step, not the server's process after its grammar kernels."""
         from . import kernel_precompile
-        from .quantized import DEQUANT_BLOCK, dequantize_arguments
+        from .quantized import dequantize_arguments
 
         jobs: list[tuple[str, tuple]] = []
         matrices = [m.w for layer in self._layers for m in (layer.qkv, layer.o, layer.gate_up, layer.down) if m.int8]
         if self._head_int8 is not None:
             matrices.append(self._head_int8)
+        # A signature holds types, not shapes: one small float32 matrix stands for the
+        # rows, the output and the converted block of every product.
+        rows = np.zeros((1, 1), dtype=np.float32)
         for w in matrices:
-            x = np.zeros((2, w.in_features), dtype=np.float32)
-            out = np.empty((2, w.out_features), dtype=np.float32)
-            block = np.empty((min(DEQUANT_BLOCK, w.out_features), w.in_features), dtype=np.float32)
             for job in (
-                ("int8_rows", kernel_precompile.signature_of((w.q, w.scales, x, out))),
-                ("dequantize_into", kernel_precompile.signature_of(dequantize_arguments(w.q, w.scales, 0, block))),
+                ("int8_rows", kernel_precompile.signature_of((w.q, w.scales, rows, rows))),
+                ("dequantize_into", kernel_precompile.signature_of(dequantize_arguments(w.q, w.scales, 0, rows))),
             ):
                 if job not in jobs:
                     jobs.append(job)

@@ -208,7 +208,7 @@ class SlotView:
     def _take_turn(self) -> None:
         """Before a forward of this job's own: other jobs waiting for the engine's lock (to
         resume after a batched step, or to start) go first."""
-        if self.batcher is not None and not self.batcher.alone:
+        if self.batching:
             self.batcher.take_turn()
 
     def prefill(self, tokens, cancelled=None) -> bool:
@@ -236,7 +236,7 @@ class SlotView:
         toks = np.asarray(tokens, dtype=np.int64)
         # A completion running alone takes the model's own step (compiled head included):
         # a batch of one is slower. One that arrives meanwhile is let in at the next step.
-        if self.batcher is None or self.batcher.alone:
+        if not self.batching:
             return self._installed("next_logits", tokens, allowed, turn=False)
         model = self._model
         ids = model._allowed(allowed, "allowed")
