@@ -131,6 +131,17 @@ class Stats:
     errors: int = 0
 
 
+def _accept_vscode_trigger_kind(params) -> None:
+    """vscode-languageclient 9.0.1 (lib/common/codeConverter.js, asInlineCompletionParams)
+    sends VS Code's own InlineCompletionTriggerKind, whose Invoke is 0, where LSP numbers
+    Invoked 1: read as LSP's, every suggestion the user asks for (Alt+\\, or the
+    extension's own trigger) would be refused as invalid. The server answers both kinds
+    alike, so 0 is taken as Invoked; anything else is validated as sent."""
+    context = params.get("context") if isinstance(params, dict) else None
+    if isinstance(context, dict) and context.get("triggerKind") == 0 and type(context["triggerKind"]) is int:
+        context["triggerKind"] = int(types.InlineCompletionTriggerKind.Invoked)
+
+
 class MidwordProtocol(LanguageServerProtocol):
     """pygls's protocol with midword's position-encoding choice and documents."""
 
@@ -150,6 +161,11 @@ class MidwordProtocol(LanguageServerProtocol):
             workspace.position_encoding,
         )
         return result
+
+    def structure_message(self, data):
+        if data.get("method") == types.TEXT_DOCUMENT_INLINE_COMPLETION:
+            _accept_vscode_trigger_kind(data.get("params"))
+        return super().structure_message(data)
 
     def handle_message(self, message):
         super().handle_message(message)

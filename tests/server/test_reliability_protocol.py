@@ -335,3 +335,38 @@ def test_tcp_http_request_is_answered_400_and_closed(tcp):
     assert data.startswith(b"HTTP/1.1 400") and b"Language Server Protocol" in data
     c.close()
     assert tcp.poll() is None
+
+
+def test_inline_trigger_kind_as_vscode_languageclient_sends_it(stdio):
+    """vscode-languageclient 9.0.1 (lib/common/codeConverter.js, asInlineCompletionParams)
+    passes VS Code's InlineCompletionTriggerKind through: an explicit trigger arrives as 0."""
+    _start(stdio)
+    text = "def total(count, unit_price):\n    return count * unit_pr"
+    stdio.send(
+        frame(
+            {
+                "jsonrpc": "2.0",
+                "method": "textDocument/didOpen",
+                "params": {
+                    "textDocument": {"uri": "file:///w/t.py", "languageId": "python", "version": 1, "text": text}
+                },
+            }
+        )
+    )
+
+    def ask(msg_id: str, kind) -> dict:
+        params = {
+            "textDocument": {"uri": "file:///w/t.py"},
+            "position": {"line": 1, "character": len("    return count * unit_pr")},
+            "context": {"triggerKind": kind},
+        }
+        stdio.send(frame({"jsonrpc": "2.0", "id": msg_id, "method": "textDocument/inlineCompletion", "params": params}))
+        return stdio.reader.reply(msg_id)
+
+    for msg_id, kind in (("invoke", 0), ("invoked", 1), ("automatic", 2)):
+        reply = ask(msg_id, kind)
+        assert "error" not in reply, reply
+        assert reply["result"]["items"], reply
+    for msg_id, kind in (("unknown", 3), ("negative", -1), ("boolean", False), ("text", "0")):
+        reply = ask(msg_id, kind)
+        assert reply["error"]["code"] == -32602 and "trigger_kind" in reply["error"]["message"], reply
