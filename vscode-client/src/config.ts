@@ -274,3 +274,39 @@ export function fileIsExecutable(file: string): boolean {
         return false;
     }
 }
+
+// -- typing while the model loads -------------------------------------------------------------
+
+/** A document as the editor last showed it: enough to tell whether it changed since. */
+export interface DocumentMark {
+    uri: string;
+    version: number;
+}
+
+/** States in which the server cannot complete yet: typing then may go unanswered. */
+export function isWaitingState(state: string): boolean {
+    return state === "starting" || state === "loading";
+}
+
+/**
+ * Whether to ask the editor for inline suggestions once more now that the server is ready.
+ * VS Code asks its inline providers only while the user types, and not always for typing
+ * that happens while the window itself is still starting; a user who typed while the model
+ * loaded and then stopped would otherwise wait for a suggestion that never comes. Ask again
+ * only for the editor the user typed in, and only when nothing changed there since: once
+ * the user types on, the editor's own request covers the new text.
+ */
+export function shouldAskAgainWhenReady(
+    previousState: string,
+    newState: string,
+    typedWhileWaiting: DocumentMark | undefined,
+    active: DocumentMark | undefined,
+): boolean {
+    if (!isWaitingState(previousState) || newState !== "ready") {
+        return false;
+    }
+    if (typedWhileWaiting === undefined || active === undefined) {
+        return false;
+    }
+    return typedWhileWaiting.uri === active.uri && typedWhileWaiting.version === active.version;
+}

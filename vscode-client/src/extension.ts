@@ -18,13 +18,16 @@ import {
     JsonObject,
     SECTION,
     ServerStatus,
+    DocumentMark,
     cannotStartMessage,
     fileIsExecutable,
     filterConfigurationChange,
     formatStats,
     parseStatus,
+    isWaitingState,
     planLaunch,
     serverSettings,
+    shouldAskAgainWhenReady,
     statusView,
 } from "./config";
 
@@ -44,6 +47,9 @@ class Midword implements vscode.Disposable {
     // while the server is still starting waits for it instead of racing it.
     private lifecycle: Promise<void> = Promise.resolve();
     private readonly subscriptions: vscode.Disposable[] = [];
+    // The active document as the user's last edit left it while the server could not
+    // answer yet (see shouldAskAgainWhenReady).
+    private typedWhileWaiting: DocumentMark | undefined;
 
     constructor() {
         this.statusItem.name = "midword";
@@ -63,6 +69,12 @@ class Midword implements vscode.Disposable {
                     void this.restart();
                 } else if (event.affectsConfiguration(`${SECTION}.enable`)) {
                     this.render();
+                }
+            }),
+            vscode.workspace.onDidChangeTextDocument((event) => {
+                const active = vscode.window.activeTextEditor?.document;
+                if (isWaitingState(this.status.state) && event.contentChanges.length > 0 && event.document === active) {
+                    this.typedWhileWaiting = markOf(event.document);
                 }
             }),
         );
@@ -219,8 +231,21 @@ class Midword implements vscode.Disposable {
     }
 
     private setStatus(status: ServerStatus): void {
+        const previous = this.status.state;
         this.status = status;
         this.render();
+        const typed = this.typedWhileWaiting;
+        if (!isWaitingState(status.state)) {
+            this.typedWhileWaiting = undefined;
+        }
+        const editor = vscode.window.activeTextEditor;
+        if (
+            vscode.workspace.getConfiguration(SECTION).get<boolean>("enable", true) &&
+            shouldAskAgainWhenReady(previous, status.state, typed, editor === undefined ? undefined : markOf(editor.document))
+        ) {
+            this.output.appendLine("[midword] the model is ready: asking again for the text typed while it loaded");
+            void vscode.commands.executeCommand("editor.action.inlineSuggest.trigger");
+        }
     }
 
     private render(): void {
@@ -257,6 +282,10 @@ class Midword implements vscode.Disposable {
         this.statsOutput.replace(formatStats(stats, new Date()));
         this.statsOutput.show(true);
     }
+}
+
+function markOf(document: vscode.TextDocument): DocumentMark {
+    return { uri: document.uri.toString(), version: document.version };
 }
 
 /** The settings to send the server now: what the user set, `null` for the rest. */

@@ -15,10 +15,12 @@ import {
     formatCommand,
     formatLatency,
     formatStats,
+    isWaitingState,
     parseStatus,
     planLaunch,
     resolveProgram,
     serverSettings,
+    shouldAskAgainWhenReady,
     statusView,
 } from "../config";
 import { contributedDefaults, contributedKeys, contributedScopes } from "./manifest";
@@ -268,5 +270,35 @@ describe("status bar", () => {
         assert.equal(formatLatency(12_345), "12.3 s");
         const text = formatStats({ requests: 3 }, new Date(Date.UTC(2025, 0, 2, 3, 4, 5)));
         assert.equal(text, 'midword stats at 2025-01-02T03:04:05.000Z\n{\n  "requests": 3\n}\n');
+    });
+});
+
+describe("typing while the model loads", () => {
+    const typed = { uri: "file:///w/early.py", version: 9 };
+
+    it("asks again when the server turns ready and the document is as the user left it", () => {
+        assert.equal(shouldAskAgainWhenReady("loading", "ready", typed, { ...typed }), true);
+        assert.equal(shouldAskAgainWhenReady("starting", "ready", typed, { ...typed }), true);
+    });
+
+    it("does not ask when the user typed on, switched documents, or typed nothing", () => {
+        assert.equal(shouldAskAgainWhenReady("loading", "ready", typed, { ...typed, version: 10 }), false);
+        assert.equal(shouldAskAgainWhenReady("loading", "ready", typed, { uri: "file:///w/other.py", version: 9 }), false);
+        assert.equal(shouldAskAgainWhenReady("loading", "ready", undefined, typed), false);
+        assert.equal(shouldAskAgainWhenReady("loading", "ready", typed, undefined), false);
+    });
+
+    it("asks only on the way from waiting to ready", () => {
+        assert.equal(shouldAskAgainWhenReady("ready", "ready", typed, typed), false);
+        assert.equal(shouldAskAgainWhenReady("busy", "ready", typed, typed), false);
+        assert.equal(shouldAskAgainWhenReady("loading", "error", typed, typed), false);
+        assert.equal(shouldAskAgainWhenReady("loading", "busy", typed, typed), false);
+    });
+
+    it("waits in the states the server cannot answer in", () => {
+        assert.deepEqual(
+            ["starting", "loading", "ready", "busy", "error", "stopped"].filter(isWaitingState),
+            ["starting", "loading"],
+        );
     });
 });
