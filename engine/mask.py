@@ -712,7 +712,12 @@ _MAX_LONG_TOKENS = 4096
 def spell_leaves_py(node_byte, node_depth, subtree_size, min_len, out, out_len):
     """Writes the bytes of each trie leaf at least `min_len` deep into the rows of `out`
     (its length into `out_len`), in preorder; returns how many."""
-    path = np.zeros(int(node_depth.max()) + 1, dtype=np.uint8)
+    # A loop rather than `.max()`: numba would compile its generic reduction for this
+    # alone, seconds of a fresh install's start.
+    deepest = 0
+    for node in range(node_depth.shape[0]):
+        deepest = max(deepest, int(node_depth[node]))
+    path = np.zeros(deepest + 1, dtype=np.uint8)
     n = 0
     for node in range(1, node_depth.shape[0]):
         d = node_depth[node]
