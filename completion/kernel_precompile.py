@@ -11,7 +11,9 @@ costs the head start: the kernel then compiles in the server's process, as it wo
 without the child.
 
 The child is `python -m midword.completion.kernel_precompile`, reading a pickled list of
-(kernel name, numba signature) on stdin; the names are those of `KERNELS`.
+(kernel name, numba signature) on stdin; the names are those of `KERNELS`. It stops when
+the process that started it is gone: a server stopped (or restarted) during a fresh
+install's start leaves no compile running beside the next one.
 """
 
 from __future__ import annotations
@@ -27,6 +29,9 @@ log = logging.getLogger(__name__)
 
 # A compile that takes longer than this is left to the server's own process.
 CHILD_TIMEOUT_S = 600.0
+# The child's environment names the process that waits for it here.
+PARENT_ENV = "MIDWORD_PRECOMPILE_PARENT"
+PARENT_POLL_S = 0.5
 
 
 def _lean_kernel(name: str) -> Callable[[], object]:
@@ -102,7 +107,8 @@ def compile_in_child(jobs: list[tuple[str, tuple]], timeout: float = CHILD_TIMEO
         return False
     cmd = [sys.executable, "-m", "midword.completion.kernel_precompile"]
     try:
-        done = subprocess.run(cmd, input=payload, capture_output=True, timeout=timeout, env=dict(os.environ))
+        env = dict(os.environ, **{PARENT_ENV: str(os.getpid())})
+        done = subprocess.run(cmd, input=payload, capture_output=True, timeout=timeout, env=env)
     except (OSError, subprocess.SubprocessError) as exc:
         log.debug("compiling kernels in a child failed: %s", exc)
         return False
@@ -112,7 +118,23 @@ def compile_in_child(jobs: list[tuple[str, tuple]], timeout: float = CHILD_TIMEO
     return all(is_cached(name, sig) for name, sig in todo)
 
 
+def _exit_with_parent(parent: int) -> None:
+    """Ends this process once `parent` is gone (then this process is another's child)."""
+    import threading
+    import time
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_POLL_S)
+        os._exit(3)
+
+    threading.Thread(target=watch, name="midword-precompile-parent", daemon=True).start()
+
+
 def main() -> int:
+    parent = os.environ.get(PARENT_ENV, "")
+    if parent.isdigit():
+        _exit_with_parent(int(parent))
     jobs = pickle.loads(sys.stdin.buffer.read())
     for name, signature in jobs:
         KERNELS[name]().compile(signature)  # type: ignore[attr-defined]
