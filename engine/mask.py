@@ -71,6 +71,7 @@ from .trie import (
     RECORD_TOKEN_MASK,
     RECORD_TOKEN_SHIFT,
     TokenTrie,
+    deepest_py,
     mask_words,
 )
 
@@ -712,12 +713,7 @@ _MAX_LONG_TOKENS = 4096
 def spell_leaves_py(node_byte, node_depth, subtree_size, min_len, out, out_len):
     """Writes the bytes of each trie leaf at least `min_len` deep into the rows of `out`
     (its length into `out_len`), in preorder; returns how many."""
-    # A loop rather than `.max()`: numba would compile its generic reduction for this
-    # alone, seconds of a fresh install's start.
-    deepest = 0
-    for node in range(node_depth.shape[0]):
-        deepest = max(deepest, int(node_depth[node]))
-    path = np.zeros(deepest + 1, dtype=np.uint8)
+    path = np.zeros(deepest_py(node_depth) + 1, dtype=np.uint8)
     n = 0
     for node in range(1, node_depth.shape[0]):
         d = node_depth[node]
@@ -730,7 +726,7 @@ def spell_leaves_py(node_byte, node_depth, subtree_size, min_len, out, out_len):
     return n
 
 
-_spell_leaves_jit = njit(spell_leaves_py)
+_spell_leaves_jit = njit_calling(spell_leaves_py, depends=(_TRIE_FILE,), deepest_py=trie_module.deepest_jit)
 _chain_search_jit = njit(chain_search_py)
 
 

@@ -335,7 +335,7 @@ def _cache_path(directory, fingerprint: str, kind: str = "tries") -> Path | None
 # Hot loops: njit functions and their plain-Python twins ------------------------------
 
 
-def _deepest(node_depth) -> int:
+def deepest_py(node_depth) -> int:
     """The largest depth (0 for no nodes). A loop rather than `.max()`, whose generic
     reduction numba would compile for these kernels alone: seconds of a fresh install."""
     deepest = 0
@@ -348,7 +348,7 @@ def fill_subtree_sizes_py(node_depth, subtree_size):
     n = node_depth.shape[0]
     # open_nodes holds the chain of ancestors still open; a node closes when a node of
     # equal or smaller depth arrives.
-    open_nodes = np.empty(_deepest(node_depth) + 2, dtype=np.int64)
+    open_nodes = np.empty(deepest_py(node_depth) + 2, dtype=np.int64)
     top = 0
     for i in range(n):
         d = node_depth[i]
@@ -364,8 +364,8 @@ def fill_subtree_sizes_py(node_depth, subtree_size):
         subtree_size[j] = n - j
 
 
-_deepest_jit = njit(_deepest)
-_fill_subtree_sizes = njit_calling(fill_subtree_sizes_py, _deepest=_deepest_jit)
+deepest_jit = njit(deepest_py)
+_fill_subtree_sizes = njit_calling(fill_subtree_sizes_py, deepest_py=deepest_jit)
 
 
 def child_of_py(node_byte, subtree_size, node, byte):
@@ -400,7 +400,7 @@ def walk_table_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_
     """Sets the bit of every token whose bytes keep `table` alive from `start` and end in
     a state with `accepting[state]`; returns nodes visited."""
     n = node_byte.shape[0]
-    states = np.empty(_deepest(node_depth) + 1, dtype=np.int64)
+    states = np.empty(deepest_py(node_depth) + 1, dtype=np.int64)
     states[0] = start
     visited = 0
     i = 1
@@ -419,7 +419,7 @@ def walk_table_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_
     return visited
 
 
-walk_table_jit = njit_calling(walk_table_py, _deepest=_deepest_jit)
+walk_table_jit = njit_calling(walk_table_py, deepest_py=deepest_jit)
 
 
 def always_alive_table() -> np.ndarray:

@@ -15,16 +15,16 @@ import {
 } from "vscode-languageclient/node";
 
 import {
+    DocumentMark,
     JsonObject,
     SECTION,
     ServerStatus,
-    DocumentMark,
     cannotStartMessage,
     fileIsExecutable,
     filterConfigurationChange,
     formatStats,
-    parseStatus,
     isWaitingState,
+    parseStatus,
     planLaunch,
     serverSettings,
     shouldAskAgainWhenReady,
