@@ -18,6 +18,13 @@ import numpy as np
 at = np.uint64
 
 
+def unpack_group(group, spec):
+    """A group of arrays as a tuple: the plain twins are handed the tuple itself. The
+    compiled kernels bind this name to `_views.unpack_group`, which also reads a group
+    packed by address (see there)."""
+    return group
+
+
 def njit(fn):
     import numba
 
@@ -80,7 +87,6 @@ def njit_calling(fn, depends=(), **callees):
     file only, and a compiled callee is linked into the caller, so the files named in
     `depends` (the callees' modules) are added to the cache's freshness stamp: an
     edited callee then recompiles its callers instead of running stale code."""
-    import os
     import types
 
     import numba
@@ -92,6 +98,16 @@ def njit_calling(fn, depends=(), **callees):
     bound.__module__ = fn.__module__
     bound.__doc__ = fn.__doc__
     compiled = numba.njit(cache=True, nogil=True)(bound)
+    stamp_dependencies(compiled, depends)
+    return compiled
+
+
+def stamp_dependencies(compiled, depends) -> None:
+    """Adds the files `depends` to the freshness stamp of `compiled`'s on-disk cache:
+    numba stamps only the function's own source file, while code it links in from other
+    modules (compiled callees, intrinsics) changes with theirs."""
+    import os
+
     cache_file = getattr(getattr(compiled, "_cache", None), "_cache_file", None)
     if depends and cache_file is not None and hasattr(cache_file, "_source_stamp"):
         stamps = []
@@ -99,4 +115,3 @@ def njit_calling(fn, depends=(), **callees):
             st = os.stat(path)
             stamps.append((os.path.basename(path), st.st_mtime, st.st_size))
         cache_file._source_stamp = (cache_file._source_stamp, tuple(stamps))
-    return compiled

@@ -13,10 +13,14 @@ again when one is replaced (grown), for as long as the packed array is used.
 
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 from numba import njit, types
 from numba.core import cgutils
+from numba.core.imputils import impl_ret_borrowed
 from numba.extending import intrinsic
+from numba.np.numpy_support import from_dtype as numba_from_dtype
 
 # Per array: address, rows, columns (1 for 1-D arrays).
 FIELDS = 3
@@ -103,7 +107,11 @@ def _address_reader(a: np.ndarray):
     if reader is None:
         import numba
 
-        reader = _reader_by_type[key] = _address_of.compile((numba.typeof(a),))
+        if hasattr(_address_of, "compile"):
+            reader = _address_of.compile((numba.typeof(a),))
+        else:  # NUMBA_DISABLE_JIT: the plain function
+            reader = _address_of
+        _reader_by_type[key] = reader
     return reader
 
 
@@ -160,3 +168,115 @@ def view_2d(typingctx, packed, index, dtype):
     """The 2-D array at entry `index` of a `pack`ed array (see view_1d)."""
     arrty = types.Array(dtype.instance_type, 2, "C")
     return arrty(packed, types.intp, dtype), _view_codegen(arrty, 2)
+
+
+# A group's spec, one entry per member in tuple order: a numpy type character
+# (q int64, i int32, ? bool, B uint8) for a 1-D array, the same after "2" for a 2-D
+# one, or "#" for an int64 scalar. `pack` holds the arrays in order and the scalars
+# after them, in order.
+_SPEC_DTYPES = {"q": np.int64, "i": np.int32, "?": np.bool_, "B": np.uint8}
+
+
+def parse_spec(spec: str) -> list[tuple[str, int]]:
+    """(kind, ndim) per member: kind a numpy type character, or "#" with ndim 0."""
+    members = []
+    ndim = 1
+    for ch in spec:
+        if ch == "2":
+            ndim = 2
+            continue
+        if ch == "#":
+            members.append(("#", 0))
+        elif ch in _SPEC_DTYPES:
+            members.append((ch, ndim))
+        else:
+            raise ValueError(f"group spec {spec!r}: {ch!r} is not a member kind")
+        ndim = 1
+    return members
+
+
+def spec_dtypes(spec: str) -> tuple[tuple, tuple[int, ...]]:
+    """The dtypes of a spec's arrays in order, and the places of its scalars."""
+    members = parse_spec(spec)
+    dtypes = tuple(_SPEC_DTYPES[kind] for kind, _ in members if kind != "#")
+    scalars = tuple(i for i, (kind, _) in enumerate(members) if kind == "#")
+    return dtypes, scalars
+
+
+@intrinsic(prefer_literal=True)
+def unpack_group(typingctx, group, spec):
+    """The members of a group as a tuple, in the order `spec` gives (a string constant).
+    A tuple is returned as it is; a packed int64 array becomes views of the arrays and
+    its trailing scalars.
+
+    Kernels take their arrays in such groups. Passed down a call chain as tuples of
+    dozens of arrays, they cost numba most of the chain's compile time; passed packed
+    and unpacked here, inside the kernel that reads them, they cost nothing at run time
+    and little to compile."""
+    if not isinstance(spec, types.StringLiteral):
+        return None
+    if isinstance(group, types.BaseTuple):
+
+        def identity(context, builder, sig, args):
+            return impl_ret_borrowed(context, builder, sig.return_type, args[0])
+
+        return group(group, spec), identity
+    if not (isinstance(group, types.Array) and group.ndim == 1 and group.dtype == types.int64):
+        return None
+    members = parse_spec(spec.literal_value)
+    member_types = []
+    for kind, ndim in members:
+        if kind == "#":
+            member_types.append(types.int64)
+        else:
+            member_types.append(types.Array(numba_from_dtype(np.dtype(_SPEC_DTYPES[kind])), ndim, "C"))
+    tuple_type = types.Tuple(member_types)
+    n_scalars = sum(1 for kind, _ in members if kind == "#")
+
+    def codegen(context, builder, sig, args):
+        entries = context.make_array(sig.args[0])(context, builder, args[0])
+        shape = cgutils.unpack_tuple(builder, entries.shape)
+        strides = cgutils.unpack_tuple(builder, entries.strides)
+
+        def entry(at):
+            return builder.load(cgutils.get_item_pointer2(context, builder, entries.data, shape, strides, "C", [at]))
+
+        def constant(k):
+            return context.get_constant(types.intp, k)
+
+        values = []
+        array_index = 0
+        scalar_index = 0
+        tail = builder.sub(shape[0], constant(n_scalars))
+        for (kind, ndim), member_type in zip(members, member_types, strict=True):
+            if kind == "#":
+                values.append(entry(builder.add(tail, constant(scalar_index))))
+                scalar_index += 1
+                continue
+            base = array_index * FIELDS
+            dims = [entry(constant(base + 1 + d)) for d in range(ndim)]
+            values.append(_make_view(context, builder, member_type, member_type.dtype, entry(constant(base)), dims))
+            array_index += 1
+        return context.make_tuple(builder, sig.return_type, values)
+
+    return tuple_type(group, spec), codegen
+
+
+@intrinsic
+def member_2d(typingctx, group, index, dtype):
+    """The 2-D array at `index` of a group: a tuple of such arrays, or their `pack` (of
+    `dtype`, a compile-time constant). A kernel that loops over a model's layers reads
+    each layer's matrix this way; taken as tuples of a dozen arrays each, the layers'
+    matrices cost numba a third of the kernel's compile time."""
+    if isinstance(group, types.UniTuple):
+        element = group.dtype
+
+        def from_tuple(context, builder, sig, args):
+            getitem = context.get_function(operator.getitem, element(group, types.intp))
+            return getitem(builder, (args[0], args[1]))
+
+        return element(group, types.intp, dtype), from_tuple
+    if not (isinstance(group, types.Array) and group.ndim == 1 and group.dtype == types.int64):
+        return None
+    arrty = types.Array(dtype.instance_type, 2, "C")
+    return arrty(group, types.intp, dtype), _view_codegen(arrty, 2)

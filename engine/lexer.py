@@ -41,7 +41,7 @@ import weakref
 import numpy as np
 
 from ._arrays import filled, grown
-from ._jit import at
+from ._jit import at, unpack_group
 from .grammar import Grammar
 from .limits import DEFAULT_LIMITS, LimitExceeded, Limits
 from .regex import ExprSet, refine_byte_sets
@@ -267,12 +267,17 @@ def _members(byte_set: int) -> np.ndarray:
     return got
 
 
+# Lexer.step_arrays, member by member (see _views.parse_spec): a tuple, or packed by
+# address for the compiled walk.
+STEP_ARRAYS_SPEC = "qqiiqqqi2Biq"
+
+
 def intern_pairs_py(n, h, accepts_lexeme, accepts_ignore, accept, table_rows, step_arrays):
     """The state whose `n` pairs were just written past the last state's (at
     core[CORE_COMPS]), with hash `h`: found in the mirrored states, or added as a new
     one; UNKNOWN, with nothing changed, when the new state accepts a lexeme (its lexeme
     set is made in Python) or an array is full."""
-    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals = step_arrays[:6]
+    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals, _, _, _, _, _ = unpack_group(step_arrays, STEP_ARRAYS_SPEC)
     out = core[CORE_COMPS]
     size_mask = st_keys.shape[0] - 1
     slot = h & size_mask
@@ -319,8 +324,9 @@ def start_state_py(allowed, n_allowed, with_ignore, accept, table_rows, step_arr
     (ascending), the same state `Lexer.initial_state` makes: found in the mirrored states
     or added; UNKNOWN, with nothing changed, when Python must make it. Compiled in
     mask.py for the walk, which meets most rows' lexeme sets there first."""
-    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals = step_arrays[:6]
-    start_codes = step_arrays[10]
+    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals, _, _, _, _, start_codes = unpack_group(
+        step_arrays, STEP_ARRAYS_SPEC
+    )
     if core[CORE_HASHED] < core[CORE_STATES]:
         hash_states_py(core[CORE_HASHED], core[CORE_STATES], st_ptr, comp_lex, comp_expr, st_keys, st_vals)
         core[CORE_HASHED] = core[CORE_STATES]
@@ -367,8 +373,11 @@ def lex_step_py(state, byte, table, accept, step_arrays):
     target state found or added in the mirrored states, and entered in the table;
     UNKNOWN, with nothing changed, when Python must compute it (a derivative not
     published yet, a new state that accepts a lexeme, an array to grow, fuel spent).
-    `step_arrays` is Lexer.step_arrays(). Compiled in mask.py for the walk."""
-    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals, der_base, cmap_of, cmaps, pool = step_arrays[:10]
+    `step_arrays` is Lexer.step_arrays(), or those arrays packed. Compiled in mask.py
+    for the walk."""
+    core, st_ptr, comp_lex, comp_expr, st_keys, st_vals, der_base, cmap_of, cmaps, pool, _ = unpack_group(
+        step_arrays, STEP_ARRAYS_SPEC
+    )
     if core[CORE_FUEL] >= core[CORE_FUEL_LIMIT]:
         return UNKNOWN
     if core[CORE_HASHED] < core[CORE_STATES]:

@@ -42,7 +42,7 @@ from . import _views
 from . import lexer as lexer_module
 from . import parser as parser_module
 from . import trie as trie_module
-from ._jit import at, compiled_for, compiled_once, njit, njit_calling
+from ._jit import at, compiled_for, compiled_once, njit, njit_calling, unpack_group
 from ._views import pack, view_1d, view_2d
 from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, lex_step_py, start_state_py
 from .parser import (
@@ -236,6 +236,12 @@ def walk_py(
     return DONE, range_idx, node, 0, 0
 
 
+# Parser.walk_arrays and Recognizer.scan_arrays, member by member (see
+# _views.parse_spec): tuples, or packed by address for the compiled walk.
+PARSER_GROUP_SPEC = "qqq?#" + "q" * 8 + "?" + "iii" + "q" * 10 + "##" + "q" * 10
+SCAN_GROUP_SPEC = "q" * 10
+
+
 def scan_in_walk_py(
     row,
     lexset,
@@ -295,7 +301,7 @@ def scan_in_walk_py(
         ks_req_keys,
         ks_ctx,
         key_stamp,
-    ) = parser_arrays
+    ) = unpack_group(parser_arrays, PARSER_GROUP_SPEC)
     (
         step_fill,
         lexset_ptr,
@@ -307,7 +313,7 @@ def scan_in_walk_py(
         start_len,
         start_pool,
         start_fill,
-    ) = scan_arrays
+    ) = unpack_group(scan_arrays, SCAN_GROUP_SPEC)
     child = counts[ROWS]
     if (
         lexset >= n_lexsets[0]
@@ -456,18 +462,35 @@ _PARSER_FILE = parser_module.__file__
 _LEXER_FILE = lexer_module.__file__
 _TRIE_FILE = trie_module.__file__
 _hash_states_jit = njit(lexer_module.hash_states_py)
-_intern_pairs_jit = njit(lexer_module.intern_pairs_py)
-lex_step_jit = njit_calling(lex_step_py, hash_states_py=_hash_states_jit, intern_pairs_py=_intern_pairs_jit)
-start_state_jit = njit_calling(start_state_py, hash_states_py=_hash_states_jit, intern_pairs_py=_intern_pairs_jit)
+_VIEWS_FILE = _views.__file__
+_intern_pairs_jit = njit_calling(lexer_module.intern_pairs_py, depends=(_VIEWS_FILE,), unpack_group=_views.unpack_group)
+lex_step_jit = njit_calling(
+    lex_step_py,
+    depends=(_VIEWS_FILE,),
+    hash_states_py=_hash_states_jit,
+    intern_pairs_py=_intern_pairs_jit,
+    unpack_group=_views.unpack_group,
+)
+start_state_jit = njit_calling(
+    start_state_py,
+    depends=(_VIEWS_FILE,),
+    hash_states_py=_hash_states_jit,
+    intern_pairs_py=_intern_pairs_jit,
+    unpack_group=_views.unpack_group,
+)
 scan_in_walk_jit = njit_calling(
     scan_in_walk_py,
-    depends=(_PARSER_FILE, _LEXER_FILE),
+    depends=(_PARSER_FILE, _LEXER_FILE, _VIEWS_FILE),
+    unpack_group=_views.unpack_group,
     build_row=build_row_jit,
     predict_closure=predict_closure_jit,
     start_state=start_state_jit,
 )
 walk_jit = njit_calling(
-    walk_py, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE), scan_in_walk=scan_in_walk_jit, lex_step=lex_step_jit
+    walk_py,
+    depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE, _VIEWS_FILE),
+    scan_in_walk=scan_in_walk_jit,
+    lex_step=lex_step_jit,
 )
 
 # The walk's arrays packed by address (_views.py) in five groups, each packed again only
@@ -477,34 +500,10 @@ walk_jit = njit_calling(
 # arrays of other types.
 _TRIE_DTYPES = (np.int64, np.int32, np.int32, np.int32)
 _TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32, np.int64, np.int64, np.int64, np.int64, np.int64)
-# Parser.walk_arrays without its scalars (accept_pos, max_items, fuel), which follow the
-# addresses in the same order.
-_PARSER_DTYPES = (
-    (np.int64, np.int64, np.int64, np.bool_)
-    + (np.int64,) * 8
-    + (np.bool_,)
-    + (np.int32,) * 3
-    + (np.int64,) * 10
-    + (np.int64,) * 5
-    + (np.int64,) * 5
-)
-_PARSER_SCALARS = (4, 27, 28)
-_SCAN_DTYPES = (np.int64,) * 10
-_SCAN_SCALARS = ()
-# Lexer.step_arrays; the fifth from last is 2-D.
-_LEX_DTYPES = (
-    np.int64,
-    np.int64,
-    np.int32,
-    np.int32,
-    np.int64,
-    np.int64,
-    np.int64,
-    np.int32,
-    np.uint8,
-    np.int32,
-    np.int64,
-)
+# The groups' dtypes, and their scalars' places (which follow the arrays when packed).
+_PARSER_DTYPES, _PARSER_SCALARS = _views.spec_dtypes(PARSER_GROUP_SPEC)
+_SCAN_DTYPES, _SCAN_SCALARS = _views.spec_dtypes(SCAN_GROUP_SPEC)
+_LEX_DTYPES, _ = _views.spec_dtypes(lexer_module.STEP_ARRAYS_SPEC)
 _BOOK_DTYPES = (np.int64,) * 5
 
 
@@ -553,78 +552,9 @@ def _trie_packed(trie: TokenTrie) -> np.ndarray:
 
 def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, record_frontier):
     """`walk` with its long-lived arrays passed packed, and the five packed groups packed
-    once more in `book` (compiled only; glue, not a twin: it rebuilds the very arguments
-    walk_py takes)."""
-    p = view_1d(book, 2, np.int64)
-    ps = p.shape[0] - 3
-    parser_arrays = (
-        view_1d(p, 0, np.int64),
-        view_1d(p, 1, np.int64),
-        view_1d(p, 2, np.int64),
-        view_1d(p, 3, np.bool_),
-        p[ps],
-        view_1d(p, 4, np.int64),
-        view_1d(p, 5, np.int64),
-        view_1d(p, 6, np.int64),
-        view_1d(p, 7, np.int64),
-        view_1d(p, 8, np.int64),
-        view_1d(p, 9, np.int64),
-        view_1d(p, 10, np.int64),
-        view_1d(p, 11, np.int64),
-        view_1d(p, 12, np.bool_),
-        view_1d(p, 13, np.int32),
-        view_1d(p, 14, np.int32),
-        view_1d(p, 15, np.int32),
-        view_1d(p, 16, np.int64),
-        view_1d(p, 17, np.int64),
-        view_1d(p, 18, np.int64),
-        view_1d(p, 19, np.int64),
-        view_1d(p, 20, np.int64),
-        view_1d(p, 21, np.int64),
-        view_1d(p, 22, np.int64),
-        view_1d(p, 23, np.int64),
-        view_1d(p, 24, np.int64),
-        view_1d(p, 25, np.int64),
-        p[ps + 1],
-        p[ps + 2],
-        view_1d(p, 26, np.int64),
-        view_1d(p, 27, np.int64),
-        view_1d(p, 28, np.int64),
-        view_1d(p, 29, np.int64),
-        view_1d(p, 30, np.int64),
-        view_1d(p, 31, np.int64),
-        view_1d(p, 32, np.int64),
-        view_1d(p, 33, np.int64),
-        view_1d(p, 34, np.int64),
-        view_1d(p, 35, np.int64),
-    )
-    s = view_1d(book, 3, np.int64)
-    scan_arrays = (
-        view_1d(s, 0, np.int64),
-        view_1d(s, 1, np.int64),
-        view_1d(s, 2, np.int64),
-        view_1d(s, 3, np.int64),
-        view_1d(s, 4, np.int64),
-        view_1d(s, 5, np.int64),
-        view_1d(s, 6, np.int64),
-        view_1d(s, 7, np.int64),
-        view_1d(s, 8, np.int64),
-        view_1d(s, 9, np.int64),
-    )
-    x = view_1d(book, 4, np.int64)
-    lex_arrays = (
-        view_1d(x, 0, np.int64),
-        view_1d(x, 1, np.int64),
-        view_1d(x, 2, np.int32),
-        view_1d(x, 3, np.int32),
-        view_1d(x, 4, np.int64),
-        view_1d(x, 5, np.int64),
-        view_1d(x, 6, np.int64),
-        view_1d(x, 7, np.int32),
-        view_2d(x, 8, np.uint8),
-        view_1d(x, 9, np.int32),
-        view_1d(x, 10, np.int64),
-    )
+    once more in `book` (compiled only; glue, not a twin: it rebuilds the arguments
+    walk_py takes, less the parser's, recognizer's and lexer's groups, which stay packed
+    down to the kernels that unpack them, see _views.unpack_group)."""
     t = view_1d(book, 0, np.int64)
     w = view_1d(book, 1, np.int64)
     return walk(
@@ -649,15 +579,13 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
         view_2d(w, 8, np.int64),
         view_1d(w, 9, np.int64),
         record_frontier,
-        parser_arrays,
-        scan_arrays,
-        lex_arrays,
+        view_1d(book, 2, np.int64),
+        view_1d(book, 3, np.int64),
+        view_1d(book, 4, np.int64),
     )
 
 
-walk_packed_jit = njit_calling(
-    walk_packed, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE, _views.__file__), walk=walk_jit
-)
+walk_packed_jit = njit_calling(walk_packed, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE, _VIEWS_FILE), walk=walk_jit)
 
 
 class MaskCache:

@@ -307,6 +307,36 @@ def test_packed_views_read_and_write_the_packed_arrays():
         pack((ints[::2], table, flags), dtypes)  # not contiguous
 
 
+def test_a_group_unpacks_the_same_from_a_tuple_and_packed():
+    # Kernels take the parser's, recognizer's and lexer's arrays as groups: tuples in
+    # the plain twins and the loose walk, packed by address in the packed walk.
+    import numba
+
+    from midword.engine._views import pack, parse_spec, spec_dtypes, unpack_group
+
+    spec = "q#2B?#"
+
+    @numba.njit
+    def read(group):
+        counts, first, table, flags, second = unpack_group(group, spec)
+        counts[0] += first
+        table[1, 2] = second
+        return counts.shape[0], table.shape[0], table.shape[1], flags[1], first, second
+
+    counts = np.arange(3, dtype=np.int64)
+    table = np.zeros((2, 4), dtype=np.uint8)
+    flags = np.array([False, True])
+    dtypes, scalars = spec_dtypes(spec)
+    assert dtypes == (np.int64, np.uint8, np.bool_) and scalars == (1, 4)
+    packed = np.concatenate([pack((counts, table, flags), dtypes), np.array([10, 7])])
+    assert read(packed) == (3, 2, 4, True, 10, 7)
+    assert counts[0] == 10 and table[1, 2] == 7  # views of the arrays, not copies
+    assert read((counts, 10, table, flags, 9)) == (3, 2, 4, True, 10, 9)
+    assert counts[0] == 20 and table[1, 2] == 9
+    with pytest.raises(ValueError, match="'x' is not a member kind"):
+        parse_spec("qx")
+
+
 def test_packed_walk_equals_walks_with_every_array_passed_on_a_real_tokenizer():
     # The compiled walk reads its long-lived arrays by address (engine/_views.py), packed
     # again whenever one is replaced. The lexer table, step table and row pools grow
