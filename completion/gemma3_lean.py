@@ -741,6 +741,11 @@ class LeanGemma3(CachedModel):
             heads=int(sp.heads),
             final_norm=np.asarray(self._final_norm, dtype=np.float32),
         )
+        # The compiled kernels take the weight groups packed by address; the matrices
+        # stay alive in the tuples of "weights", which the plain twins take.
+        from .lean_kernels import pack_layers
+
+        self._kernel_args["packed_weights"] = pack_layers(self._kernel_args["weights"])
 
     def _start_kernel_warm_up(self) -> None:
         """Loads the decode step and the restricted head from numba's disk cache on a
@@ -864,9 +869,16 @@ class LeanGemma3(CachedModel):
         return np.linspace(-1.0, 1.0, n, dtype=np.float32)
 
     def step_arguments(
-        self, tokens: np.ndarray, pos: int, keys: np.ndarray, values: np.ndarray, out: np.ndarray
+        self,
+        tokens: np.ndarray,
+        pos: int,
+        keys: np.ndarray,
+        values: np.ndarray,
+        out: np.ndarray,
+        packed: bool = True,
     ) -> tuple:
-        """The arguments of lean_kernels.decode_step_py for `tokens` over these cache arrays."""
+        """The arguments of lean_kernels.decode_step_py for `tokens` over these cache arrays:
+        its compiled copy's (the weights packed), or with `packed=False` the plain twin's."""
         a = self._kernel_args
         assert a is not None, "the compiled step's arguments are built at load"
         return (
@@ -875,7 +887,7 @@ class LeanGemma3(CachedModel):
             a["embed_q"],
             a["embed_s"],
             a["embed_scale"],
-            *a["weights"],
+            *a["packed_weights" if packed else "weights"],
             a["norms"],
             a["qk_norms"],
             a["sliding"],

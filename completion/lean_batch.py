@@ -35,7 +35,7 @@ from typing import Any
 import numpy as np
 from numba import prange
 
-from .lean_kernels import GROUP, SQRT_2_OVER_PI, _attend_into, _rebind, _rms_into, _row_sum
+from .lean_kernels import GROUP, SQRT_2_OVER_PI, _attend_into, _layer, _rebind, _rms_into, _row_sum
 
 # Output rows of an int8 product per block of `matvec_rows_py` (a unit of parallel work).
 MATVEC_BLOCK = 32
@@ -131,14 +131,14 @@ def batch_step_py(
     in keys_list[r]/values_list[r] (layers, kv_heads, capacity, head_dim); each token's key
     and value are written at its position. The weights are lean_kernels.decode_step_py's."""
     hidden = embed_q.shape[1]
-    n_layers = len(qkv_q)
+    n_layers = norms.shape[0]
     kv_heads = keys_list[0].shape[1]
     head_dim = keys_list[0].shape[3]
     half = head_dim // 2
     rep = heads // kv_heads
     q_size = heads * head_dim
     kv_size = kv_heads * head_dim
-    inter = gu_q[0].shape[0] // 2
+    inter = _layer(gu_q, 0, np.int8).shape[0] // 2
     egs = hidden // embed_s.shape[1]
     n = tokens.shape[0]
     longest = 0
@@ -166,7 +166,7 @@ def batch_step_py(
     for li in range(n_layers):
         for r in range(n):
             _rms_into(x[r], norms[li, 0], eps, h[r])
-        matvec_rows_py(qkv_q[li], qkv_s[li], h, qkv)
+        matvec_rows_py(_layer(qkv_q, li, np.int8), _layer(qkv_s, li, np.float32), h, qkv)
         for r in range(n):
             p = positions[r]
             keys = keys_list[r]
@@ -200,19 +200,19 @@ def batch_step_py(
                 start = stop - window
             _attend_into(qr[r], keys[li], values[li], start, stop, scaling, scores, attn[r])
 
-        matvec_rows_py(o_q[li], o_s[li], attn, t)
+        matvec_rows_py(_layer(o_q, li, np.int8), _layer(o_s, li, np.float32), attn, t)
         for r in range(n):
             _rms_into(t[r], norms[li, 1], eps, h[r])
             for i in range(hidden):
                 x[r, i] += h[r, i]
             _rms_into(x[r], norms[li, 2], eps, h[r])
-        matvec_rows_py(gu_q[li], gu_s[li], h, gu)
+        matvec_rows_py(_layer(gu_q, li, np.int8), _layer(gu_s, li, np.float32), h, gu)
         for r in range(n):
             for i in range(inter):
                 g = gu[r, i]
                 inner = np.float32(SQRT_2_OVER_PI) * (g + np.float32(0.044715) * g * g * g)
                 m[r, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * gu[r, inter + i]
-        matvec_rows_py(d_q[li], d_s[li], m, t)
+        matvec_rows_py(_layer(d_q, li, np.int8), _layer(d_s, li, np.float32), m, t)
         for r in range(n):
             _rms_into(t[r], norms[li, 3], eps, h[r])
             for i in range(hidden):
@@ -235,6 +235,10 @@ def compiled():
 
             import numba
 
+            from midword.engine._jit import stamp_dependencies
+            from midword.engine._views import __file__ as views_file
+            from midword.engine._views import member_2d
+
             opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
             g = dict(batch_step_py.__globals__)
             # lean_kernels' helpers get dispatchers of their own here, uncached: their
@@ -251,11 +255,13 @@ def compiled():
                 ),
                 _rms_into=numba.njit(**helper)(_rms_into),
                 _attend_into=numba.njit(**helper)(_attend_into),
+                _layer=_layer if numba.config.DISABLE_JIT else member_2d,
             )
             fn = types.FunctionType(batch_step_py.__code__, g, batch_step_py.__name__)
             fn.__qualname__ = batch_step_py.__qualname__
             fn.__module__ = batch_step_py.__module__
             _compiled = numba.njit(parallel=True, **opts)(fn)
+            stamp_dependencies(_compiled, (views_file,))
         return _compiled
 
 
@@ -301,7 +307,11 @@ def warm_up(model, in_child: bool = False) -> None:
     compiled()(*args)
 
 
-def _arguments(model, tokens: np.ndarray, positions: np.ndarray, keys_list, values_list, out: np.ndarray) -> tuple:
+def _arguments(
+    model, tokens: np.ndarray, positions: np.ndarray, keys_list, values_list, out: np.ndarray, packed: bool = True
+) -> tuple:
+    """batch_step_py's arguments: its compiled copy's (the weights packed), or with
+    `packed=False` the plain twin's."""
     a = model._kernel_args
     return (
         tokens,
@@ -309,7 +319,7 @@ def _arguments(model, tokens: np.ndarray, positions: np.ndarray, keys_list, valu
         a["embed_q"],
         a["embed_s"],
         a["embed_scale"],
-        *a["weights"],
+        *a["packed_weights" if packed else "weights"],
         a["norms"],
         a["qk_norms"],
         a["sliding"],
@@ -351,7 +361,7 @@ def step_states(model, states, tokens, *, python: bool = False, threads: int | N
     if python:
         keys_list = [s.fields["_cache"].k for s in states]
         values_list = [s.fields["_cache"].v for s in states]
-        batch_step_py(*_arguments(model, toks, positions, keys_list, values_list, out))
+        batch_step_py(*_arguments(model, toks, positions, keys_list, values_list, out, packed=False))
     else:
         import numba
         from numba.typed import List

@@ -59,6 +59,27 @@ def _row_sum(w, scales, x):
     return total
 
 
+def _layer(group, li, dtype):
+    """Layer li's matrix of a group of per-layer matrices (a tuple here). The compiled
+    kernels bind this name to engine._views.member_2d, which also reads the group packed
+    by address (`pack_layers`), the form the model passes: a tuple of 18 matrices per
+    group cost numba a third of the step's compile time."""
+    return group[li]
+
+
+def pack_layers(weights: tuple) -> tuple:
+    """The step's per-layer weight groups (qkv_q, qkv_s, o_q, ...: tuples of int8 and
+    float32 matrices) packed by address for the compiled kernels. The caller keeps the
+    matrices alive as long as the packed groups are used."""
+    import numba
+
+    from midword.engine._views import pack
+
+    if numba.config.DISABLE_JIT:  # the "compiled" kernels are the plain twins
+        return tuple(weights)
+    return tuple(pack(group, (group[0].dtype.type,) * len(group)) for group in weights)
+
+
 def matvec_py(q, scales, x, out):
     """out[m, n] = sum_k q[n, k] * scales[n, k // group] * x[m, k] for an int8 (out, in)
     matrix and a few rows x[m]. A row's sum is added up group by group in the same order
@@ -175,14 +196,14 @@ def decode_step_py(
     and key norms; sliding[li] whether the layer sees only the last `window` positions;
     inv_freq[li] its rotary frequencies."""
     hidden = embed_q.shape[1]
-    n_layers = len(qkv_q)
+    n_layers = norms.shape[0]
     kv_heads = keys.shape[1]
     head_dim = keys.shape[3]
     half = head_dim // 2
     rep = heads // kv_heads
     q_size = heads * head_dim
     kv_size = kv_heads * head_dim
-    inter = gu_q[0].shape[0] // 2
+    inter = _layer(gu_q, 0, np.int8).shape[0] // 2
     egs = hidden // embed_s.shape[1]
     n = tokens.shape[0]
 
@@ -206,7 +227,7 @@ def decode_step_py(
     for li in range(n_layers):
         for r in range(n):
             _rms_into(x[r], norms[li, 0], eps, h[r])
-        matvec_py(qkv_q[li], qkv_s[li], h, qkv)
+        matvec_py(_layer(qkv_q, li, np.int8), _layer(qkv_s, li, np.float32), h, qkv)
         for r in range(n):
             p = pos + r
             for i in range(half):
@@ -240,19 +261,19 @@ def decode_step_py(
                 start = stop - window
             _attend_into(qr[r], keys[li], values[li], start, stop, scaling, scores, attn[r])
 
-        matvec_py(o_q[li], o_s[li], attn, t)
+        matvec_py(_layer(o_q, li, np.int8), _layer(o_s, li, np.float32), attn, t)
         for r in range(n):
             _rms_into(t[r], norms[li, 1], eps, h[r])
             for i in range(hidden):
                 x[r, i] += h[r, i]
             _rms_into(x[r], norms[li, 2], eps, h[r])
-        matvec_py(gu_q[li], gu_s[li], h, gu)
+        matvec_py(_layer(gu_q, li, np.int8), _layer(gu_s, li, np.float32), h, gu)
         for r in range(n):
             for i in range(inter):
                 g = gu[r, i]
                 inner = np.float32(SQRT_2_OVER_PI) * (g + np.float32(0.044715) * g * g * g)
                 m[r, i] = np.float32(0.5) * g * (np.float32(1.0) + np.float32(math.tanh(inner))) * gu[r, inter + i]
-        matvec_py(d_q[li], d_s[li], m, t)
+        matvec_py(_layer(d_q, li, np.int8), _layer(d_s, li, np.float32), m, t)
         for r in range(n):
             _rms_into(t[r], norms[li, 3], eps, h[r])
             for i in range(hidden):
@@ -281,6 +302,10 @@ def compiled():
         if _compiled is None:
             import numba
 
+            from midword.engine._jit import stamp_dependencies
+            from midword.engine._views import __file__ as views_file
+            from midword.engine._views import member_2d
+
             opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
             rms = numba.njit(**opts)(_rms_into)
             attend = numba.njit(**opts)(_attend_into)
@@ -290,11 +315,17 @@ def compiled():
             # function calling a parallel one crashes when it is loaded from numba's cache
             # in a later process (numba issue 8578).
             g = dict(decode_step_py.__globals__)
-            g.update(_row_sum=numba.njit(inline="always", **opts)(_row_sum), _rms_into=rms, _attend_into=attend)
+            g.update(
+                _row_sum=numba.njit(inline="always", **opts)(_row_sum),
+                _rms_into=rms,
+                _attend_into=attend,
+                _layer=_layer if numba.config.DISABLE_JIT else member_2d,
+            )
             matvec_fn = _rebind(matvec_py, g)
             mv = numba.njit(parallel=True, **opts)(matvec_fn)
             g["matvec_py"] = numba.njit(inline="always", **opts)(matvec_fn)
             step = numba.njit(parallel=True, **opts)(_rebind(decode_step_py, g))
+            stamp_dependencies(step, (views_file,))
             head_rows = numba.njit(parallel=True, **opts)(_rebind(head_rows_py, g))
             _compiled = Kernels(step, mv, attend, head_rows)
         return _compiled

@@ -33,13 +33,15 @@ def test_compiled_step_equals_twin(byte_tok, kwargs):
     lean.prefill(toks[:pos])
     step = lean_kernels.compiled().step
     results = []
-    for fn in (step, lean_kernels.decode_step_py):
+    # The compiled step with the weights packed (as the model runs it) and as tuples.
+    for fn, packed in ((step, True), (step, False), (lean_kernels.decode_step_py, False)):
         keys, values = lean._cache.k.copy(), lean._cache.v.copy()
         out = np.empty((3, lean.hidden_size), dtype=np.float32)
-        fn(*lean.step_arguments(np.array(toks[pos:]), pos, keys, values, out))
+        fn(*lean.step_arguments(np.array(toks[pos:]), pos, keys, values, out, packed=packed))
         results.append((out, keys[:, :, : pos + 3], values[:, :, : pos + 3]))
-    for got, want in zip(results[0], results[1], strict=True):
-        np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5)
+    for got in results[:2]:
+        for got_part, want in zip(got, results[2], strict=True):
+            np.testing.assert_allclose(got_part, want, atol=1e-5, rtol=1e-5)
     # The positions before `pos` are untouched, the new ones are written.
     np.testing.assert_array_equal(results[0][1][:, :, :pos], lean._cache.k[:, :, :pos])
     assert np.abs(results[0][1][:, :, pos:]).max() > 0
