@@ -75,7 +75,7 @@ def pack_layers(weights: tuple) -> tuple:
 
     from midword.engine._views import pack
 
-    if numba.config.DISABLE_JIT:  # the "compiled" kernels are the plain twins
+    if numba.config.DISABLE_JIT:  # type: ignore[attr-defined]  # the "compiled" kernels are the plain twins
         return tuple(weights)
     return tuple(pack(group, (group[0].dtype.type,) * len(group)) for group in weights)
 

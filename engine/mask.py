@@ -464,20 +464,12 @@ _TRIE_FILE = trie_module.__file__
 _hash_states_jit = njit(lexer_module.hash_states_py)
 _VIEWS_FILE = _views.__file__
 _intern_pairs_jit = njit_calling(lexer_module.intern_pairs_py, depends=(_VIEWS_FILE,), unpack_group=_views.unpack_group)
-lex_step_jit = njit_calling(
-    lex_step_py,
-    depends=(_VIEWS_FILE,),
-    hash_states_py=_hash_states_jit,
-    intern_pairs_py=_intern_pairs_jit,
-    unpack_group=_views.unpack_group,
+# What the lexer's kernels call, compiled.
+_lexer_callees = dict(
+    hash_states_py=_hash_states_jit, intern_pairs_py=_intern_pairs_jit, unpack_group=_views.unpack_group
 )
-start_state_jit = njit_calling(
-    start_state_py,
-    depends=(_VIEWS_FILE,),
-    hash_states_py=_hash_states_jit,
-    intern_pairs_py=_intern_pairs_jit,
-    unpack_group=_views.unpack_group,
-)
+lex_step_jit = njit_calling(lex_step_py, depends=(_VIEWS_FILE,), **_lexer_callees)
+start_state_jit = njit_calling(start_state_py, depends=(_VIEWS_FILE,), **_lexer_callees)
 scan_in_walk_jit = njit_calling(
     scan_in_walk_py,
     depends=(_PARSER_FILE, _LEXER_FILE, _VIEWS_FILE),
