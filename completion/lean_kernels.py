@@ -77,7 +77,11 @@ def pack_layers(weights: tuple) -> tuple:
 
     if numba.config.DISABLE_JIT:  # type: ignore[attr-defined]  # the "compiled" kernels are the plain twins
         return tuple(weights)
-    return tuple(pack(group, (group[0].dtype.type,) * len(group)) for group in weights)
+    try:
+        return tuple(pack(group, (group[0].dtype.type,) * len(group)) for group in weights)
+    except ValueError:
+        # A matrix `pack` does not take (read-only, say): the kernels read tuples too.
+        return tuple(weights)
 
 
 def matvec_py(q, scales, x, out):

@@ -47,6 +47,18 @@ def test_compiled_step_equals_twin(byte_tok, kwargs):
     assert np.abs(results[0][1][:, :, pos:]).max() > 0
 
 
+def test_layer_groups_are_packed_unless_pack_refuses_a_matrix():
+    rng = np.random.default_rng(0)
+    q = tuple(rng.integers(-127, 128, (4, 64), dtype=np.int8) for _ in range(3))
+    s = tuple(rng.random((4, 1), dtype=np.float32) for _ in range(3))
+    packed = lean_kernels.pack_layers((q, s))
+    assert [g.dtype for g in packed] == [np.int64, np.int64]
+    assert packed[0][0] == q[0].ctypes.data and packed[1][3] == s[1].ctypes.data
+    frozen = q[2].copy()
+    frozen.flags.writeable = False
+    assert lean_kernels.pack_layers(((q[0], q[1], frozen), s)) == ((q[0], q[1], frozen), s)
+
+
 def test_a_run_of_positions_equals_steps_one_by_one(byte_tok):
     """Draft tokens are verified as one run: each position's logits equal those of
     decoding it alone, bit for bit, so drafted and plain decoding pick the same tokens."""
