@@ -578,6 +578,10 @@ class MidwordServer(LanguageServer):
                     "model",
                     _spent(started, built, running, got.completion),
                 )
+            if running.request == request and got.status == "done":
+                # The job (the edit's, most often) answered this very request, with
+                # nothing to cache: asking the model again would give the same.
+                edit_job = running
         if edit_job is not None:
             job = edit_job
         else:

@@ -18,7 +18,8 @@ the prefix in tokens of three characters too (`Timings.prompt_tokens`), of which
 shared with the previous request's prefix count as cached (`Timings.cached_tokens`).
 
 Configured through the model name, since the server only passes `model`:
-`fake?step_ms=20&load_s=0.5&fail=load|complete|schema|crash&log=/tmp/calls.jsonl` (all optional;
+`fake?step_ms=20&first_ms=300&load_s=0.5&fail=load|complete|schema|crash&log=/tmp/calls.jsonl`
+(all optional; `first_ms` is a wait before each answer, as a prefill, empty answers included;
 `schema` raises RecursionError for a JSON Schema grammar, `crash` a BaseException when
 the prefix holds `CRASH`).
 `log` appends one JSON line per `complete` call with what the engine received.
@@ -61,6 +62,7 @@ class FakeEngine:
         options = parse_model(model)
         self.model = model
         self.step_ms = float(options.get("step_ms", 0))
+        self.first_ms = float(options.get("first_ms", 0))
         self.load_s = float(options.get("load_s", 0))
         self.fail = options.get("fail", "")
         self.log_path = options.get("log")
@@ -115,6 +117,8 @@ class FakeEngine:
         if self.fail == "crash" and "CRASH" in request.prefix:
             raise FakeCrash("the fake model thread dies")
         started = time.perf_counter()
+        if self.first_ms:
+            time.sleep(self.first_ms / 1000.0)
         shared = len(os.path.commonprefix([self._last_prefix, request.prefix]))
         self._last_prefix = request.prefix
         prompt = (-(-len(request.prefix) // TOKEN_CHARS), shared // TOKEN_CHARS)

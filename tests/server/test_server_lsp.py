@@ -313,6 +313,24 @@ async def test_typing_into_a_completion_is_served_from_cache(client: LanguageCli
 
 
 @pytest.mark.asyncio
+async def test_a_request_joining_the_edits_job_takes_its_empty_answer(client: LanguageClient, tmp_path):
+    # The edit starts a job for the cursor it leaves; the editor's request for that very
+    # cursor arrives while it runs and joins it. The model has nothing to say there: that
+    # is the answer, not a reason to ask the model a second time.
+    log = tmp_path / "calls.jsonl"
+    await start(client, model=f"fake?first_ms=300&log={log}")
+    open_doc(client, "file:///w/q.py", "userName = 1\nprint(userNa)\n")
+    await complete(client, "file:///w/q.py", 1, 12)
+    insert(client, "file:///w/q.py", 2, 1, 12, "!")
+    answer = await complete(client, "file:///w/q.py", 1, 13)
+    assert not answer.items
+    calls = read_log(log)
+    assert [c["prefix"][-7:] for c in calls] == ["(userNa", "userNa!"]
+    s = await stats(client)
+    assert s["keystroke_starts"] == 1
+
+
+@pytest.mark.asyncio
 async def test_prefetch_while_idle(client: LanguageClient, tmp_path):
     log = tmp_path / "calls.jsonl"
     await start(client, model=f"fake?log={log}", options={"prefetch": True, "prefetchDelayMs": 30})
