@@ -62,8 +62,8 @@ def _row_sum(w, scales, x):
 def _layer(group, li, dtype):
     """Layer li's matrix of a group of per-layer matrices (a tuple here). The compiled
     kernels bind this name to engine._views.member_2d, which also reads the group packed
-    by address (`pack_layers`), the form the model passes: a tuple of 18 matrices per
-    group cost numba a third of the step's compile time."""
+    by address (`pack_layers`), the form the model passes: numba compiles a tuple of
+    matrices member by member, a packed group as one array."""
     return group[li]
 
 

@@ -209,10 +209,10 @@ def unpack_group(typingctx, group, spec):
     A tuple is returned as it is; a packed int64 array becomes views of the arrays and
     its trailing scalars.
 
-    Kernels take their arrays in such groups. Passed down a call chain as tuples of
-    dozens of arrays, they cost numba most of the chain's compile time; passed packed
-    and unpacked here, inside the kernel that reads them, they cost nothing at run time
-    and little to compile."""
+    Kernels take their arrays in such groups. A tuple of dozens of arrays passed down a
+    call chain is typed, lowered and optimised member by member at every call boundary;
+    passed packed and unpacked here, inside the kernel that reads them, a group is one
+    array until then, and its views cost nothing at run time."""
     if not isinstance(spec, types.StringLiteral):
         return None
     if isinstance(group, types.BaseTuple):
@@ -266,8 +266,8 @@ def unpack_group(typingctx, group, spec):
 def member_2d(typingctx, group, index, dtype):
     """The 2-D array at `index` of a group: a tuple of such arrays, or their `pack` (of
     `dtype`, a compile-time constant). A kernel that loops over a model's layers reads
-    each layer's matrix this way; taken as tuples of a dozen arrays each, the layers'
-    matrices cost numba a third of the kernel's compile time."""
+    each layer's matrix this way, from one packed array per group instead of a tuple
+    that numba compiles member by member (see unpack_group)."""
     if isinstance(group, types.UniTuple):
         element = group.dtype
 
