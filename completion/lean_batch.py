@@ -35,7 +35,17 @@ from typing import Any
 import numpy as np
 from numba import prange
 
-from .lean_kernels import GROUP, SQRT_2_OVER_PI, _attend_into, _layer, _rebind, _rms_into, _row_sum
+from .lean_kernels import (
+    GROUP,
+    SQRT_2_OVER_PI,
+    _attend_into,
+    _layer,
+    _rebind,
+    _rms_into,
+    _row_sum,
+    layer_reader,
+    stamp_layer_reader,
+)
 
 # Output rows of an int8 product per block of `matvec_rows_py` (a unit of parallel work).
 MATVEC_BLOCK = 32
@@ -235,10 +245,6 @@ def compiled():
 
             import numba
 
-            from midword.engine._jit import stamp_dependencies
-            from midword.engine._views import __file__ as views_file
-            from midword.engine._views import member_2d
-
             opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
             g = dict(batch_step_py.__globals__)
             # lean_kernels' helpers get dispatchers of their own here, uncached: their
@@ -255,13 +261,13 @@ def compiled():
                 ),
                 _rms_into=numba.njit(**helper)(_rms_into),
                 _attend_into=numba.njit(**helper)(_attend_into),
-                _layer=_layer if numba.config.DISABLE_JIT else member_2d,
+                _layer=layer_reader(),
             )
             fn = types.FunctionType(batch_step_py.__code__, g, batch_step_py.__name__)
             fn.__qualname__ = batch_step_py.__qualname__
             fn.__module__ = batch_step_py.__module__
             _compiled = numba.njit(parallel=True, **opts)(fn)
-            stamp_dependencies(_compiled, (views_file,))
+            stamp_layer_reader(_compiled)
         return _compiled
 
 

@@ -67,6 +67,25 @@ def _layer(group, li, dtype):
     return group[li]
 
 
+def layer_reader():
+    """What `_layer` is bound to in the compiled kernels: engine._views.member_2d, or the
+    plain `_layer` where numba's JIT is off (the "compiled" kernels are then the twins)."""
+    import numba
+
+    from midword.engine._views import member_2d
+
+    return _layer if numba.config.DISABLE_JIT else member_2d
+
+
+def stamp_layer_reader(dispatcher) -> None:
+    """Adds the layer reader's module to the disk-cache stamp of a kernel that reads
+    per-layer weights (numba stamps only the kernel's own file)."""
+    from midword.engine import _views
+    from midword.engine._jit import stamp_dependencies
+
+    stamp_dependencies(dispatcher, (_views.__file__,))
+
+
 def pack_layers(weights: tuple) -> tuple:
     """The step's per-layer weight groups (qkv_q, qkv_s, o_q, ...: tuples of int8 and
     float32 matrices) packed by address for the compiled kernels. The caller keeps the
@@ -306,10 +325,6 @@ def compiled():
         if _compiled is None:
             import numba
 
-            from midword.engine._jit import stamp_dependencies
-            from midword.engine._views import __file__ as views_file
-            from midword.engine._views import member_2d
-
             opts = dict(cache=True, nogil=True, fastmath=True, boundscheck=False)
             rms = numba.njit(**opts)(_rms_into)
             attend = numba.njit(**opts)(_attend_into)
@@ -323,13 +338,13 @@ def compiled():
                 _row_sum=numba.njit(inline="always", **opts)(_row_sum),
                 _rms_into=rms,
                 _attend_into=attend,
-                _layer=_layer if numba.config.DISABLE_JIT else member_2d,
+                _layer=layer_reader(),
             )
             matvec_fn = _rebind(matvec_py, g)
             mv = numba.njit(parallel=True, **opts)(matvec_fn)
             g["matvec_py"] = numba.njit(inline="always", **opts)(matvec_fn)
             step = numba.njit(parallel=True, **opts)(_rebind(decode_step_py, g))
-            stamp_dependencies(step, (views_file,))
+            stamp_layer_reader(step)
             head_rows = numba.njit(parallel=True, **opts)(_rebind(head_rows_py, g))
             _compiled = Kernels(step, mv, attend, head_rows)
         return _compiled
