@@ -50,6 +50,11 @@ DEAD = 0  # the empty state: no lexeme can continue
 UNKNOWN = -1  # table entry not computed yet
 NO_ACCEPT = -1  # lex_accept: the state accepts no lexeme
 IGNORE_ONLY = -2  # lex_accept: only the %ignore pseudo-lexeme accepts here
+# Lexer.narrow: a state with no narrower twin (or not looked at yet); else the twin's
+# state << NARROW_SHIFT | the bytes a walk from it may read (Lexer.set_narrowing).
+NO_NARROWING = -1
+NARROW_SHIFT = 16
+NARROW_BYTES_MASK = (1 << NARROW_SHIFT) - 1
 
 _ALL_BYTES = (1 << 256) - 1
 
@@ -504,6 +509,9 @@ class Lexer:
         self.table = filled((64, 256), UNKNOWN, dtype=np.int32)
         self._space: _TableSpace | None = None
         self.accept = filled(64, NO_ACCEPT, dtype=np.int32)
+        self.narrow = filled(64, NO_NARROWING, dtype=np.int64)
+        # States whose narrowing (`narrowing`) was worked out.
+        self._narrowed: set[int] = set()
         # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
         self._lexset_index: dict[frozenset[int], int] = {}
         self.lexsets: list[frozenset[int]] = []
@@ -664,6 +672,7 @@ class Lexer:
         else:
             self.table = grown(self.table, max(need, 2 * old), UNKNOWN)
         self.accept = grown(self.accept, self.table.shape[0], NO_ACCEPT)
+        self.narrow = grown(self.narrow, self.table.shape[0], NO_NARROWING)
 
     def _hold(self, states: int, pairs: int) -> None:
         """Grows st_ptr and the pair arrays (doubling) to hold this many states and pairs."""
@@ -702,6 +711,30 @@ class Lexer:
             return self._states[state]
         a, b = int(self.st_ptr[state]), int(self.st_ptr[state + 1])
         return tuple(zip(self.comp_lex[a:b].tolist(), self.comp_expr[a:b].tolist(), strict=True))
+
+    def narrowing(self, state: int) -> int:
+        """`narrow[state]`, worked out the first time: the state of the same lexemes
+        without the length limits (`ExprSet.without_windows`) and the bytes a walk from
+        it may read with the same tokens allowed and the same lexeme ends, or
+        NO_NARROWING. Inside a string with `maxLength` over a pattern every count left
+        is a state of its own, and the mask walk meets a new one per byte; where the
+        tokens below a trie node are shorter than the count left, it goes on from the
+        pattern's own state, which every count shares."""
+        if state in self._narrowed:
+            return int(self.narrow[state])
+        exprs = self.exprs
+        pairs = self.pairs_of(state)
+        reach: int | None = None
+        for _, e in pairs:
+            r = exprs.window_reach(e)
+            if r is not None and (reach is None or r < reach):
+                reach = r
+        if reach is not None and reach > 0:
+            twin = self._intern(tuple([(i, exprs.without_windows(e)) for i, e in pairs]))
+            if twin != state:
+                self.narrow[state] = (twin << NARROW_SHIFT) | min(reach, NARROW_BYTES_MASK)
+        self._narrowed.add(state)
+        return int(self.narrow[state])
 
     def intern_state(self, pairs: tuple[tuple[int, int], ...]) -> int:
         """The state of these (lexeme, expression) pairs, made if new (a walk's

@@ -44,7 +44,17 @@ from . import parser as parser_module
 from . import trie as trie_module
 from ._jit import at, compiled_for, compiled_once, njit, njit_calling, unpack_group
 from ._views import pack, view_1d, view_2d
-from .lexer import DEAD, IGNORE_ONLY, NO_ACCEPT, UNKNOWN, lex_step_py, start_state_py
+from .lexer import (
+    DEAD,
+    IGNORE_ONLY,
+    NARROW_BYTES_MASK,
+    NARROW_SHIFT,
+    NO_ACCEPT,
+    NO_NARROWING,
+    UNKNOWN,
+    lex_step_py,
+    start_state_py,
+)
 from .parser import (
     EPOCH,
     NEED_PREDICTION,
@@ -86,8 +96,10 @@ def walk_py(
     tok_start,
     tok_end,
     node_tokens,
+    deepest_below,
     lex_table,
     lex_accept,
+    lex_narrow,
     row_lexstate,
     step_keys,
     step_vals,
@@ -128,6 +140,11 @@ def walk_py(
     [node, end of its subtree, lexer state before it], not walked. What lies inside
     the lexeme depends only on the lexer state; the frontier is where the row
     matters, so a mask for another row in the same lexer state walks only that.
+
+    `lex_narrow[s]`, unless NO_NARROWING, holds a state t and a number of bytes m
+    (`t << NARROW_SHIFT | m`, see Lexer.set_narrowing): a walk of at most m bytes from
+    t allows the same tokens as from s and ends lexemes at the same nodes. A node whose
+    tokens are that short (`deepest_below`) and its subtree are walked from t.
     """
     slot_mask = step_keys.shape[0] - 1
     n_ranges = ranges.shape[0]
@@ -144,6 +161,9 @@ def walk_py(
             record = node_records[at(node)]
             depth = (record >> RECORD_DEPTH_SHIFT) & RECORD_DEPTH_MASK
             lexstate = stack_lex[at(depth - 1)]
+            narrow = lex_narrow[at(lexstate)]
+            if narrow != NO_NARROWING and deepest_below[at(node)] - depth + 1 <= (narrow & NARROW_BYTES_MASK):
+                lexstate = narrow >> NARROW_SHIFT
             byte = record & 0xFF
             visited += 1
             nxt = lex_table[at(lexstate), at(byte)]
@@ -490,8 +510,8 @@ walk_jit = njit_calling(
 # (Parser.walk_arrays), the recognizer's (Recognizer.scan_arrays) and the lexer's
 # (Lexer.step_arrays). The dtypes are what walk_packed reads them as; `pack` refuses
 # arrays of other types.
-_TRIE_DTYPES = (np.int64, np.int32, np.int32, np.int32)
-_TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32, np.int64, np.int64, np.int64, np.int64, np.int64)
+_TRIE_DTYPES = (np.int64, np.int32, np.int32, np.int32, np.int32)
+_TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32) + (np.int64,) * 6
 # The groups' dtypes, and their scalars' places (which follow the arrays when packed).
 _PARSER_DTYPES, _PARSER_SCALARS = _views.spec_dtypes(PARSER_GROUP_SPEC)
 _SCAN_DTYPES, _SCAN_SCALARS = _views.spec_dtypes(SCAN_GROUP_SPEC)
@@ -532,7 +552,7 @@ _trie_packs: dict[int, tuple[tuple, np.ndarray]] = {}
 
 
 def _trie_packed(trie: TokenTrie) -> np.ndarray:
-    arrays = (trie.node_records, trie.tok_start, trie.tok_end, trie.node_tokens)
+    arrays = (trie.node_records, trie.tok_start, trie.tok_end, trie.node_tokens, trie.deepest_below)
     got = _trie_packs.get(id(trie))
     if got is None or any(ref() is not a for ref, a in zip(got[0], arrays, strict=False)):
         if len(_trie_packs) >= 64:
@@ -554,8 +574,10 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
         view_1d(t, 1, np.int32),
         view_1d(t, 2, np.int32),
         view_1d(t, 3, np.int32),
+        view_1d(t, 4, np.int32),
         view_2d(w, 0, np.int32),
         view_1d(w, 1, np.int32),
+        view_1d(w, 10, np.int64),
         view_1d(w, 2, np.int32),
         view_1d(w, 3, np.int64),
         view_1d(w, 4, np.int32),
@@ -819,6 +841,7 @@ class MaskWalker:
             and sources[3] is lex_arrays
             and sources[4] is lexer.table
             and sources[5] is lexer.accept
+            and sources[10] is lexer.narrow
             and sources[6] is rec.row_lexstate
             and sources[7] is rec.step_keys
             and sources[8] is rec.step_vals
@@ -860,6 +883,7 @@ class MaskWalker:
                 or cached[0][3] is not rec.step_keys
                 or cached[0][4] is not rec.step_vals
                 or cached[0][8] is not space.frontier
+                or cached[0][10] is not lexer.narrow
             ):
                 tables = (
                     lexer.table,
@@ -872,6 +896,7 @@ class MaskWalker:
                     space.stats,
                     space.frontier,
                     space.frontier_count,
+                    lexer.narrow,
                 )
                 cached = space.table_pack = _repack(cached, tables, (), _TABLE_DTYPES)
             table_packed = cached[1]
@@ -908,6 +933,7 @@ class MaskWalker:
             rec.step_keys,
             rec.step_vals,
             space.frontier,
+            lexer.narrow,
         )
         return space.book
 
@@ -945,8 +971,10 @@ class MaskWalker:
                     trie.tok_start,
                     trie.tok_end,
                     trie.node_tokens,
+                    trie.deepest_below,
                     lexer.table,
                     lexer.accept,
+                    lexer.narrow,
                     rec.row_lexstate,
                     rec.step_keys,
                     rec.step_vals,
@@ -975,6 +1003,8 @@ class MaskWalker:
             if status == NEED_LEXER:
                 # Only the missing derivatives: the walk's compiled step does the rest
                 # when it resumes (and Python all of it where that step cannot).
+                if self._narrowed_here(trie, node, int(a)):
+                    continue  # the walk steps from the twin instead
                 if not lexer.publish(int(a), int(b)):
                     lexer.step(int(a), int(b))
             elif status == NEED_SPACE:
@@ -1100,6 +1130,18 @@ class MaskWalker:
                 rep = lexstate
             space.representative[lexstate] = rep
         return rep
+
+    def _narrowed_here(self, trie: TokenTrie, node: int, lexstate: int) -> bool:
+        """At a return for a derivative `lexstate` lacks at `node`: whether the walk,
+        now that `lexstate`'s narrower twin is worked out (Lexer.narrowing), goes on
+        from the twin at `node` (whose tokens are short enough for it) and so needs
+        no derivative of `lexstate`. A state at the start of a lexeme after another
+        ended is not the parent's state on the stack, and the walk does not narrow it."""
+        depth = int(trie.node_depth[node])
+        if depth < 1 or int(self.space.stack_lex[depth - 1]) != lexstate:
+            return False
+        narrow = self.rec.lexer.narrowing(lexstate)
+        return narrow != NO_NARROWING and int(trie.deepest_below[node]) - depth + 1 <= narrow & NARROW_BYTES_MASK
 
     def _inside_lexeme(self, lexstate: int, applicable: tuple[bool, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(tokens allowed without leaving the lexeme, frontier ranges) from `lexstate`."""

@@ -103,6 +103,19 @@ class TokenTrie:
             self.__dict__["_node_records"] = records
         return records
 
+    @property
+    def deepest_below(self) -> np.ndarray:
+        """int32[n]: the greatest depth of node i and the nodes below it, made on first
+        use: the tokens through node i end within `deepest_below[i] - depth(i)` bytes
+        after it."""
+        deepest = self.__dict__.get("_deepest_below")
+        if deepest is None:
+            deepest = np.zeros(self.num_nodes, dtype=np.int32)
+            if self.num_nodes:
+                _fill_deepest_below(self.node_depth, self.subtree_size, deepest, np.zeros_like(deepest))
+            self.__dict__["_deepest_below"] = deepest
+        return deepest
+
     # Construction -------------------------------------------------------------
     @classmethod
     def build(
@@ -364,7 +377,24 @@ def fill_subtree_sizes_py(node_depth, subtree_size):
         subtree_size[j] = n - j
 
 
+def fill_deepest_below_py(node_depth, subtree_size, below, after):
+    """TokenTrie.deepest_below, from the last node back, with `after[i]` the deepest of
+    node i's subtree and its later siblings' (scratch): a node's first child's `after`
+    is the deepest of all its children."""
+    n = node_depth.shape[0]
+    for i in range(n - 1, -1, -1):
+        deepest = node_depth[i]
+        if subtree_size[i] > 1 and after[i + 1] > deepest:
+            deepest = after[i + 1]
+        below[i] = deepest
+        sibling = i + subtree_size[i]
+        if sibling < n and node_depth[sibling] == node_depth[i] and after[sibling] > deepest:
+            deepest = after[sibling]
+        after[i] = deepest
+
+
 deepest_jit = njit(deepest_py)
+_fill_deepest_below = njit(fill_deepest_below_py)
 _fill_subtree_sizes = njit_calling(fill_subtree_sizes_py, deepest_py=deepest_jit)
 
 

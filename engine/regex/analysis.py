@@ -18,6 +18,7 @@ from .nodes import NOTHING as _NOTHING
 from .nodes import OR as _OR
 from .nodes import REPEAT as _REPEAT
 from .nodes import SUBSET_STATES as _SUBSET_STATES
+from .store import NO_LEN as _NO_LEN
 
 
 class _Analysis(_Derivatives):
@@ -157,38 +158,184 @@ class _Analysis(_Derivatives):
         return r
 
     def _clamped_window(self, expr: int, depth: int, bounds: "RepeatBounds | None") -> int:
-        """`A & C{lo,hi}` (A without & or ~, reading only bytes that are words of C on
-        their own, so a word of A has as many characters of C as bytes) clamped to A's
-        clamped form, when lo is at most A's least length and hi at least `depth` plus
-        `completion_bound(A)`; otherwise `expr` itself. After w (at most `depth` bytes):
-        A's derivative takes the empty word iff the limit's does too (|w| < hi, and
-        |w| >= lo when w is a word of A), and when A's derivative is not empty its
-        shortest word fits in the hi - |w| bytes left: both derivatives are empty alike.
-        A `maxLength` on a format or an unbounded pattern is such a limit, and each
-        count left was a lexer state of its own in the mask walk."""
-        members = self._args[expr]
-        if len(members) != 2:
+        """`A & C{lo,hi}` clamped to A's clamped form when the window cannot tell a walk of
+        at most `depth` bytes from A alone (`window_parts`); otherwise `expr` itself."""
+        parts = self.window_parts(expr)
+        if parts is None or parts[1] < depth:
             return expr
-        kind = self._kind
-        for window, body in (members, members[::-1]):
-            if kind[window] != _REPEAT or self._has_bool[body]:
+        return self.clamped(parts[0], depth, bounds)
+
+    def window_parts(self, expr: int) -> tuple[int, int] | None:
+        """(A, m) when `expr` is a length limit on A, `A & C{lo,hi}` or, in the middle of
+        a character, `A & Q·C{0,hi}`, that no walk of at most m bytes can tell from A
+        alone: after such a walk both take the empty word alike and are empty alike.
+        None for other expressions.
+
+        `A & C{lo,hi}` (A without & or ~, reading only bytes that are words of C on
+        their own, so a word of A has as many characters of C as bytes; or made of
+        words of C when lo is 0) when lo is at most A's least length, with m =
+        hi - `completion_bound(A)`. After w (at most m bytes): A's derivative takes the
+        empty word iff the limit's does too (|w| < hi, and |w| >= lo when w is a word
+        of A), and when A's derivative is not empty its shortest word fits in the
+        hi - |w| bytes left. A `maxLength` on a format or an unbounded pattern is such a
+        limit, and each count left was a lexer state of its own in the mask walk.
+
+        `A & Q·C{0,hi}`, Q the rest of a character or an escape, when every word of A
+        is a word of `Q·C*` (`within_repeats`), with the same m: after w, A's
+        derivative goes on inside the window's, whose count left is at least the
+        completion bound."""
+        if self._kind[expr] != _AND:
+            return None
+        got = self._windows.get(expr, -1)
+        if got != -1:
+            return got  # type: ignore[return-value]
+        got = None
+        members = self._args[expr]
+        kind, args, has_bool = self._kind, self._args, self._has_bool
+        for window, body in (members, members[::-1]) if len(members) == 2 else ():
+            if has_bool[body] or has_bool[window]:
                 continue
-            chars, lo, hi = self._args[window]
-            if hi is None or lo > self._min_len[body]:
+            heads: list[int] = []
+            x = window
+            while kind[x] == _CONCAT:
+                h, x = args[x]
+                heads.append(h)
+            if kind[x] != _REPEAT:
+                continue
+            chars, lo, hi = args[x]
+            if hi is None or lo > self._min_len[body] or (heads and lo > 0):
                 continue
             tail = self.completion_bound(body)
-            if tail is None or hi < depth + tail:
+            if tail is None or hi - tail < 0:
                 continue
-            singles = self._single_bytes(chars)
-            alphabet = self._alphabet(body)
-            if alphabet is None:
-                continue
-            if alphabet & ~singles and (lo > 0 or not self._made_of(body, chars)):
-                # Multibyte characters: a word of A has at most as many characters as
-                # bytes, which bounds the upper limit only.
-                continue
-            return self.clamped(body, depth, bounds)
-        return expr
+            if heads:
+                if not self.within_repeats(body, self.concat(*heads), chars):
+                    continue
+            else:
+                singles = self._single_bytes(chars)
+                alphabet = self._alphabet(body)
+                if alphabet is None:
+                    continue
+                if alphabet & ~singles and (lo > 0 or not self._made_of(body, chars)):
+                    # Multibyte characters: a word of A has at most as many characters
+                    # as bytes, which bounds the upper limit only.
+                    continue
+            got = (body, hi - tail)
+            break
+        self._windows[expr] = got
+        return got
+
+    def window_reach(self, expr: int) -> int | None:
+        """The least m of the length limits `without_windows` takes off `expr`, None when
+        it takes none: a walk of at most m bytes cannot tell the two apart."""
+        if not self._has_bool[expr]:
+            return None
+        memo = self._reach
+        if expr in memo:
+            return memo[expr]
+        k, a = self._kind[expr], self._args[expr]
+        r: int | None = None
+        if k == _AND:
+            parts = self.window_parts(expr)
+            r = None if parts is None else parts[1]
+        elif k == _OR:
+            for m in a:
+                got = self.window_reach(m)
+                if got is not None and (r is None or got < r):
+                    r = got
+        elif k == _CONCAT:
+            # Along the chain, as sequences are right-nested and may be long.
+            x = expr
+            while self._kind[x] == _CONCAT and self._has_bool[x]:
+                h, x = self._args[x]
+                got = self.window_reach(h)
+                if got is not None and (r is None or got < r):
+                    r = got
+            got = self.window_reach(x)
+            if got is not None and (r is None or got < r):
+                r = got
+        memo[expr] = r
+        return r
+
+    def without_windows(self, expr: int) -> int:
+        """`expr` with each length limit `window_parts` finds in the parts of its
+        sequences and alternations taken off, and nothing else changed: every count
+        left of a limit on one pattern gives the pattern's own expression."""
+        if not self._has_bool[expr]:
+            return expr
+        memo = self._unwindowed
+        r = memo.get(expr)
+        if r is not None:
+            return r
+        k, a = self._kind[expr], self._args[expr]
+        if k == _CONCAT:
+            heads = []
+            x = expr
+            while self._kind[x] == _CONCAT:
+                h, x = self._args[x]
+                heads.append(self.without_windows(h))
+            r = self.without_windows(x)
+            for h in reversed(heads):
+                r = self._concat2(h, r)
+        elif k == _OR:
+            r = self.alt(*[self.without_windows(m) for m in a])
+        elif k == _AND:
+            parts = self.window_parts(expr)
+            r = expr if parts is None else parts[0]
+        else:
+            r = expr
+        memo[expr] = r
+        return r
+
+    def within_repeats(self, body: int, head: int, chars: int) -> bool:
+        """Whether every word of `body` is a word of `head·chars*`, by a search over pairs
+        of derivatives as in `fewest_repeats`; False when unsure (an ambiguous window
+        side, or more than _FEWEST_REPEATS_STATES pairs). None of them has & or ~."""
+        key = (body, head, chars)
+        memo = self._within
+        got = memo.get(key)
+        if got is not None:
+            return got
+        nullable, derivative = self._nullable, self.derivative
+        got = True
+        seen = {(body, head)}
+        stack = [(body, head)]
+        while stack:
+            x, q = stack.pop()
+            if q != 1 and nullable[q]:
+                got = False  # the window's word may end here or go on: unsure
+                break
+            if nullable[x] and q != 1:
+                got = False  # a word of body ends inside a repetition
+                break
+            side = chars if q == 1 else q
+            _, reps = self.combined_classes(frozenset((self.byte_classes(x), self.byte_classes(side))))
+            for rep in reps:
+                x2 = derivative(x, rep)
+                if x2 == 0:
+                    continue
+                q2 = derivative(side, rep)
+                if q2 == 0:
+                    got = False  # body goes on where the window cannot
+                    break
+                pair = (x2, q2)
+                if pair in seen or memo.get((x2, q2, chars)):
+                    continue
+                if len(seen) >= self._FEWEST_REPEATS_STATES:
+                    got = False
+                    break
+                check_compile_budget()
+                seen.add(pair)
+                stack.append(pair)
+            if not got:
+                break
+        if got:
+            # Every pair met holds too: a later search that reaches one stops there.
+            for x, q in seen:
+                memo[(x, q, chars)] = True
+        else:
+            memo[key] = False
+        return got
 
     # The longest piece `_made_of` checks against one character (a UTF-8 sequence is at
     # most 4 bytes, a JSON escape of a surrogate pair 12).
@@ -448,6 +595,11 @@ class _Analysis(_Derivatives):
                 r = self._is_empty(args[expr][0], bound)
             empty[expr] = r
             return r
+        if kind == _AND:
+            fits = self._window_fits(expr)
+            if fits is not None:
+                empty[expr] = not fits
+                return not fits
         if kind == _EXCL:
             inner = self._args[expr][0]
             if not has_bool[inner] and self.max_length(inner) is None:
@@ -483,6 +635,97 @@ class _Analysis(_Derivatives):
         for x in seen:
             empty[x] = True
         return True
+
+    def _window_fits(self, expr: int) -> bool | None:
+        """Whether `B & Q·C{0,n}` (B and Q without & or ~) has a word, decided by
+        `fewest_repeats(B, Q, C) <= n`; None for other shapes or when that gives up.
+        This is a length limit on a pattern or format, in the middle of the lexeme: each
+        count left is a node of its own, and exploring its derivatives made a new
+        product per byte, where the fewest repetitions do not depend on n and are
+        shared by every count."""
+        members = self._args[expr]
+        if len(members) != 2:
+            return None
+        kind, args, has_bool = self._kind, self._args, self._has_bool
+        for window, body in (members, members[::-1]):
+            if has_bool[body] or has_bool[window]:
+                continue
+            heads: list[int] = []
+            x = window
+            while kind[x] == _CONCAT:
+                h, x = args[x]
+                heads.append(h)
+            if kind[x] != _REPEAT:
+                continue
+            chars, lo, hi = args[x]
+            if lo != 0 or hi is None:
+                continue
+            fewest = self.fewest_repeats(body, self.concat(*heads), chars)
+            if fewest is None:
+                continue
+            return fewest <= hi
+        return None
+
+    # States `fewest_repeats` explores before it gives up.
+    _FEWEST_REPEATS_STATES = 4096
+
+    def fewest_repeats(self, body: int, head: int, chars: int) -> int | None:
+        """The fewest whole repetitions of `chars` in a word of `body` that is also a word
+        of `head·chars*` (so `body & head·chars{0,n}` is empty exactly when n is below
+        it): a shortest-path search over pairs of derivatives, one of `body` and one of
+        the window's unfinished repetition, in which starting a repetition costs 1.
+        NO_LEN when there is no such word; None (unsure) when the window's side is
+        ambiguous (a repetition both ends and goes on, or `head` is nullable but not
+        ε) or the search meets more than _FEWEST_REPEATS_STATES pairs. All three take
+        no & or ~."""
+        key = (body, head, chars)
+        memo = self._fewest
+        if key in memo:
+            return memo[key]
+        nullable, derivative = self._nullable, self.derivative
+        got: int | None = _NO_LEN
+        # 0-1 breadth first: a pair reached at no cost goes to the front.
+        best = {(body, head): 0}
+        frontier: list[tuple[int, int]] = [(body, head)]
+        later: list[tuple[int, int]] = []
+        cost = 0
+        while frontier or later:
+            if not frontier:
+                frontier, later = later, []
+                cost += 1
+            x, q = frontier.pop()
+            if best[(x, q)] != cost:
+                continue  # reached again at a lower cost
+            if q == 1 and nullable[x]:
+                got = cost
+                break
+            if q != 1 and nullable[q]:
+                got = None  # the window's word may end here or go on: not one count
+                break
+            # From a finished repetition the next byte starts one more.
+            side, step = (chars, 1) if q == 1 else (q, 0)
+            _, reps = self.combined_classes(frozenset((self.byte_classes(x), self.byte_classes(side))))
+            for rep in reps:
+                x2 = derivative(x, rep)
+                if x2 == 0:
+                    continue
+                q2 = derivative(side, rep)
+                if q2 == 0:
+                    continue
+                pair = (x2, q2)
+                seen = best.get(pair)
+                if seen is not None and seen <= cost + step:
+                    continue
+                if seen is None and len(best) >= self._FEWEST_REPEATS_STATES:
+                    got = None
+                    frontier = later = []
+                    break
+                if seen is None:
+                    check_compile_budget()
+                best[pair] = cost + step
+                (later if step else frontier).append(pair)
+        memo[key] = got
+        return got
 
     def next_bytes(self, expr: int) -> np.ndarray:
         """bool[256]: the bytes whose derivative is non-empty (read-only array)."""

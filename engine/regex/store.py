@@ -70,6 +70,17 @@ class _Store:
         self._alphabets: dict[int, int | None] = {}
         # Bounds on the shortest completion inside each expression: see `completion_bound`.
         self._completion: dict[int, int | None] = {}
+        # (body, head, characters) -> see `fewest_repeats`.
+        self._fewest: dict[tuple[int, int, int], int | None] = {}
+        # (body, head, characters) -> see `within_repeats`.
+        self._within: dict[tuple[int, int, int], bool] = {}
+        # An intersection -> (pattern, bytes) when it is a length limit a walk of that
+        # many bytes cannot see, or None: see `window_parts`.
+        self._windows: dict[int, tuple[int, int] | None] = {}
+        # Expression -> the least reach of those it holds: see `window_reach`.
+        self._reach: dict[int, int | None] = {}
+        # Expression -> itself without those length limits: see `without_windows`.
+        self._unwindowed: dict[int, int] = {}
         # (expression, characters) -> whether it is a sequence of those characters.
         self._made_of_memo: dict[tuple[int, int], bool] = {}
         # The node of each single byte, once made (literal() reads it per byte).
@@ -146,6 +157,7 @@ class _Store:
         # `_Analysis`) that the derivative and analysis code uses: declared for the type
         # checker only, so nothing here can shadow the real ones.
         def alt(self, *exprs: int) -> int: ...
+        def concat(self, *exprs: int) -> int: ...
         def and_(self, *exprs: int) -> int: ...
         def not_(self, expr: int) -> int: ...
         def repeat(self, expr: int, lo: int, hi: int | None) -> int: ...

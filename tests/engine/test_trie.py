@@ -14,6 +14,7 @@ from midword.engine.trie import (
     RECORD_TOKEN_MASK,
     RECORD_TOKEN_SHIFT,
     TokenTrie,
+    fill_deepest_below_py,
     fill_subtree_sizes_py,
     mask_words,
     node_for_jit,
@@ -132,6 +133,19 @@ def test_subtree_sizes_twin():
     out = np.empty_like(depth)
     fill_subtree_sizes_py(depth, out)
     assert out.tolist() == [8, 3, 1, 1, 3, 2, 1, 1]
+
+
+@settings(max_examples=100, deadline=None)
+@given(vocab_strategy)
+def test_deepest_below_is_the_deepest_node_of_each_subtree(token_bytes):
+    trie = TokenTrie.build(token_bytes, fingerprint="test")
+    got = trie.deepest_below
+    for node in range(trie.num_nodes):
+        end = node + int(trie.subtree_size[node])
+        assert got[node] == trie.node_depth[node:end].max(), node
+    plain, scratch = np.zeros_like(got), np.zeros_like(got)
+    fill_deepest_below_py(trie.node_depth, trie.subtree_size, plain, scratch)
+    assert np.array_equal(plain, got)
 
 
 def test_duplicate_token_bytes_share_a_node():
