@@ -190,19 +190,7 @@ class _Analysis(_Derivatives):
         if got != -1:
             return got  # type: ignore[return-value]
         got = None
-        members = self._args[expr]
-        kind, args, has_bool = self._kind, self._args, self._has_bool
-        for window, body in (members, members[::-1]) if len(members) == 2 else ():
-            if has_bool[body] or has_bool[window]:
-                continue
-            heads: list[int] = []
-            x = window
-            while kind[x] == _CONCAT:
-                h, x = args[x]
-                heads.append(h)
-            if kind[x] != _REPEAT:
-                continue
-            chars, lo, hi = args[x]
+        for body, heads, chars, lo, hi in self._limits_of(expr):
             if hi is None or lo > self._min_len[body] or (heads and lo > 0):
                 continue
             tail = self.completion_bound(body)
@@ -224,6 +212,26 @@ class _Analysis(_Derivatives):
             break
         self._windows[expr] = got
         return got
+
+    def _limits_of(self, expr: int) -> list[tuple[int, list[int], int, int, int | None]]:
+        """The readings of an intersection of two members without & or ~ as a limit on
+        one of them, `B & Q·C{lo,hi}` (Q a sequence, maybe empty, before the repeat):
+        (B, the parts of Q, C, lo, hi) for each member that ends in a repeat."""
+        members = self._args[expr]
+        kind, args, has_bool = self._kind, self._args, self._has_bool
+        if len(members) != 2 or has_bool[members[0]] or has_bool[members[1]]:
+            return []
+        found = []
+        for window, body in (members, members[::-1]):
+            heads: list[int] = []
+            x = window
+            while kind[x] == _CONCAT:
+                h, x = args[x]
+                heads.append(h)
+            if kind[x] == _REPEAT:
+                chars, lo, hi = args[x]
+                found.append((body, heads, chars, lo, hi))
+        return found
 
     def window_reach(self, expr: int) -> int | None:
         """The least m of the length limits `without_windows` takes off `expr`, None when
@@ -643,21 +651,7 @@ class _Analysis(_Derivatives):
         count left is a node of its own, and exploring its derivatives made a new
         product per byte, where the fewest repetitions do not depend on n and are
         shared by every count."""
-        members = self._args[expr]
-        if len(members) != 2:
-            return None
-        kind, args, has_bool = self._kind, self._args, self._has_bool
-        for window, body in (members, members[::-1]):
-            if has_bool[body] or has_bool[window]:
-                continue
-            heads: list[int] = []
-            x = window
-            while kind[x] == _CONCAT:
-                h, x = args[x]
-                heads.append(h)
-            if kind[x] != _REPEAT:
-                continue
-            chars, lo, hi = args[x]
+        for body, heads, chars, lo, hi in self._limits_of(expr):
             if lo != 0 or hi is None:
                 continue
             fewest = self.fewest_repeats(body, self.concat(*heads), chars)
