@@ -51,7 +51,7 @@ UNKNOWN = -1  # table entry not computed yet
 NO_ACCEPT = -1  # lex_accept: the state accepts no lexeme
 IGNORE_ONLY = -2  # lex_accept: only the %ignore pseudo-lexeme accepts here
 # Lexer.narrow: a state with no narrower twin (or not looked at yet); else the twin's
-# state << NARROW_SHIFT | the bytes a walk from it may read (Lexer.set_narrowing).
+# state << NARROW_SHIFT | the bytes a walk from it may read (Lexer.narrowing).
 NO_NARROWING = -1
 NARROW_SHIFT = 16
 NARROW_BYTES_MASK = (1 << NARROW_SHIFT) - 1

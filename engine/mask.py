@@ -142,7 +142,7 @@ def walk_py(
     matters, so a mask for another row in the same lexer state walks only that.
 
     `lex_narrow[s]`, unless NO_NARROWING, holds a state t and a number of bytes m
-    (`t << NARROW_SHIFT | m`, see Lexer.set_narrowing): a walk of at most m bytes from
+    (`t << NARROW_SHIFT | m`, see Lexer.narrowing): a walk of at most m bytes from
     t allows the same tokens as from s and ends lexemes at the same nodes. A node whose
     tokens are that short (`deepest_below`) and its subtree are walked from t.
     """

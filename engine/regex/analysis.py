@@ -127,18 +127,8 @@ class _Analysis(_Derivatives):
         if r is not None:
             return r
         k, a = self._kind[expr], self._args[expr]
-        if k == _CONCAT:
-            # Iterative along the chain: long literals are long chains.
-            heads = []
-            x = expr
-            while self._kind[x] == _CONCAT:
-                h, x = self._args[x]
-                heads.append(self.clamped(h, depth, bounds))
-            r = self.clamped(x, depth, bounds)
-            for h in reversed(heads):
-                r = self._concat2(h, r)
-        elif k == _OR:
-            r = self.alt(*[self.clamped(m, depth, bounds) for m in a])
+        if k in (_CONCAT, _OR):
+            r = self._with_parts(expr, lambda part: self.clamped(part, depth, bounds))
         elif k == _AND:
             r = self._clamped_window(expr, depth, bounds)
         elif k == _REPEAT:
@@ -155,6 +145,22 @@ class _Analysis(_Derivatives):
         else:
             r = expr
         memo[expr] = r
+        return r
+
+    def _with_parts(self, expr: int, change) -> int:
+        """A sequence or an alternation rebuilt from `change` of each of its parts (the
+        heads and last tail of a sequence, the branches of an alternation)."""
+        if self._kind[expr] == _OR:
+            return self.alt(*[change(m) for m in self._args[expr]])
+        # Iterative along the chain: long literals are long chains.
+        heads = []
+        x = expr
+        while self._kind[x] == _CONCAT:
+            h, x = self._args[x]
+            heads.append(change(h))
+        r = change(x)
+        for h in reversed(heads):
+            r = self._concat2(h, r)
         return r
 
     def _clamped_window(self, expr: int, depth: int, bounds: "RepeatBounds | None") -> int:
@@ -275,18 +281,9 @@ class _Analysis(_Derivatives):
         r = memo.get(expr)
         if r is not None:
             return r
-        k, a = self._kind[expr], self._args[expr]
-        if k == _CONCAT:
-            heads = []
-            x = expr
-            while self._kind[x] == _CONCAT:
-                h, x = self._args[x]
-                heads.append(self.without_windows(h))
-            r = self.without_windows(x)
-            for h in reversed(heads):
-                r = self._concat2(h, r)
-        elif k == _OR:
-            r = self.alt(*[self.without_windows(m) for m in a])
+        k = self._kind[expr]
+        if k in (_CONCAT, _OR):
+            r = self._with_parts(expr, self.without_windows)
         elif k == _AND:
             parts = self.window_parts(expr)
             r = expr if parts is None else parts[0]
@@ -294,6 +291,22 @@ class _Analysis(_Derivatives):
             r = expr
         memo[expr] = r
         return r
+
+    def _pair_steps(self, x: int, q: int, chars: int) -> list[tuple[int, int, int]]:
+        """The steps of the pair searches of `within_repeats` and `fewest_repeats` from
+        (x, q), x a derivative of the body and q one of the window's unfinished
+        repetition (ε when it is finished): (x's derivative, q's derivative or ∅, 1 when
+        the byte starts a repetition else 0), one per byte class where x goes on."""
+        # From a finished repetition the next byte starts one more.
+        side, step = (chars, 1) if q == 1 else (q, 0)
+        _, reps = self.combined_classes(frozenset((self.byte_classes(x), self.byte_classes(side))))
+        derivative = self.derivative
+        out = []
+        for rep in reps:
+            x2 = derivative(x, rep)
+            if x2 != 0:
+                out.append((x2, derivative(side, rep), step))
+        return out
 
     def within_repeats(self, body: int, head: int, chars: int) -> bool:
         """Whether every word of `body` is a word of `head·chars*`, by a search over pairs
@@ -304,7 +317,7 @@ class _Analysis(_Derivatives):
         got = memo.get(key)
         if got is not None:
             return got
-        nullable, derivative = self._nullable, self.derivative
+        nullable = self._nullable
         got = True
         seen = {(body, head)}
         stack = [(body, head)]
@@ -316,13 +329,7 @@ class _Analysis(_Derivatives):
             if nullable[x] and q != 1:
                 got = False  # a word of body ends inside a repetition
                 break
-            side = chars if q == 1 else q
-            _, reps = self.combined_classes(frozenset((self.byte_classes(x), self.byte_classes(side))))
-            for rep in reps:
-                x2 = derivative(x, rep)
-                if x2 == 0:
-                    continue
-                q2 = derivative(side, rep)
+            for x2, q2, _ in self._pair_steps(x, q, chars):
                 if q2 == 0:
                     got = False  # body goes on where the window cannot
                     break
@@ -676,7 +683,7 @@ class _Analysis(_Derivatives):
         memo = self._fewest
         if key in memo:
             return memo[key]
-        nullable, derivative = self._nullable, self.derivative
+        nullable = self._nullable
         got: int | None = _NO_LEN
         # 0-1 breadth first: a pair reached at no cost goes to the front.
         best = {(body, head): 0}
@@ -696,14 +703,7 @@ class _Analysis(_Derivatives):
             if q != 1 and nullable[q]:
                 got = None  # the window's word may end here or go on: not one count
                 break
-            # From a finished repetition the next byte starts one more.
-            side, step = (chars, 1) if q == 1 else (q, 0)
-            _, reps = self.combined_classes(frozenset((self.byte_classes(x), self.byte_classes(side))))
-            for rep in reps:
-                x2 = derivative(x, rep)
-                if x2 == 0:
-                    continue
-                q2 = derivative(side, rep)
+            for x2, q2, step in self._pair_steps(x, q, chars):
                 if q2 == 0:
                     continue
                 pair = (x2, q2)
