@@ -144,8 +144,26 @@ def _literal_run(rec: Recognizer, state: tuple[int, int], budget: int) -> tuple[
     """Inside one literal-headed lexeme that cannot end yet (`"name_of_the_person"` after
     `"n`), the bytes up to where it could end or branch, and the state after them;
     the same as stepping them one at a time, without making the states in between.
-    None where the state is not such a lexeme."""
+    None where the state is not such a lexeme. The run depends on the lexer state
+    alone, so it is kept per lexer state: the same key in the next object, the next
+    array item, meets it again with another parser row."""
     lexstate, row = state
+    runs = rec.caches.literal_runs
+    run = runs.get(lexstate, False)
+    if run is False:
+        run = runs[lexstate] = _literal_run_of(rec, lexstate, MAX_FORCED_BYTES)
+    if run is None:
+        return None
+    if len(run[0]) > budget:
+        # Cut short by the caller's limit: the state at the cut is not the one kept.
+        run = _literal_run_of(rec, lexstate, budget)
+        if run is None:
+            return None
+    return run[0], (run[1], row)
+
+
+def _literal_run_of(rec: Recognizer, lexstate: int, budget: int) -> tuple[bytes, int] | None:
+    """`_literal_run` for a lexer state: (the run, the lexer state after it), or None."""
     lexer = rec.lexer
     if lexer.accept[lexstate] != NO_ACCEPT:
         return None
@@ -171,7 +189,7 @@ def _literal_run(rec: Recognizer, state: tuple[int, int], budget: int) -> tuple[
     if not out:
         return None
     # The pairs `Lexer.step` would make: the one lexeme, marker dropped.
-    return bytes(out), (lexer.intern_state(((lexeme, expr),)), row)
+    return bytes(out), lexer.intern_state(((lexeme, expr),))
 
 
 def nothing_forced(rec: Recognizer, state: tuple[int, int]) -> bool:
@@ -213,7 +231,7 @@ def forced_tokens(
 ) -> list[int]:
     """Canonical fast-forward tokens from `state`, given the tokens generated so far;
     cached per state and recent tokens (the only context the result depends on)."""
-    if forced is None and surely_unforced(rec, state):
+    if forced is None and (surely_unforced(rec, state) or walker.two_bytes_allowed(state)):
         return []
     # Asked at every position, and nearly always nothing is forced: the cache is read
     # here, without a call.
@@ -304,10 +322,7 @@ def _forced_tokens(
 def _heal_point(trie: TokenTrie, walker: MaskWalker, rec: Recognizer, end_state, forced: bytes, start: int) -> int:
     """The first index from `start` on where some token spelling `forced[idx:]` and then
     more is allowed (the model may tokenize across the end there), or len(forced)."""
-    for idx in range(start, len(forced)):
-        node = trie.node_for(forced[idx:])
-        if node < 0 or trie.subtree_size[node] <= 1:
-            continue
+    for idx, node in trie.extendable_suffixes(forced, start):
         if _extension_allowed(trie, walker, rec, end_state, node):
             return idx
     return len(forced)

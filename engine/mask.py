@@ -470,6 +470,21 @@ def scan_in_walk_py(
     return result
 
 
+def allowed_bytes_py(mask, byte_tokens, enough):
+    """How many of the one-byte tokens `byte_tokens` (-1: none) `mask` allows, counted up
+    to `enough`."""
+    count = 0
+    for b in range(byte_tokens.shape[0]):
+        t = byte_tokens[b]
+        if t >= 0 and (mask[t >> 5] >> (t & 31)) & 1:
+            count += 1
+            if count >= enough:
+                break
+    return count
+
+
+allowed_bytes_jit = njit(allowed_bytes_py)
+
 SCAN_IN_PYTHON = -2
 # Names the walk functions call, bound to the compiled callees in their compiled copies.
 walk = walk_py
@@ -813,6 +828,12 @@ class MaskWalker:
         if self.space.repeat_bounds is None:
             self.space.repeat_bounds = repeat_bounds_for(trie)
         self.last_sliced = False
+        # (state, its mask): the mask most recently asked for, read by `two_bytes_allowed`;
+        # one attribute, so that a reader without the lock sees a matching pair.
+        self.last_mask: tuple[tuple[int, int], np.ndarray] | None = None
+        self._allowed_bytes_fn = allowed_bytes_jit if use_jit else allowed_bytes_py
+        self._allowed_bytes = None  # compiled for the argument types at the first call
+        self._byte_tokens: np.ndarray | None = None
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
         self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
         self._prefix_key = self._cache_prefix + ("inside lexeme",)
@@ -1019,11 +1040,13 @@ class MaskWalker:
         Read-only: it may be the mask cache's own array, shared with every later caller
         that meets the state (copy it to change it). A hit is then a lookup; a copy of a
         128k vocabulary's mask from a cache of thousands costs more than the lookup."""
+        state = (int(state[0]), int(state[1]))
         if self.cache is None:
             mask, self.last_sliced = self._compute(state)
             mask.flags.writeable = False
+            self.last_mask = (state, mask)
             return mask
-        key = self._cache_prefix + (int(state[0]), int(state[1]))
+        key = self._cache_prefix + state
         hit = self.cache.get(key)
         if hit is None:
             mask, sliced = self._compute(state)
@@ -1032,7 +1055,23 @@ class MaskWalker:
         else:
             mask, sliced = hit
         self.last_sliced = sliced
+        self.last_mask = (state, mask)
         return mask
+
+    def two_bytes_allowed(self, state) -> bool:
+        """True when the mask last asked for is `state`'s and allows two one-byte tokens:
+        then two bytes may come next and nothing is forced. False means "not known". The
+        fast-forward call that follows a mask at the same state (the decoding loop's
+        order) is answered without a look at the lexer or the parser."""
+        last = self.last_mask
+        if last is None or last[0] != state:
+            return False
+        count = self._allowed_bytes
+        if count is None:
+            self._byte_tokens = self.trie.byte_tokens
+            # Every mask handed out is read-only, so the types stay those of the first call.
+            count = self._allowed_bytes = compiled_for(self._allowed_bytes_fn, (last[1], self._byte_tokens, 2))
+        return count(last[1], self._byte_tokens, 2) >= 2
 
     def _compute(self, state) -> tuple[np.ndarray, bool]:
         # The fuel limits bound the work of one mask (limits.py); a grammar serving a

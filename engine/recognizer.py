@@ -92,6 +92,9 @@ class RecognizerCaches:
     forced_bytes: dict[tuple, tuple[bytes, tuple[int, int]]] = field(default_factory=dict)
     # fastforward._live_bytes: lexer state -> its live bytes as an int, or -1 for two or more.
     live_bytes: dict[int, int] = field(default_factory=dict)
+    # fastforward._literal_run: lexer state -> (the bytes a literal-headed lexeme goes on
+    # with before it may end or branch, the lexer state after them), or None.
+    literal_runs: dict[int, tuple[bytes, int] | None] = field(default_factory=dict)
     # mask.MaskWalker._representative: lexer state -> the state a walk stands it for,
     # which has the same live and dead bytes (fastforward reads that state's filled row).
     walk_twins: dict[int, int] = field(default_factory=dict)

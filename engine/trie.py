@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from ._jit import njit, njit_calling
+from ._jit import compiled_for, njit, njit_calling
 
 TRIE_FORMAT_VERSION = 1
 
@@ -115,6 +115,20 @@ class TokenTrie:
                 _fill_deepest_below(self.node_depth, self.subtree_size, deepest, np.zeros_like(deepest))
             self.__dict__["_deepest_below"] = deepest
         return deepest
+
+    @property
+    def byte_tokens(self) -> np.ndarray:
+        """int64[256]: a token spelling byte b alone, or -1 (made on first use). A mask
+        tells through them which bytes a state allows: a one-byte token is allowed exactly
+        when its byte is."""
+        tokens = self.__dict__.get("_byte_tokens")
+        if tokens is None:
+            tokens = np.full(256, -1, dtype=np.int64)
+            for byte, node in enumerate(self._root_children().tolist()):
+                if node >= 0 and self.tok_end[node] > self.tok_start[node]:
+                    tokens[byte] = self.node_tokens[self.tok_start[node]]
+            self.__dict__["_byte_tokens"] = tokens
+        return tokens
 
     # Construction -------------------------------------------------------------
     @classmethod
@@ -252,6 +266,29 @@ class TokenTrie:
         return int(
             node_for_jit(self.node_byte, self.subtree_size, self._root_children(), np.frombuffer(data, dtype=np.uint8))
         )
+
+    def extendable_suffixes(self, data: bytes, start: int = 0) -> list[tuple[int, int]]:
+        """(index, node) for each index from `start` on where some token spells
+        `data[index:]` and then more, in index order."""
+        count = max(0, len(data) - start)
+        out_idx = np.empty(count, dtype=np.int64)
+        out_node = np.empty(count, dtype=np.int64)
+        args = (
+            self.node_byte,
+            self.subtree_size,
+            self._root_children(),
+            np.frombuffer(data, dtype=np.uint8),
+            start,
+            out_idx,
+            out_node,
+        )
+        # Past numba's dispatcher, which types a read-only array (the bytes) the slow way;
+        # the trie's arrays and these never change type, so the entry is looked up once.
+        entry = self.__dict__.get("_extendable_suffixes")
+        if entry is None:
+            entry = self.__dict__["_extendable_suffixes"] = compiled_for(extendable_suffixes_jit, args)
+        n = entry(*args)
+        return list(zip(out_idx[:n].tolist(), out_node[:n].tolist(), strict=True))
 
     def tokens_with_prefix(self, data: bytes) -> list[int]:
         """All tokens whose bytes start with `data` (`data` itself included if a token)."""
@@ -424,6 +461,23 @@ def node_for_py(node_byte, subtree_size, root_children, data):
 
 
 node_for_jit = njit_calling(node_for_py, child_of_py=child_of_jit)
+
+
+def extendable_suffixes_py(node_byte, subtree_size, root_children, data, start, out_idx, out_node):
+    """For each index from `start` on, in order: where some token spells `data[idx:]`
+    and goes on past it, the index and the node spelling it (into `out_idx`,
+    `out_node`); returns how many."""
+    n = 0
+    for idx in range(start, data.shape[0]):
+        node = node_for_py(node_byte, subtree_size, root_children, data[idx:])
+        if node >= 0 and subtree_size[node] > 1:
+            out_idx[n] = idx
+            out_node[n] = node
+            n += 1
+    return n
+
+
+extendable_suffixes_jit = njit_calling(extendable_suffixes_py, node_for_py=node_for_jit)
 
 
 def walk_table_py(node_byte, node_depth, subtree_size, tok_start, tok_end, node_tokens, table, accepting, start, mask):

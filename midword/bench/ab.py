@@ -113,12 +113,15 @@ ROWS = (
     ("TTFM p50", "ttfm_p50"),
     ("TTFM p90", "ttfm_p90"),
     ("TTFM mean", "ttfm_mean"),
+    ("ff call avg", "ff_avg"),
 )
 
 
 def summarize(results: list[FileResult]) -> dict[str, Any]:
     tbm = np.fromiter((t for r in results for t in r.tbm_ns), dtype=np.float64) / 1000.0
     ttfm = np.fromiter((t for r in results for t in r.ttfm_ns), dtype=np.float64) / 1000.0
+    ff_calls = sum(r.ff_calls for r in results)
+    ff_ns = sum(r.ff_ns for r in results)
 
     def stat(values, what):
         if values.size == 0:
@@ -135,6 +138,7 @@ def summarize(results: list[FileResult]) -> dict[str, Any]:
         "ttfm_p50": stat(ttfm, 50),
         "ttfm_p90": stat(ttfm, 90),
         "ttfm_mean": stat(ttfm, "mean"),
+        "ff_avg": ff_ns / ff_calls / 1000.0 if ff_calls else None,
     }
 
 

@@ -58,7 +58,10 @@ def test_the_table_gives_each_figure_and_its_change():
         return r
 
     new = summarize([result([1000, 2000, 3000], [10_000]), result([4000], [20_000])])
-    old = summarize([result([2000, 4000, 6000], [10_000]), result([8000], [30_000], passed=False)])
+    old_results = [result([2000, 4000, 6000], [10_000]), result([8000], [30_000], passed=False)]
+    old_results[0].ff_calls, old_results[0].ff_ns = 4, 8_000
+    old = summarize(old_results)
+    assert new["ff_avg"] is None and old["ff_avg"] == pytest.approx(2.0)
     assert new["masks"] == old["masks"] == 4
     assert new["tbm_avg"] == pytest.approx(2.5) and old["tbm_avg"] == pytest.approx(5.0)
     assert (new["passed"], old["passed"]) == (2, 1)
@@ -67,6 +70,7 @@ def test_the_table_gives_each_figure_and_its_change():
     assert rows["TBM avg"].split()[-1] == "-50.0%"
     assert rows["TTFM mean"].split()[-1] == "-25.0%"
     assert "%" not in rows["files passed"]
+    assert rows["ff call avg"].split()[-2:] == ["-", "-"]  # no fast-forward calls on one side
 
 
 @pytest.mark.slow

@@ -12,6 +12,8 @@ import json
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from midword.engine import Grammar, Matcher
 from midword.engine import fastforward as ff
@@ -63,9 +65,11 @@ def test_forced_bytes_and_tokens_equal_the_row_by_row_way_on_maskbench(maskbench
                 m.compute_mask()  # as a decoder does before it asks for forced tokens
                 state = m._state
                 quick = ff.nothing_forced(m.rec, state)  # asked first: before the cache has the state
+                by_mask = m.walker.two_bytes_allowed(state)
                 got, after = forced_bytes(m.rec, state)
                 assert got == forced_bytes_by_rows(m.rec, state), (path.name, llama3.decode(m.tokens))
                 assert not (quick and got), (path.name, llama3.decode(m.tokens))
+                assert not (by_mask and got), (path.name, llama3.decode(m.tokens))
                 assert after == m.rec.step_bytes(state, got)
                 recent = m._recent_tokens()
                 tokens = m.compute_ff_tokens()
@@ -105,7 +109,7 @@ def test_live_bytes_from_first_bytes_equal_the_filled_row(llama3):
     text = '{"name": "Ann", "kind": "beta", "size": 1.5e3, "tags": ["a-b", "c"], "when": "2024-01-02"}'
     for t in llama3.encode(text):
         m.compute_mask()
-        m.compute_ff_tokens()
+        forced_bytes(m.rec, m._state)  # by structure: the mask's answer would skip it
         m.consume_token(t)
     lexer = m.rec.lexer
     checked = 0
@@ -162,9 +166,10 @@ def test_nothing_forced_never_hides_forced_bytes(llama3):
     for _ in range(2):  # the second pass meets lexer states whose live bytes are cached
         m = Matcher(llama3, grammar)
         for t in llama3.encode(text):
-            m.compute_mask()
             state = m._state
             quick = ff.nothing_forced(m.rec, state)
+            forced_bytes(m.rec, state)  # by structure, as a caller without a mask asks
+            m.compute_mask()
             by_rows = forced_bytes_by_rows(m.rec, state)
             if quick:
                 quick_positions += 1
@@ -174,3 +179,68 @@ def test_nothing_forced_never_hides_forced_bytes(llama3):
                 assert m.compute_ff_bytes() == by_rows, llama3.decode(m.tokens)
             m.consume_token(t)
     assert quick_positions >= 5, quick_positions
+
+
+def test_the_mask_tells_two_allowed_bytes_exactly(llama3):
+    # `two_bytes_allowed` answers from the mask just computed: at each position it is
+    # True exactly where the recognizer allows two bytes or more, and it says nothing
+    # about a state whose mask was not the last one asked for.
+    schema = {
+        "type": "object",
+        "properties": {"kind": {"const": "circle"}, "radius": {"type": "number"}, "tag": {"type": "string"}},
+        "required": ["kind", "radius"],
+    }
+    m = Matcher(llama3, Grammar.from_json_schema(schema))
+    text = '{"kind": "circle", "radius": 2.5, "tag": "a b"}'
+    answers = set()
+    previous = None
+    for t in llama3.encode(text):
+        state = m._state
+        assert not m.walker.two_bytes_allowed(state) or previous is None or m.walker.last_mask[0] == state
+        m.compute_mask()
+        allowed = m.rec.allowed_byte_mask(state)
+        answer = m.walker.two_bytes_allowed(state)
+        assert answer == (allowed & (allowed - 1) != 0), llama3.decode(m.tokens)
+        answers.add(answer)
+        if previous is not None:
+            assert not m.walker.two_bytes_allowed(previous) or previous == state
+        previous = state
+        m.consume_token(t)
+    assert answers == {True, False}  # both answers met: forced keys and free strings
+
+
+def test_a_literal_run_is_kept_per_lexer_state(llama3):
+    # The same key in two array items: the second item's forced key is read off the
+    # run kept for the lexer state, with the second item's own parser row.
+    item = {"type": "object", "properties": {"identifier": {"type": "integer"}}, "additionalProperties": False}
+    schema = {"type": "array", "items": item}
+    grammar = Grammar.from_json_schema(schema)
+    m = Matcher(llama3, grammar)
+    m.consume_bytes(b'[{"i')
+    first = m._state
+    first_forced = m.compute_ff_bytes()
+    assert first_forced.startswith(b"dentifier")
+    runs = dict(m.rec.caches.literal_runs)
+    m.consume_bytes(first_forced + b': 1}, {"i')
+    second = m._state
+    assert second[0] == first[0] and second[1] != first[1]
+    assert m.compute_ff_bytes() == first_forced == forced_bytes_by_rows(m.rec, second)
+    assert m.rec.caches.literal_runs == runs  # nothing new: the run was kept
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    allowed=st.sets(st.integers(0, 299), max_size=12),
+    byte_tokens=st.lists(st.integers(-1, 299), min_size=0, max_size=256),
+    enough=st.integers(1, 3),
+)
+def test_allowed_bytes_jit_equals_twin_and_a_count(allowed, byte_tokens, enough):
+    from midword.engine.mask import allowed_bytes_jit, allowed_bytes_py
+
+    mask = np.zeros(10, dtype=np.uint32)
+    for t in allowed:
+        mask[t >> 5] |= np.uint32(1 << (t & 31))
+    tokens = np.array(byte_tokens, dtype=np.int64)
+    want = min(enough, sum(1 for t in byte_tokens if t in allowed))
+    assert allowed_bytes_py(mask, tokens, enough) == want
+    assert allowed_bytes_jit(mask, tokens, enough) == want

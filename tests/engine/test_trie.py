@@ -219,3 +219,39 @@ def test_node_records_refuse_a_token_too_long_for_the_depth_field():
     trie = TokenTrie.build([b"x" * (RECORD_DEPTH_MASK + 1), b"y"], fingerprint="test")
     with pytest.raises(ValueError, match="at most 1023 bytes"):
         _ = trie.node_records
+
+
+@settings(max_examples=50, deadline=None)
+@given(token_bytes=st.lists(st.binary(min_size=1, max_size=4), min_size=1, max_size=40, unique=True), data=st.data())
+def test_extendable_suffixes_jit_equals_twin_and_brute_force(token_bytes, data):
+    from midword.engine.trie import extendable_suffixes_jit, extendable_suffixes_py
+
+    trie = TokenTrie.build(token_bytes)
+    text = data.draw(st.binary(min_size=0, max_size=8))
+    start = data.draw(st.integers(0, len(text)))
+    want = [
+        (idx, trie.node_for(text[idx:]))
+        for idx in range(start, len(text))
+        if any(len(t) > len(text) - idx and t.startswith(text[idx:]) for t in token_bytes)
+    ]
+    assert trie.extendable_suffixes(text, start) == want
+    out = np.empty((2, max(1, len(text))), dtype=np.int64)
+    args = (trie.node_byte, trie.subtree_size, trie._root_children(), np.frombuffer(text, dtype=np.uint8), start)
+    n = extendable_suffixes_py(*args, out[0], out[1])
+    assert list(zip(out[0][:n].tolist(), out[1][:n].tolist(), strict=True)) == want
+    n = extendable_suffixes_jit(*args, out[0], out[1])
+    assert list(zip(out[0][:n].tolist(), out[1][:n].tolist(), strict=True)) == want
+
+
+def test_byte_tokens_spell_one_byte_each(llama3):
+    from midword.engine.matcher import trie_for
+
+    trie = trie_for(llama3)
+    byte_tokens = trie.byte_tokens
+    assert byte_tokens.shape == (256,)
+    for b, t in enumerate(byte_tokens.tolist()):
+        assert t >= 0, b  # byte-level BPE: every byte is a token of its own
+        assert llama3.token_bytes(t) == bytes([b])
+    small = TokenTrie.build([b"ab", b"a", b"c"])
+    got = small.byte_tokens
+    assert got[ord("a")] == 1 and got[ord("c")] == 2 and got[ord("b")] == -1
