@@ -79,6 +79,18 @@ def rehash_steps_py(old_keys, old_vals, keys, vals, bits):
 
 
 rehash_steps_jit = njit(rehash_steps_py)
+_rehash_loaded = False
+
+
+def _load_rehash_steps() -> None:
+    """One call on empty tables: loads the compiled rehash from numba's cache when the
+    first recognizer of a process is made, rather than in the mask that first grows a
+    step table (a pause of milliseconds in the middle of a generation)."""
+    global _rehash_loaded
+    empty_keys = np.zeros(0, dtype=np.int64)
+    empty_vals = np.zeros(0, dtype=np.int32)
+    rehash_steps_jit(empty_keys, empty_vals, empty_keys, empty_vals, 0)
+    _rehash_loaded = True
 
 
 @dataclass
@@ -132,6 +144,8 @@ class Recognizer:
         self.parser = EarleyParser(grammar, limits)
         self.row_lexstate = filled(64, UNKNOWN, dtype=np.int32)
         self.step_bits = 10
+        if not _rehash_loaded:
+            _load_rehash_steps()
         self.step_keys = filled(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
         self.step_vals = filled(1 << self.step_bits, NO_ROW, dtype=np.int32)
         self.step_fill = np.zeros(1, dtype=np.int64)  # entries in the step table

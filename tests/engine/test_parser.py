@@ -194,6 +194,33 @@ def test_step_table_rehash_keeps_every_step():
             assert new_vals[slot] == val
 
 
+def test_the_step_table_rehash_is_loaded_with_the_first_recognizer():
+    # In a fresh process: the compiled rehash is loaded (or compiled) when the first
+    # recognizer is made, so the mask that first grows a step table does not pause for it.
+    import subprocess
+    import sys
+
+    script = """
+import json
+from midword.engine import Grammar
+from midword.engine.recognizer import Recognizer, rehash_steps_jit
+assert not rehash_steps_jit.signatures
+rec = Recognizer(Grammar.from_json_schema({"type": "array", "items": {"type": "integer"}}))
+loaded = list(rehash_steps_jit.signatures)
+assert loaded
+bits = rec.step_bits
+state = rec.initial()
+for k in range(400):
+    state = rec.step_bytes(state, (b"[" if k == 0 else b", ") + str(k).encode())
+    assert state is not None
+assert rec.step_bits > bits, "the test must grow the step table"
+assert list(rehash_steps_jit.signatures) == loaded
+print("ok")
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
 def test_large_rows_are_sorted_stably_by_symbol():
     # More than 32 entries take the merge sort: a row predicting 40 nonterminals at once.
     b = GrammarBuilder()
