@@ -57,6 +57,10 @@ from .store import NO_LEN as _NO_LEN
 from .term import Term
 from .term import build as _build_term
 
+# The branches of a complement whose sequences `_covers_one_of` reads: the shortcut is
+# only sufficient, so past this the search of states decides, as before it.
+_COVER_BRANCHES = 32
+
 
 class ExprSet(_Analysis):
     """Hash-consed regular expressions over bytes with memoized derivatives."""
@@ -330,7 +334,7 @@ class ExprSet(_Analysis):
                 return 0
             items.add(self._bytes(m))
         for x in items:
-            if kind[x] == _NOT and args[x][0] in items:
+            if kind[x] == _NOT and self._covers_one_of(args[x][0], items):
                 return 0
         if len(items) == 1:
             return items.pop()
@@ -347,6 +351,47 @@ class ExprSet(_Analysis):
                 True,
             )
         return i
+
+    def _covers_one_of(self, outer: int, items: set[int]) -> bool:
+        """Whether `outer` holds every word of some member of `items`, told by its shape:
+        the member itself, or a branch of `outer` that is the member's sequence between
+        nullable factors (`D*·S*` holds `S*`). Only sufficient, and cheap enough for every
+        intersection with a complement. The derivatives of a pattern's complement
+        (`S* & ~(S*·D+·S*)`, a key no pattern matches) are of this kind once the pattern
+        has matched, and are then ∅ here instead of after a search of their states."""
+        if outer in items:
+            return True
+        kind, args, nullable = self._kind, self._args, self._nullable
+        branches = args[outer] if kind[outer] == _OR else (outer,)
+        sequences = None
+        for k, branch in enumerate(branches):
+            if branch in items:
+                return True
+            if kind[branch] != _CONCAT or k >= _COVER_BRANCHES:
+                continue
+            factors = self._factors(branch)
+            if sequences is None:
+                sequences = [self._factors(m) for m in items if kind[m] != _NOT]
+            for seq in sequences:
+                n = len(seq)
+                for at in range(len(factors) - n + 1):
+                    if (
+                        factors[at : at + n] == seq
+                        and all(nullable[f] for f in factors[:at])
+                        and all(nullable[f] for f in factors[at + n :])
+                    ):
+                        return True
+        return False
+
+    def _factors(self, expr: int) -> list[int]:
+        """The factors of a sequence in order (the expression alone if it is none)."""
+        kind, args = self._kind, self._args
+        out = []
+        while kind[expr] == _CONCAT:
+            head, expr = args[expr]
+            out.append(head)
+        out.append(expr)
+        return out
 
     def _drop_covering_stars(self, items: set[int]) -> None:
         """Drops from an intersection each `C*` (or `C+`) that another member lies
