@@ -149,8 +149,9 @@ def _literal_run(rec: Recognizer, state: tuple[int, int], budget: int) -> tuple[
     array item, meets it again with another parser row."""
     lexstate, row = state
     runs = rec.caches.literal_runs
-    run = runs.get(lexstate, False)
-    if run is False:
+    if lexstate in runs:
+        run = runs[lexstate]
+    else:
         run = runs[lexstate] = _literal_run_of(rec, lexstate, MAX_FORCED_BYTES)
     if run is None:
         return None
