@@ -33,8 +33,10 @@ compare both against.
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from collections import OrderedDict
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -485,6 +487,9 @@ def allowed_bytes_py(mask, byte_tokens, enough):
 
 allowed_bytes_jit = njit(allowed_bytes_py)
 
+# Numbers of walk spaces' variants in the mask cache's keys, never reused in a process.
+_cache_ids = itertools.count(1)
+
 SCAN_IN_PYTHON = -2
 # Names the walk functions call, bound to the compiled callees in their compiled copies.
 walk = walk_py
@@ -629,10 +634,11 @@ class MaskCache:
 
     def __init__(self, budget_bytes: int):
         self.budget_bytes = budget_bytes
-        self._items: OrderedDict[tuple, tuple] = OrderedDict()
+        # Keys: an int per recognizer state, a tuple per inside-lexeme part (MaskWalker).
+        self._items: OrderedDict[Hashable, tuple] = OrderedDict()
         self._bytes = 0
 
-    def get(self, key: tuple) -> tuple | None:
+    def get(self, key: Hashable) -> tuple | None:
         """`(mask, extra)` kept under `key`, or None."""
         hit = self._items.get(key)
         if hit is None:
@@ -640,7 +646,7 @@ class MaskCache:
         self._items.move_to_end(key)
         return hit[0], hit[1]
 
-    def put(self, key: tuple, mask: np.ndarray, extra, extra_bytes: int = 0) -> None:
+    def put(self, key: Hashable, mask: np.ndarray, extra, extra_bytes: int = 0) -> None:
         """Keeps `(mask, extra)` under `key`; `extra_bytes` is what `extra` holds."""
         size = mask.nbytes + extra_bytes
         if size > self.budget_bytes or key in self._items:
@@ -782,6 +788,9 @@ class _WalkSpace:
         # (representative, applicable slices) whose inside walk was once wanted
         # (MaskWalker._first_visit).
         self.seen_inside: set[tuple[int, tuple[bool, ...]]] = set()
+        # Walk variant (compiled or plain, slices, split) -> its number in the mask cache's
+        # keys (`MaskWalker._state_key`).
+        self.cache_ids: dict[tuple, int] = {}
 
     @staticmethod
     def of(rec: Recognizer, trie: TokenTrie) -> "_WalkSpace":
@@ -816,27 +825,28 @@ class MaskWalker:
         self._walk_fn = walk_jit if use_jit else walk_py
         self.walk = None  # compiled for the argument types at the first walk
         self.cache = cache
-        # Walk variants stay apart in the cache, so tests comparing them compare walks.
-        self._cache_prefix = (
-            rec.uid,
-            trie.fingerprint,
-            use_jit,
-            None if sliced is None else sliced.regexes,
-            split_at_lexeme,
-        )
         self.space = _WalkSpace.of(rec, trie)
+        # The mask cache's keys number the recognizer, trie and walk variant (variants stay
+        # apart, so tests comparing them compare walks); a state's key is then one int,
+        # which the collector does not track, where a tuple was made at every mask.
+        variant = (use_jit, None if sliced is None else sliced.regexes, split_at_lexeme)
+        cache_id = self.space.cache_ids.get(variant)
+        if cache_id is None:
+            cache_id = self.space.cache_ids[variant] = next(_cache_ids)
+        self._cache_id = cache_id << 64
         if self.space.repeat_bounds is None:
             self.space.repeat_bounds = repeat_bounds_for(trie)
         self.last_sliced = False
-        # (state, its mask): the mask most recently asked for, read by `two_bytes_allowed`;
-        # one attribute, so that a reader without the lock sees a matching pair.
-        self.last_mask: tuple[tuple[int, int], np.ndarray] | None = None
+        # (state key, its mask): the mask most recently asked for, read by
+        # `two_bytes_allowed`; one attribute, so that a reader without the lock sees a
+        # matching pair.
+        self.last_mask: tuple[int, np.ndarray] | None = None
         self._allowed_bytes_fn = allowed_bytes_jit if use_jit else allowed_bytes_py
         self._allowed_bytes = None  # compiled for the argument types at the first call
         self._byte_tokens: np.ndarray | None = None
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
         self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
-        self._prefix_key = self._cache_prefix + ("inside lexeme",)
+        self._prefix_key = (cache_id, "inside lexeme")
         self.limits_items = rec.limits.max_items_per_row
         self.limits_fuel = rec.limits.parser_fuel
         # The compiled walk takes its long-lived arrays packed by address (walk_packed);
@@ -1040,13 +1050,12 @@ class MaskWalker:
         Read-only: it may be the mask cache's own array, shared with every later caller
         that meets the state (copy it to change it). A hit is then a lookup; a copy of a
         128k vocabulary's mask from a cache of thousands costs more than the lookup."""
-        state = (int(state[0]), int(state[1]))
+        key = self._state_key(state)
         if self.cache is None:
             mask, self.last_sliced = self._compute(state)
             mask.flags.writeable = False
-            self.last_mask = (state, mask)
+            self.last_mask = (key, mask)
             return mask
-        key = self._cache_prefix + state
         hit = self.cache.get(key)
         if hit is None:
             mask, sliced = self._compute(state)
@@ -1055,8 +1064,20 @@ class MaskWalker:
         else:
             mask, sliced = hit
         self.last_sliced = sliced
-        self.last_mask = (state, mask)
+        self.last_mask = (key, mask)
         return mask
+
+    def keep_apart_in_cache(self) -> None:
+        """Gives this walker mask-cache entries of its own: for a test that changes the
+        walk's variant after construction (`split_at_lexeme = False`) and compares it
+        with another walker of the same recognizer and trie."""
+        cache_id = next(_cache_ids)
+        self._cache_id = cache_id << 64
+        self._prefix_key = (cache_id, "inside lexeme")
+
+    def _state_key(self, state) -> int:
+        # Lexer states and rows are int32 table indexes.
+        return self._cache_id | (int(state[0]) << 32) | int(state[1])
 
     def two_bytes_allowed(self, state) -> bool:
         """True when the mask last asked for is `state`'s and allows two one-byte tokens:
@@ -1064,7 +1085,7 @@ class MaskWalker:
         fast-forward call that follows a mask at the same state (the decoding loop's
         order) is answered without a look at the lexer or the parser."""
         last = self.last_mask
-        if last is None or last[0] != state:
+        if last is None or last[0] != self._state_key(state):
             return False
         count = self._allowed_bytes
         if count is None:

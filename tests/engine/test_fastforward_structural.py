@@ -196,14 +196,13 @@ def test_the_mask_tells_two_allowed_bytes_exactly(llama3):
     previous = None
     for t in llama3.encode(text):
         state = m._state
-        assert not m.walker.two_bytes_allowed(state) or previous is None or m.walker.last_mask[0] == state
+        if previous != state:  # the last mask is another state's: nothing is told
+            assert not m.walker.two_bytes_allowed(state)
         m.compute_mask()
         allowed = m.rec.allowed_byte_mask(state)
         answer = m.walker.two_bytes_allowed(state)
         assert answer == (allowed & (allowed - 1) != 0), llama3.decode(m.tokens)
         answers.add(answer)
-        if previous is not None:
-            assert not m.walker.two_bytes_allowed(previous) or previous == state
         previous = state
         m.consume_token(t)
     assert answers == {True, False}  # both answers met: forced keys and free strings
