@@ -223,14 +223,19 @@ def _together(engine, mode: str, cancelled=(None, None)) -> list:
         out[i] = engine.complete(_request(DOCS[i], mode), cancelled=cancelled[i])
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(2)]
-    # Both jobs queue at the engine's lock before either runs: else, under load, the first
-    # could finish alone before the second arrives, and nothing would be batched.
-    with engine._lock:
+    batcher = engine.batcher
+    if batcher is None:  # completions take turns: nothing to meet
         for t in threads:
             t.start()
-        deadline = time.monotonic() + 60
-        while engine.batcher._arriving < 2 and time.monotonic() < deadline:
-            time.sleep(0.001)
+    else:
+        # Both jobs queue at the engine's lock before either runs: else, under load, the
+        # first could finish alone before the second arrives, and nothing would be batched.
+        with engine._lock:
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + 60
+            while batcher._arriving < 2 and time.monotonic() < deadline:
+                time.sleep(0.001)
     for t in threads:
         t.join(120)
     return out
