@@ -193,13 +193,14 @@ def _literal_run_of(rec: Recognizer, lexstate: int, budget: int) -> tuple[bytes,
     return bytes(out), lexer.intern_state(((lexeme, expr),))
 
 
-def nothing_forced(rec: Recognizer, state: tuple[int, int]) -> bool:
+def nothing_forced(rec: Recognizer, state: tuple[int, int], walker: MaskWalker | None = None) -> bool:
     """True where it is already known, without a call into the lexer or parser, that no
-    byte is forced at `state`: its lexer state goes on with two or more bytes (a string
-    body, a number: most positions), or the state's forced bytes are cached and empty.
-    False means "not known", never "something is forced". Asked before any other work
-    at every fast-forward call, since nearly every position forces nothing."""
-    if surely_unforced(rec, state):
+    byte is forced at `state`: the mask `walker` last computed is the state's and allows
+    two first bytes, its lexer state goes on with two or more bytes (a string body, a
+    number: most positions), or the state's forced bytes are cached and empty. False
+    means "not known", never "something is forced". Asked before any other work at
+    every fast-forward call, since nearly every position forces nothing."""
+    if (walker is not None and walker.two_bytes_allowed(state)) or surely_unforced(rec, state):
         return True
     got = rec.caches.forced_bytes.get((state, MAX_FORCED_BYTES))
     return got is not None and not got[0]

@@ -122,7 +122,7 @@ class TokenAutomaton:
         """The first canonical token of the text forced at `state`, or None (nothing is
         forced, or token healing leaves no whole token of it)."""
         with self.lock:
-            if self.walker.two_bytes_allowed(state):
+            if fastforward.nothing_forced(self.rec, state, self.walker):
                 return None
             forced = fastforward.forced_bytes(self.rec, state)[0]
             if not forced:
@@ -271,7 +271,7 @@ class Matcher:
         """Bytes every valid continuation starts with."""
         if self._stopped:
             return b""
-        if self._error is None and self._nothing_forced():
+        if self._error is None and fastforward.nothing_forced(self.rec, self._state, self.walker):
             return b""
         return self._guard(lambda: fastforward.forced_bytes(self.rec, self._state)[0])
 
@@ -279,18 +279,15 @@ class Matcher:
         """Forced tokens, canonically tokenized (token healing at the end)."""
         if self._stopped:
             return []
-        if self._error is None and self._nothing_forced():
+        if self._error is None and fastforward.nothing_forced(self.rec, self._state, self.walker):
+            # The common case, answered without the lock (the mask and the caches are read,
+            # never written, here).
             return []
         return self._guard(
             lambda: fastforward.forced_tokens(
                 self.tokenizer, self.trie, self.walker, self.rec, self._state, self._recent_tokens()
             )
         )
-
-    def _nothing_forced(self) -> bool:
-        # The common case, answered without the lock or a call into the lexer: from two
-        # cache reads (plain dicts, whose reads are atomic) or the mask just computed here.
-        return self.walker.two_bytes_allowed(self._state) or fastforward.nothing_forced(self.rec, self._state)
 
     def _recent_tokens(self) -> list[int]:
         # Raw bytes consumed with consume_bytes (-1) break the token context.
