@@ -239,10 +239,36 @@ class _Analysis(_Derivatives):
                 found.append((body, heads, chars, lo, hi))
         return found
 
+    # A bounded repetition gives way to its star only where its counts are many: with a
+    # few, the star's own derivatives cost the walk what the count states would.
+    _REPEAT_WINDOW_FROM = 16
+
+    def repeat_window(self, expr: int) -> tuple[int, int] | None:
+        """(C*, hi) for `C{0,hi}` (C without & or ~, not nullable, hi at least
+        _REPEAT_WINDOW_FROM), a length limit with nothing under it: a `maxLength` string
+        without a pattern, or what a limit on a pattern of whole characters becomes
+        (`ExprSet.and_`). No walk of at most hi bytes tells it from C*: a word of C* of
+        at most hi bytes is a sequence of at most hi words of C, and a prefix of one is
+        a prefix of a sequence of at most hi of them, since each word of C takes a byte
+        at least. None for other expressions."""
+        if self._kind[expr] != _REPEAT:
+            return None
+        body, lo, hi = self._args[expr]
+        if lo != 0 or hi is None or hi < self._REPEAT_WINDOW_FROM:
+            return None
+        if self._has_bool[body] or self._nullable[body]:
+            return None
+        return self.repeat(body, 0, None), hi
+
+    def _may_hold_window(self, expr: int) -> bool:
+        """False when `expr` surely holds no limit `without_windows` takes off: no & or
+        ~, and no count as high as _REPEAT_WINDOW_FROM."""
+        return self._has_bool[expr] or self._max_count[expr] >= self._REPEAT_WINDOW_FROM
+
     def window_reach(self, expr: int) -> int | None:
         """The least m of the length limits `without_windows` takes off `expr`, None when
         it takes none: a walk of at most m bytes cannot tell the two apart."""
-        if not self._has_bool[expr]:
+        if not self._may_hold_window(expr):
             return None
         memo = self._reach
         if expr in memo:
@@ -252,6 +278,9 @@ class _Analysis(_Derivatives):
         if k == _AND:
             parts = self.window_parts(expr)
             r = None if parts is None else parts[1]
+        elif k == _REPEAT:
+            parts = self.repeat_window(expr)
+            r = None if parts is None else parts[1]
         elif k == _OR:
             for m in a:
                 got = self.window_reach(m)
@@ -260,7 +289,7 @@ class _Analysis(_Derivatives):
         elif k == _CONCAT:
             # Along the chain, as sequences are right-nested and may be long.
             x = expr
-            while self._kind[x] == _CONCAT and self._has_bool[x]:
+            while self._kind[x] == _CONCAT and self._may_hold_window(x):
                 h, x = self._args[x]
                 got = self.window_reach(h)
                 if got is not None and (r is None or got < r):
@@ -274,8 +303,9 @@ class _Analysis(_Derivatives):
     def without_windows(self, expr: int) -> int:
         """`expr` with each length limit `window_parts` finds in the parts of its
         sequences and alternations taken off, and nothing else changed: every count
-        left of a limit on one pattern gives the pattern's own expression."""
-        if not self._has_bool[expr]:
+        left of a limit on one pattern gives the pattern's own expression (a repetition
+        `repeat_window` finds, its star)."""
+        if not self._may_hold_window(expr):
             return expr
         memo = self._unwindowed
         r = memo.get(expr)
@@ -286,6 +316,9 @@ class _Analysis(_Derivatives):
             r = self._with_parts(expr, self.without_windows)
         elif k == _AND:
             parts = self.window_parts(expr)
+            r = expr if parts is None else parts[0]
+        elif k == _REPEAT:
+            parts = self.repeat_window(expr)
             r = expr if parts is None else parts[0]
         else:
             r = expr
@@ -355,6 +388,78 @@ class _Analysis(_Derivatives):
     # The longest piece `_made_of` checks against one character (a UTF-8 sequence is at
     # most 4 bytes, a JSON escape of a surrogate pair 12).
     _CHARACTER_BYTES = 12
+
+    # The most derivatives `is_prefix_code` explores: a JSON string character has a few
+    # dozen (UTF-8 sequences, escapes, surrogate pairs).
+    _PREFIX_CODE_STATES = 256
+
+    def is_prefix_code(self, expr: int) -> bool:
+        """Whether `expr` (no & or ~) is a finite set of non-empty words none of which is
+        a proper prefix of another, as the characters of a JSON string are: a sequence
+        of its words then splits into them one way only. Explores the derivatives, none
+        of which may both take the empty word and go on. False when unsure."""
+        memo = self._prefix_codes
+        got = memo.get(expr)
+        if got is not None:
+            return got
+        got = False
+        longest = self.max_length(expr)
+        if not self._has_bool[expr] and not self._nullable[expr] and longest is not None:
+            got = longest <= self._CHARACTER_BYTES
+            seen = {expr}
+            todo = [expr]
+            while todo and got:
+                state = todo.pop()
+                for rep in set(self.byte_classes(state)):
+                    d = self.derivative(state, rep)
+                    if d == 0 or d in seen:
+                        continue
+                    if (self._nullable[d] and self.first_bytes(d)) or len(seen) >= self._PREFIX_CODE_STATES:
+                        got = False
+                        break
+                    seen.add(d)
+                    todo.append(d)
+        memo[expr] = got
+        return got
+
+    def words_within(self, y: int, x: int) -> bool:
+        """Y ⊆ X for finite expressions without & or ~ (sets of characters): a search
+        over pairs of their derivatives, byte class by byte class, for a word of Y that
+        X lacks. Sets of characters have a few dozen derivatives, and the search builds
+        no intersection or complement (`_subset` does). False when unsure."""
+        if y == x or y == 0:
+            return True
+        key = (y, x)
+        got = self._subset_cache.get(key)
+        if got is not None:
+            return got
+        got = not (self._has_bool[y] or self._has_bool[x]) and self.max_length(y) is not None
+        seen = {key}
+        todo = [key]
+        while todo and got:
+            a, b = todo.pop()
+            if self._nullable[a] and not self._nullable[b]:
+                got = False
+                break
+            if a == b:
+                continue
+            first = self.first_bytes(a)
+            for ra, rb in set(zip(self.byte_classes(a), self.byte_classes(b), strict=True)):
+                if not (first >> ra) & 1:
+                    continue
+                da = self.derivative(a, ra)
+                if da == 0:
+                    continue
+                db = self.derivative(b, rb)
+                # Without & or ~ only ∅ is empty: da has a word, and db has none.
+                if db == 0 or len(seen) >= self._PREFIX_CODE_STATES:
+                    got = False
+                    break
+                if (da, db) not in seen:
+                    seen.add((da, db))
+                    todo.append((da, db))
+        self._subset_cache[key] = got
+        return got
 
     def _made_of(self, expr: int, chars: int) -> bool:
         """Whether every word of `expr` (no & or ~) is a sequence of words of `chars`:

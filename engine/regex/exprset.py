@@ -313,6 +313,10 @@ class ExprSet(_Analysis):
         nullable = self._nullable
         if 1 in items:
             return 1 if all(nullable[x] for x in items) else 0
+        if len(items) == 2:
+            met = self._meet_counts(*items)
+            if met is not None:
+                return met
         excluded = self._excluded_words(items)
         if excluded is not None:
             kept, words = excluded
@@ -351,6 +355,53 @@ class ExprSet(_Analysis):
                 True,
             )
         return i
+
+    def _meet_counts(self, x: int, y: int) -> int | None:
+        """`A{l1,h1} & B{l2,h2}` or `A{l1,h1} & ~B{l2,h2}` as one repetition, when one of
+        A and B holds the other and the larger is a code of whole words
+        (`is_prefix_code`): a sequence of its words splits one way only, so both sides
+        count the same words. A `maxLength` on a pattern that has come to its `.*`,
+        `S* & C{0,k}`, is `S{0,k}`, and a string that fails a `minLength`,
+        `S* & ~C{20,}`, is `S{0,19}`: a repetition whose derivatives need no
+        intersection, and whose counts narrow like a plain `maxLength`
+        (`repeat_window`). None for other intersections, and for a complement whose
+        counts leave two ranges."""
+        kind, args, has_bool = self._kind, self._args, self._has_bool
+        if kind[x] != _REPEAT:
+            x, y = y, x
+        if kind[x] != _REPEAT:
+            return None
+        negated = kind[y] == _NOT
+        other = args[y][0] if negated else y
+        if kind[other] != _REPEAT:
+            return None
+        a, l1, h1 = args[x]
+        b, l2, h2 = args[other]
+        if has_bool[a] or has_bool[b]:
+            return None
+        if negated:
+            if not (self.is_prefix_code(b) and self.words_within(a, b)):
+                return None
+            # The counts of x outside [l2, h2], when they are one range.
+            body = a
+            if h2 is None:
+                lo, hi = l1, l2 - 1 if h1 is None else min(h1, l2 - 1)
+            elif l2 <= l1:
+                lo, hi = max(l1, h2 + 1), h1
+            else:
+                return None
+        else:
+            if self.is_prefix_code(b) and self.words_within(a, b):
+                body = a
+            elif self.is_prefix_code(a) and self.words_within(b, a):
+                body = b
+            else:
+                return None
+            lo = max(l1, l2)
+            hi = h1 if h2 is None else h2 if h1 is None else min(h1, h2)
+        if hi is not None and hi < lo:
+            return 0
+        return self.repeat(body, lo, hi)
 
     def _covers_one_of(self, outer: int, items: set[int]) -> bool:
         """Whether `outer` holds every word of some member of `items`, told by its shape:

@@ -81,6 +81,8 @@ class _Store:
         self._reach: dict[int, int | None] = {}
         # Expression -> itself without those length limits: see `without_windows`.
         self._unwindowed: dict[int, int] = {}
+        # Expression -> whether it is a prefix code: see `is_prefix_code`.
+        self._prefix_codes: dict[int, bool] = {}
         # (expression, characters) -> whether it is a sequence of those characters.
         self._made_of_memo: dict[tuple[int, int], bool] = {}
         # The node of each single byte, once made (literal() reads it per byte).

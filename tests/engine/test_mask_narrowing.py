@@ -24,6 +24,12 @@ CASES = [
     (HEADLINE, "東京で新しい博物館が開館 今週末"),
     ({"type": "string", "format": "email", "maxLength": 40}, "zoe.mueller@example-mail.de"),
     ({"type": "string", "pattern": "^[a-z]+(?: [a-z]+)*$", "maxLength": 24}, "one two three four five"),
+    # A plain `maxLength` (`C{0,hi}`, repeat_window), and one on a pattern that ends in
+    # `.*` (`S* & C{0,k}` becomes `S{0,k}` there), each filled to the limit.
+    ({"type": "string", "maxLength": 20}, "Grüße aus Köln, 東京"),
+    ({"type": "string", "pattern": "^\\d+\\.\\d+.*$", "maxLength": 19}, '1.0 – beta «rc» \\"q\\"'),
+    # A string that fails a `minLength` (`S* & ~C{20,}`, `S{0,19}`).
+    ({"oneOf": [{"type": "string", "minLength": 20}, {"type": "string", "maxLength": 3}]}, "abc"),
 ]
 
 
@@ -32,7 +38,11 @@ def _matcher(tok, schema) -> Matcher:
     return Matcher(tok, g)
 
 
-@pytest.mark.parametrize("schema,value", CASES, ids=["words-de", "words-ja", "email", "near-the-limit"])
+@pytest.mark.parametrize(
+    "schema,value",
+    CASES,
+    ids=["words-de", "words-ja", "email", "near-the-limit", "plain-limit", "limit-after-pattern", "under-min"],
+)
 def test_masks_under_a_short_limit_equal_the_reference(llama3, schema, value):
     m = _matcher(llama3, schema)
     for i, t in enumerate(llama3.encode('{"v": "' + value + '"}')):

@@ -1250,3 +1250,55 @@ def test_the_cover_rewrite_agrees_with_the_search(data):
                 re.fullmatch(branch, w.decode()) or re.fullmatch(other, w.decode())
             )
             assert dfa.matches(w) == want, (pattern, w)
+
+
+# Codes for the count rewrite: sets of words none of which is a prefix of another, and
+# one whose sequences split two ways (`ab` is `a·b`), where the rewrite must not fire.
+_CODES = [["a", "b"], ["a", "bc", "bb"], ["ab", "b", "c"], ["a", "ab", "b"]]
+
+
+@settings(max_examples=300, deadline=None)
+@given(data=st.data())
+def test_counts_of_one_code_meet_as_one_repetition(data):
+    # `A{l1,h1} & B{l2,h2}` and `A{l1,h1} & ~B{l2,h2}`, A a part of the code B: the
+    # rewrite (`ExprSet._meet_counts`) matches what the definition does, word by word.
+    code = data.draw(st.sampled_from(_CODES))
+    part = data.draw(st.lists(st.sampled_from(code), min_size=1, unique=True))
+    inner, outer = "|".join(part), "|".join(code)
+    if data.draw(st.booleans()):
+        inner, outer = outer, inner
+    l1, l2 = data.draw(st.integers(0, 3)), data.draw(st.integers(0, 3))
+    h1 = data.draw(st.one_of(st.none(), st.integers(l1, 4)))
+    h2 = data.draw(st.one_of(st.none(), st.integers(l2, 4)))
+    negated = data.draw(st.booleans())
+
+    def counts(lo, hi):
+        return f"{{{lo},{'' if hi is None else hi}}}"
+
+    left, right = f"({inner}){counts(l1, h1)}", f"({outer}){counts(l2, h2)}"
+    pattern = f"{left}&~{right}" if negated else f"{left}&{right}"
+    es = ExprSet()
+    dfa = LazyDFA(es, es.parse(pattern, extended=True))
+    for n in range(8):
+        for word in itertools.product("abc", repeat=n):
+            w = "".join(word)
+            in_right = re.fullmatch(right, w) is not None
+            want = re.fullmatch(left, w) is not None and (not in_right if negated else in_right)
+            assert dfa.matches(w.encode()) == want, (pattern, w)
+
+
+def test_a_limit_on_whole_characters_is_a_repetition():
+    # JSON string characters (UTF-8 sequences and escapes) are a prefix code, so a
+    # maxLength on `.*` and a failed minLength need no intersection.
+    es = ExprSet()
+    char = es.parse(r'[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}')
+    dot = es.parse(r'[^"\\\x00-\x1f\n]|\\["\\/bfnrt]')
+    assert es.is_prefix_code(char) and es.is_prefix_code(dot)
+    assert not es.is_prefix_code(es.parse("a|ab"))
+    assert es.and_(es.star(dot), es.repeat(char, 0, 30)) == es.repeat(dot, 0, 30)
+    assert es.and_(es.star(dot), es.not_(es.repeat(char, 20, None))) == es.repeat(dot, 0, 19)
+    # The limit narrows like a plain maxLength: a walk of at most 30 bytes cannot tell
+    # it from the star.
+    limit = es.repeat(dot, 0, 30)
+    assert es.window_reach(limit) == 30 and es.without_windows(limit) == es.star(dot)
+    assert es.window_reach(es.repeat(dot, 0, 3)) is None

@@ -58,7 +58,8 @@ def test_a_pattern_inside_the_characters_loses_the_and():
     # C+ drops only for a member that cannot be empty
     plus = es.parse("[a-z]+")
     assert es.and_(es.parse("[a-z]{2,5}"), plus) == es.parse("[a-z]{2,5}")
-    assert es._kind[es.and_(es.parse("[a-z]{0,5}"), plus)] == AND
+    # ... and counts of the same characters meet as one count (ExprSet._meet_counts)
+    assert es.and_(es.parse("[a-z]{0,5}"), plus) == es.parse("[a-z]{1,5}")
     # a bounded count of characters is a length limit: kept
     assert es._kind[es.and_(email, es.parse("[a-z0-9.@-]{0,40}"))] == AND
 
@@ -150,8 +151,11 @@ def test_multibyte_characters_clamp_an_upper_limit_only():
     limited = es.and_(whole, es.repeat(chars, 0, 40))
     assert es.clamped(limited, 4) == es.clamped(whole, 4)
     # a lower limit counts characters, which bytes do not bound from below: kept
-    at_least = es.and_(whole, es.repeat(chars, 2, 40))
+    ending = es.parse("(?:zz|a)+b")
+    at_least = es.and_(ending, es.repeat(chars, 2, 40))
     assert es.clamped(at_least, 4) == at_least
+    # (a repetition of whole characters meets the limit as one count: ExprSet._meet_counts)
+    assert es.and_(whole, es.repeat(chars, 2, 40)) == es.repeat(es.parse("(?:zz|a)"), 2, 40)
     # `z` alone is no character: not a sequence of them, kept
     broken = es.and_(es.parse("(?:z|a)+"), es.repeat(chars, 0, 40))
     assert not es._made_of(es.parse("(?:z|a)+"), chars)
