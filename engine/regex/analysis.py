@@ -423,24 +423,31 @@ class _Analysis(_Derivatives):
         return got
 
     def words_within(self, y: int, x: int) -> bool:
-        """Y ⊆ X for finite expressions without & or ~ (sets of characters): a search
-        over pairs of their derivatives, byte class by byte class, for a word of Y that
-        X lacks. Sets of characters have a few dozen derivatives, and the search builds
-        no intersection or complement (`_subset` does). False when unsure."""
+        """Y ⊆ X for expressions without & or ~ (sets of characters), by
+        `_plain_inclusion` under a small bound: sets of characters have a few dozen
+        derivatives. False when unsure."""
         if y == x or y == 0:
             return True
         key = (y, x)
         got = self._subset_cache.get(key)
-        if got is not None:
-            return got
-        got = not (self._has_bool[y] or self._has_bool[x]) and self.max_length(y) is not None
-        seen = {key}
-        todo = [key]
-        while todo and got:
+        if got is None:
+            got = self._plain_inclusion(y, x, self._PREFIX_CODE_STATES) is True
+            self._subset_cache[key] = got
+        return got
+
+    def _plain_inclusion(self, y: int, x: int, bound: int) -> bool | None:
+        """Y ⊆ X for expressions without & or ~: a search over pairs of their
+        derivatives, byte class by byte class, for a word of Y that X lacks. It builds
+        no intersection or complement, as the search of `Y & ~X` does. None when the
+        pairs pass `bound`, or when an expression has & or ~."""
+        if self._has_bool[y] or self._has_bool[x]:
+            return None
+        seen = {(y, x)}
+        todo = [(y, x)]
+        while todo:
             a, b = todo.pop()
             if self._nullable[a] and not self._nullable[b]:
-                got = False
-                break
+                return False
             if a == b:
                 continue
             first = self.first_bytes(a)
@@ -451,15 +458,15 @@ class _Analysis(_Derivatives):
                 if da == 0:
                     continue
                 db = self.derivative(b, rb)
-                # Without & or ~ only ∅ is empty: da has a word, and db has none.
-                if db == 0 or len(seen) >= self._PREFIX_CODE_STATES:
-                    got = False
-                    break
+                if db == 0:
+                    # Without & or ~ only ∅ is empty: da has a word, and db has none.
+                    return False
                 if (da, db) not in seen:
+                    if len(seen) >= bound:
+                        return None
                     seen.add((da, db))
                     todo.append((da, db))
-        self._subset_cache[key] = got
-        return got
+        return True
 
     def _made_of(self, expr: int, chars: int) -> bool:
         """Whether every word of `expr` (no & or ~) is a sequence of words of `chars`:
@@ -506,64 +513,11 @@ class _Analysis(_Derivatives):
         return got
 
     def _one_character(self, piece: int, chars: int) -> bool:
-        """piece ⊆ chars for a piece of a few bytes: word by word when it has few words,
-        else branch by branch where each branch is a product of byte sets (a UTF-8
-        sequence class); False otherwise. Not the general containment check: that
-        builds `piece & ~chars`, whose exclusions of word sets took tens of
-        milliseconds inside a mask."""
-        words = self._finite_words(piece)
-        if words is not None and len(words) <= 256:
-            for w in words:
-                e = chars
-                for b in w:
-                    e = self.derivative(e, b)
-                    if e == 0:
-                        return False
-                if not self._nullable[e]:
-                    return False
-            return True
-        kind, args = self._kind, self._args
-        for m in args[piece] if kind[piece] == _OR else (piece,):
-            sets = self._byte_product(m)
-            if sets is None or not self._product_inside(sets, chars):
-                return False
-        return True
-
-    def _byte_product(self, expr: int) -> list[int] | None:
-        """The byte sets B1..Bk when `expr` is the product B1·B2·…·Bk (a UTF-8 sequence
-        class), else None."""
-        kind, args = self._kind, self._args
-        sets: list[int] = []
-        x = expr
-        while True:
-            head, rest = (args[x][0], args[x][1]) if kind[x] == _CONCAT else (x, -1)
-            if kind[head] == _BYTES:
-                sets.append(args[head][0])
-            elif kind[head] == _REPEAT and kind[args[head][0]] == _BYTES and args[head][1] == args[head][2]:
-                sets.extend([args[args[head][0]][0]] * args[head][1])
-            else:
-                return None
-            if rest < 0:
-                return sets
-            x = rest
-
-    def _product_inside(self, sets: list[int], chars: int) -> bool:
-        """B1·…·Bk ⊆ chars, exactly: chars is derived by one byte of each of its byte
-        classes inside B1, then inside B2, and so on; every end must take the empty word."""
-        frontier = {chars}
-        for m in sets:
-            nxt = set()
-            for e in frontier:
-                cm = self.byte_classes(e)
-                for r in {cm[b] for b in range(256) if (m >> b) & 1}:
-                    d = self.derivative(e, r)
-                    if d == 0:
-                        return False
-                    nxt.add(d)
-            if len(nxt) > 64:
-                return False
-            frontier = nxt
-        return all(self._nullable[e] for e in frontier)
+        """piece ⊆ chars for a piece of a few bytes, by the search over pairs of
+        derivatives (`words_within`). Not the general containment check: that builds
+        `piece & ~chars`, whose exclusions of word sets took tens of milliseconds
+        inside a mask, and so did listing the piece's words."""
+        return self.words_within(piece, chars)
 
     def completion_bound(self, expr: int) -> int | None:
         """An upper bound on the shortest word that completes any prefix of a word of
@@ -863,6 +817,8 @@ class _Analysis(_Derivatives):
             r = (self._args[y][0] & ~self._args[x][0]) == 0
         elif kx == _OR and y in self._args[x]:
             r = True
+        elif not (self._has_bool[y] or self._has_bool[x]):
+            r = self._plain_inclusion(y, x, _SUBSET_STATES) is True
         else:
             try:
                 r = self._is_empty(self.and_(y, self.not_(x)), _SUBSET_STATES)

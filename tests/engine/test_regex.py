@@ -1302,3 +1302,16 @@ def test_a_limit_on_whole_characters_is_a_repetition():
     limit = es.repeat(dot, 0, 30)
     assert es.window_reach(limit) == 30 and es.without_windows(limit) == es.star(dot)
     assert es.window_reach(es.repeat(dot, 0, 3)) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(regex_ast, regex_ast, st.booleans())
+def test_inclusion_by_pairs_of_derivatives_agrees_with_the_complement_search(a, b, within):
+    # `_plain_inclusion` (Y ⊆ X by a search over pairs of derivatives) against its twin,
+    # the emptiness of Y & ~X; `within` makes X hold Y as a branch, but in other words.
+    es = ExprSet()
+    y = es.parse(render(a))
+    x = es.alt(es.parse(render(b)), es.star(y)) if within else es.parse(render(b))
+    got = es._plain_inclusion(y, x, 10_000)
+    assert got is not None
+    assert got == es._is_empty(es.and_(y, es.not_(x)), 10_000), (render(a), render(b))
