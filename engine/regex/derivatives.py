@@ -19,6 +19,10 @@ from .nodes import refine_byte_sets
 from .nodes import split_class_map as _split_class_map
 from .store import _Store
 
+# A shadow's guard wider than this many bytes is a character set rather than the first
+# bytes of a few keys: see `byte_classes`.
+_WIDE_GUARD = 16
+
 
 class _Derivatives(_Store):
     # Byte classes ----------------------------------------------------------------------
@@ -78,14 +82,26 @@ class _Derivatives(_Store):
             cm = self._split_maps.get(key)
             if cm is None:
                 cm = self._split_maps[key] = _split_class_map(key[0], guard)
+            if guard.bit_count() > _WIDE_GUARD:
+                # A guard of whole character sets (a key other than those a pattern
+                # matches, `C* & ~P`) would give each of its bytes a class, and a
+                # derivative, of its own: the classes of the members are fewer.
+                own = self._classes_by_masks(expr)
+                if len(set(own)) < len(set(cm)):
+                    cm = own
             self._classmap[expr] = cm
             return cm
+        cm = self._classes_by_masks(expr)
+        self._classmap[expr] = cm
+        return cm
+
+    def _classes_by_masks(self, expr: int) -> bytes:
+        """The class map refining the byte sets that can decide a first byte."""
         masks = self._masks(expr)
         cm = self._classmap_by_masks.get(masks)
         if cm is None:
             cm = _class_map(refine_byte_sets(masks))
             self._classmap_by_masks[masks] = cm
-        self._classmap[expr] = cm
         return cm
 
     def byte_head(self, expr: int) -> tuple[int, int] | None:

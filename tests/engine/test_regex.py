@@ -1315,3 +1315,19 @@ def test_inclusion_by_pairs_of_derivatives_agrees_with_the_complement_search(a, 
     got = es._plain_inclusion(y, x, 10_000)
     assert got is not None
     assert got == es._is_empty(es.and_(y, es.not_(x)), 10_000), (render(a), render(b))
+
+
+def test_a_key_no_pattern_matches_has_the_classes_of_its_members():
+    # `C* & ~P` (a key that a pattern property's pattern does not match) shadows C* at
+    # the bytes P cannot start with; P starts with a whole character set, so a class per
+    # guard byte would be a derivative per byte. Its classes are the members' instead,
+    # and every byte of a class has the class's derivative.
+    es = ExprSet()
+    char = es.parse(r'[^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4}')
+    dot = es.parse(r'[^"\\\x00-\x1f\n]|\\["\\/bfnrt]')
+    key = es.and_(es.star(char), es.not_(es.repeat(dot, 1, None)))
+    assert es.shadow(key) is not None
+    classes = es.byte_classes(key)
+    assert len(set(classes)) <= 32
+    for b in range(256):
+        assert es._derive(key, b) == es._derive(key, classes[b]), b
