@@ -233,10 +233,8 @@ def forced_tokens(
 ) -> list[int]:
     """Canonical fast-forward tokens from `state`, given the tokens generated so far;
     cached per state and recent tokens (the only context the result depends on)."""
-    if forced is None and (surely_unforced(rec, state) or walker.two_bytes_allowed(state)):
+    if forced is None and nothing_forced(rec, state, walker):
         return []
-    # Asked at every position, and nearly always nothing is forced: the cache is read
-    # here, without a call.
     got = rec.caches.forced_bytes.get((state, MAX_FORCED_BYTES))
     if got is None:
         got = forced_bytes(rec, state)

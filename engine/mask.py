@@ -816,24 +816,18 @@ class MaskWalker:
         packed: bool = True,
     ):
         self.trie = trie
-        self.split_at_lexeme = split_at_lexeme
+        self._split_at_lexeme = split_at_lexeme
         # A lexer state's first visit walks whole; its inside part is split off and
         # kept from the second visit on (_first_visit). Tests of the split turn it off.
         self.whole_walk_first_visit = True
         self.rec = rec
         self.sliced = sliced
+        self._use_jit = use_jit
         self._walk_fn = walk_jit if use_jit else walk_py
         self.walk = None  # compiled for the argument types at the first walk
         self.cache = cache
         self.space = _WalkSpace.of(rec, trie)
-        # The mask cache's keys number the recognizer, trie and walk variant (variants stay
-        # apart, so tests comparing them compare walks); a state's key is then one int,
-        # which the collector does not track, where a tuple was made at every mask.
-        variant = (use_jit, None if sliced is None else sliced.regexes, split_at_lexeme)
-        cache_id = self.space.cache_ids.get(variant)
-        if cache_id is None:
-            cache_id = self.space.cache_ids[variant] = next(_cache_ids)
-        self._cache_id = cache_id << 64
+        self._number_variant()
         if self.space.repeat_bounds is None:
             self.space.repeat_bounds = repeat_bounds_for(trie)
         self.last_sliced = False
@@ -846,7 +840,6 @@ class MaskWalker:
         self._byte_tokens: np.ndarray | None = None
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
         self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
-        self._prefix_key = (cache_id, "inside lexeme")
         self.limits_items = rec.limits.max_items_per_row
         self.limits_fuel = rec.limits.parser_fuel
         # The compiled walk takes its long-lived arrays packed by address (walk_packed);
@@ -1067,11 +1060,25 @@ class MaskWalker:
         self.last_mask = (key, mask)
         return mask
 
-    def keep_apart_in_cache(self) -> None:
-        """Gives this walker mask-cache entries of its own: for a test that changes the
-        walk's variant after construction (`split_at_lexeme = False`) and compares it
-        with another walker of the same recognizer and trie."""
-        cache_id = next(_cache_ids)
+    @property
+    def split_at_lexeme(self) -> bool:
+        return self._split_at_lexeme
+
+    @split_at_lexeme.setter
+    def split_at_lexeme(self, value: bool) -> None:
+        # Another walk variant: its masks are kept apart from the other variant's (a test
+        # turns the split off after construction and compares the two).
+        self._split_at_lexeme = value
+        self._number_variant()
+
+    def _number_variant(self) -> None:
+        """Numbers the recognizer, trie and walk variant in the mask cache's keys, so that
+        variants stay apart (tests comparing them compare walks) and a state's key is one
+        int, which the collector does not track, where a tuple was made at every mask."""
+        variant = (self._use_jit, None if self.sliced is None else self.sliced.regexes, self._split_at_lexeme)
+        cache_id = self.space.cache_ids.get(variant)
+        if cache_id is None:
+            cache_id = self.space.cache_ids[variant] = next(_cache_ids)
         self._cache_id = cache_id << 64
         self._prefix_key = (cache_id, "inside lexeme")
 
@@ -1112,7 +1119,7 @@ class MaskWalker:
         applicable: tuple[bool, ...] = ()
         if self.sliced is not None:
             applicable = applicable_slices(self.rec, self.sliced, lexstate)
-        if not self.split_at_lexeme:
+        if not self._split_at_lexeme:
             return self._whole_walk(state, applicable), any(applicable)
         inside = None
         rep = self._representative(lexstate)

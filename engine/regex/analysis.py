@@ -422,19 +422,6 @@ class _Analysis(_Derivatives):
         memo[expr] = got
         return got
 
-    def words_within(self, y: int, x: int) -> bool:
-        """Y ⊆ X for expressions without & or ~ (sets of characters), by
-        `_plain_inclusion` under a small bound: sets of characters have a few dozen
-        derivatives. False when unsure."""
-        if y == x or y == 0:
-            return True
-        key = (y, x)
-        got = self._subset_cache.get(key)
-        if got is None:
-            got = self._plain_inclusion(y, x, self._PREFIX_CODE_STATES) is True
-            self._subset_cache[key] = got
-        return got
-
     def _plain_inclusion(self, y: int, x: int, bound: int) -> bool | None:
         """Y ⊆ X for expressions without & or ~: a search over pairs of their
         derivatives, byte class by byte class, for a word of Y that X lacks. It builds
@@ -471,7 +458,7 @@ class _Analysis(_Derivatives):
     def _made_of(self, expr: int, chars: int) -> bool:
         """Whether every word of `expr` (no & or ~) is a sequence of words of `chars`:
         true when each piece of at most _CHARACTER_BYTES bytes its structure splits
-        into lies inside `chars` (`_one_character`), so a
+        into lies inside `chars`, so a
         pattern made of whole JSON string characters, `(\\S+\\s+){0,11}`, is found
         inside `(char)*`. False when unsure."""
         key = (expr, chars)
@@ -492,7 +479,10 @@ class _Analysis(_Derivatives):
             longest is not None
             and 0 < self._min_len[expr]
             and longest <= self._CHARACTER_BYTES
-            and self._one_character(expr, chars)
+            # piece ⊆ chars by the search over pairs of derivatives, never the search of
+            # `piece & ~chars`, whose word-set exclusions took milliseconds in a mask
+            # (neither has & or ~: `_limits_of` reads no window with them).
+            and self._subset(expr, chars)
         ):
             got = True
         elif k == _CONCAT:
@@ -511,13 +501,6 @@ class _Analysis(_Derivatives):
             got = False
         memo[key] = got
         return got
-
-    def _one_character(self, piece: int, chars: int) -> bool:
-        """piece ⊆ chars for a piece of a few bytes, by the search over pairs of
-        derivatives (`words_within`). Not the general containment check: that builds
-        `piece & ~chars`, whose exclusions of word sets took tens of milliseconds
-        inside a mask, and so did listing the piece's words."""
-        return self.words_within(piece, chars)
 
     def completion_bound(self, expr: int) -> int | None:
         """An upper bound on the shortest word that completes any prefix of a word of

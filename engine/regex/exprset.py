@@ -380,7 +380,7 @@ class ExprSet(_Analysis):
         if has_bool[a] or has_bool[b]:
             return None
         if negated:
-            if not (self.is_prefix_code(b) and self.words_within(a, b)):
+            if not (self.is_prefix_code(b) and self._subset(a, b)):
                 return None
             # The counts of x outside [l2, h2], when they are one range.
             body = a
@@ -391,9 +391,9 @@ class ExprSet(_Analysis):
             else:
                 return None
         else:
-            if self.is_prefix_code(b) and self.words_within(a, b):
+            if self.is_prefix_code(b) and self._subset(a, b):
                 body = a
-            elif self.is_prefix_code(a) and self.words_within(b, a):
+            elif self.is_prefix_code(a) and self._subset(b, a):
                 body = b
             else:
                 return None

@@ -166,7 +166,6 @@ def test_masks_split_at_the_lexeme_equal_whole_walks_on_a_real_tokenizer():
     split.walker.whole_walk_first_visit = False  # every mask through the split
     whole = Matcher(tok, g)
     whole.walker.split_at_lexeme = False
-    whole.walker.keep_apart_in_cache()
     for t in tok.encode(text):
         assert np.array_equal(split.compute_mask(), whole.compute_mask())
         split.consume_token(t)
@@ -192,7 +191,6 @@ def test_a_lexer_state_walks_whole_at_its_first_visit_and_is_split_from_its_seco
     deferred = Matcher(tok, g)
     whole = Matcher(tok, g)
     whole.walker.split_at_lexeme = False
-    whole.walker.keep_apart_in_cache()
     walker = deferred.walker
     assert walker.whole_walk_first_visit
     events = []
@@ -236,7 +234,6 @@ def test_count_states_of_a_long_string_share_one_inside_walk_and_masks_stay_exac
     split.walker.whole_walk_first_visit = False
     whole = Matcher(tok, g)
     whole.walker.split_at_lexeme = False
-    whole.walker.keep_apart_in_cache()
     inside_walks = []
     walk_inside = split.walker._inside_lexeme
     split.walker._inside_lexeme = lambda lexstate, applicable: (

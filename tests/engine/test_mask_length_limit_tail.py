@@ -23,7 +23,6 @@ def _pair(tok, schema):
     split.walker.whole_walk_first_visit = False
     whole = Matcher(tok, g)
     whole.walker.split_at_lexeme = False
-    whole.walker.keep_apart_in_cache()
     return split, whole
 
 

@@ -31,7 +31,6 @@ def test_long_string_counts_walk_as_one_twin_and_masks_stay_exact(llama3):
     split = _inside_string(tok, g, '{"note": "')
     whole = _inside_string(tok, g, '{"note": "')
     whole.walker.split_at_lexeme = False
-    whole.walker.keep_apart_in_cache()
     # The first mask inside the string: a walk from the count state itself made a state
     # per byte down llama3's runs of up to 128 spaces.
     before = len(split.rec.lexer.states)

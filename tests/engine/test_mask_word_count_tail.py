@@ -23,7 +23,6 @@ def test_word_count_states_share_inside_walks_and_masks_stay_exact(llama3):
     split.walker.whole_walk_first_visit = False
     whole = Matcher(tok, g)
     whole.walker.split_at_lexeme = False
-    whole.walker.keep_apart_in_cache()
     inside_walks = []
     walk_inside = split.walker._inside_lexeme
     split.walker._inside_lexeme = lambda lexstate, applicable: (
