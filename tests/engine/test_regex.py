@@ -14,7 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from midword.engine.limits import GrammarError, LimitExceeded, Limits
@@ -1313,7 +1313,10 @@ def test_inclusion_by_pairs_of_derivatives_agrees_with_the_complement_search(a, 
     y = es.parse(render(a))
     x = es.alt(es.parse(render(b)), es.star(y)) if within else es.parse(render(b))
     got = es._plain_inclusion(y, x, 10_000)
-    assert got is not None
+    # Past its bound the search says it does not know (a few `.` in a bounded repeat of
+    # `.*` pair up beyond it), and callers take that as "not shown": the property is
+    # that an answer is right. Hypothesis fails the test if it must discard too many.
+    assume(got is not None)
     assert got == es._is_empty(es.and_(y, es.not_(x)), 10_000), (render(a), render(b))
 
 
