@@ -56,6 +56,12 @@ NO_NARROWING = -1
 NARROW_SHIFT = 16
 NARROW_BYTES_MASK = (1 << NARROW_SHIFT) - 1
 
+# Lexer.counted: a state that is no part of a count's loop (or not looked at yet); a
+# partial state of one (a character begun); else, for the loop's own state, the state
+# of the loop's tail, where the walk goes on once no character is left (count_loop).
+COUNTED_NONE = -1
+COUNTED_PARTIAL = -2
+
 _ALL_BYTES = (1 << 256) - 1
 
 # Fields of Lexer.core, the counters the compiled step shares with Python.
@@ -510,6 +516,9 @@ class Lexer:
         self._space: _TableSpace | None = None
         self.accept = filled(64, NO_ACCEPT, dtype=np.int32)
         self.narrow = filled(64, NO_NARROWING, dtype=np.int64)
+        self.counted = filled(64, COUNTED_NONE, dtype=np.int64)
+        # Narrower twins whose count loop (`count_loop`) was worked out.
+        self._loops_checked: set[int] = set()
         # States whose narrowing (`narrowing`) was worked out.
         self._narrowed: set[int] = set()
         # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
@@ -673,6 +682,7 @@ class Lexer:
             self.table = grown(self.table, max(need, 2 * old), UNKNOWN)
         self.accept = grown(self.accept, self.table.shape[0], NO_ACCEPT)
         self.narrow = grown(self.narrow, self.table.shape[0], NO_NARROWING)
+        self.counted = grown(self.counted, self.table.shape[0], COUNTED_NONE)
 
     def _hold(self, states: int, pairs: int) -> None:
         """Grows st_ptr and the pair arrays (doubling) to hold this many states and pairs."""
@@ -735,6 +745,31 @@ class Lexer:
                 self.narrow[state] = (twin << NARROW_SHIFT) | min(reach, NARROW_BYTES_MASK)
         self._narrowed.add(state)
         return int(self.narrow[state])
+
+    def count_loop(self, state: int) -> bool:
+        """Whether the walk may count characters from `state`'s narrower twin
+        (`narrowing`) where the tokens are too long for the twin's reach, marking the
+        twin's states in `counted` the first time. So it may where `state` is one
+        lexeme's `C{0,m}·T` (`ExprSet.count_loop`): the twin is the loop `C*·T`, and m
+        characters later the exact state is the tail's, `T`."""
+        narrow = self.narrowing(state)
+        if narrow == NO_NARROWING or narrow & NARROW_BYTES_MASK >= NARROW_BYTES_MASK:
+            return False
+        twin = narrow >> NARROW_SHIFT
+        if twin not in self._loops_checked:
+            self._loops_checked.add(twin)
+            pairs = self.pairs_of(state)
+            found = self.exprs.count_loop(pairs[0][1]) if len(pairs) == 1 else None
+            if found is not None:
+                lexeme = pairs[0][0]
+                loop, tail, partials = found
+                if self.pairs_of(twin) == ((lexeme, loop),):
+                    exit_state = self._intern(((lexeme, tail),))
+                    partial_states = [self._intern(((lexeme, partial),)) for partial in partials]
+                    # Written once every state is made: interning may grow (replace) it.
+                    self.counted[partial_states] = COUNTED_PARTIAL
+                    self.counted[twin] = exit_state
+        return bool(self.counted[twin] >= 0)
 
     def intern_state(self, pairs: tuple[tuple[int, int], ...]) -> int:
         """The state of these (lexeme, expression) pairs, made if new (a walk's

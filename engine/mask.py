@@ -47,6 +47,7 @@ from . import trie as trie_module
 from ._jit import at, compiled_for, compiled_once, njit, njit_calling, unpack_group
 from ._views import pack, view_1d, view_2d
 from .lexer import (
+    COUNTED_PARTIAL,
     DEAD,
     IGNORE_ONLY,
     NARROW_BYTES_MASK,
@@ -92,6 +93,11 @@ NEED_LEXER = 1  # (lexer state, byte) missing from the lexer table
 NEED_PARSER = 2  # (row, lexeme set) missing from the parser step table
 NEED_SPACE = 3  # the frontier array is full
 
+# A walk's stack_lex entry: the lexer state in the low bits, and above them one more than
+# the characters a count loop has left (walk_py), 0 outside one.
+STACK_LEFT_SHIFT = 32
+STACK_STATE_MASK = (1 << STACK_LEFT_SHIFT) - 1
+
 
 def walk_py(
     node_records,
@@ -102,6 +108,7 @@ def walk_py(
     lex_table,
     lex_accept,
     lex_narrow,
+    lex_counted,
     row_lexstate,
     step_keys,
     step_vals,
@@ -147,6 +154,14 @@ def walk_py(
     (`t << NARROW_SHIFT | m`, see Lexer.narrowing): a walk of at most m bytes from
     t allows the same tokens as from s and ends lexemes at the same nodes. A node whose
     tokens are that short (`deepest_below`) and its subtree are walked from t.
+
+    Where the tokens are longer and t is the loop state of a count (`lex_counted[t]`,
+    see Lexer.count_loop: s is `C{0,m}·T` for a code C of characters, t is `C*·T`),
+    the subtree is walked from t all the same, counting the characters it reads: the
+    count left rides in `stack_lex` above the state (`left + 1 << STACK_LEFT_SHIFT`, 0
+    outside such a walk). Back at t with none left, the walk goes on from the exact
+    state `T`, `lex_counted[t]`. So a string's count left takes no lexer state of its
+    own down a vocabulary's long runs.
     """
     slot_mask = step_keys.shape[0] - 1
     n_ranges = ranges.shape[0]
@@ -163,9 +178,25 @@ def walk_py(
             record = node_records[at(node)]
             depth = (record >> RECORD_DEPTH_SHIFT) & RECORD_DEPTH_MASK
             lexstate = stack_lex[at(depth - 1)]
-            narrow = lex_narrow[at(lexstate)]
-            if narrow != NO_NARROWING and deepest_below[at(node)] - depth + 1 <= (narrow & NARROW_BYTES_MASK):
-                lexstate = narrow >> NARROW_SHIFT
+            left = -1
+            if lexstate <= STACK_STATE_MASK:
+                narrow = lex_narrow[at(lexstate)]
+                if narrow != NO_NARROWING and deepest_below[at(node)] - depth + 1 <= (narrow & NARROW_BYTES_MASK):
+                    lexstate = narrow >> NARROW_SHIFT
+                elif (
+                    narrow != NO_NARROWING
+                    and lex_counted[at(narrow >> NARROW_SHIFT)] >= 0
+                    and (narrow & NARROW_BYTES_MASK) < NARROW_BYTES_MASK
+                ):
+                    lexstate = narrow >> NARROW_SHIFT
+                    left = narrow & NARROW_BYTES_MASK
+            else:
+                left = (lexstate >> STACK_LEFT_SHIFT) - 1
+                lexstate &= STACK_STATE_MASK
+                if left == 0 and lex_counted[at(lexstate)] >= 0:
+                    # Back at the loop with no character left: on from the exact state.
+                    lexstate = lex_counted[at(lexstate)]
+                    left = -1
             byte = record & 0xFF
             visited += 1
             nxt = lex_table[at(lexstate), at(byte)]
@@ -235,9 +266,19 @@ def walk_py(
                     node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
                     continue
                 stack_row[at(depth)] = row
+                left = -1
             else:
                 stack_row[at(depth)] = stack_row[at(depth - 1)]
-            stack_lex[at(depth)] = nxt
+                if left >= 0:
+                    role = lex_counted[at(nxt)]
+                    if role >= 0:
+                        left -= 1  # a character read: back at the loop
+                    elif role != COUNTED_PARTIAL:
+                        left = -1  # out of the loop, where the twin's states are exact
+            if left < 0:
+                stack_lex[at(depth)] = nxt
+            else:
+                stack_lex[at(depth)] = nxt | ((left + 1) << STACK_LEFT_SHIFT)
             token = (record >> RECORD_TOKEN_SHIFT) & RECORD_TOKEN_MASK
             if token:
                 if token != RECORD_SEVERAL:
@@ -531,7 +572,7 @@ walk_jit = njit_calling(
 # (Lexer.step_arrays). The dtypes are what walk_packed reads them as; `pack` refuses
 # arrays of other types.
 _TRIE_DTYPES = (np.int64, np.int32, np.int32, np.int32, np.int32)
-_TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32) + (np.int64,) * 6
+_TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32) + (np.int64,) * 7
 # The groups' dtypes, and their scalars' places (which follow the arrays when packed).
 _PARSER_DTYPES, _PARSER_SCALARS = _views.spec_dtypes(PARSER_GROUP_SPEC)
 _SCAN_DTYPES, _SCAN_SCALARS = _views.spec_dtypes(SCAN_GROUP_SPEC)
@@ -598,6 +639,7 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
         view_2d(w, 0, np.int32),
         view_1d(w, 1, np.int32),
         view_1d(w, 10, np.int64),
+        view_1d(w, 11, np.int64),
         view_1d(w, 2, np.int32),
         view_1d(w, 3, np.int64),
         view_1d(w, 4, np.int32),
@@ -866,6 +908,7 @@ class MaskWalker:
             and sources[4] is lexer.table
             and sources[5] is lexer.accept
             and sources[10] is lexer.narrow
+            and sources[11] is lexer.counted
             and sources[6] is rec.row_lexstate
             and sources[7] is rec.step_keys
             and sources[8] is rec.step_vals
@@ -908,6 +951,7 @@ class MaskWalker:
                 or cached[0][4] is not rec.step_vals
                 or cached[0][8] is not space.frontier
                 or cached[0][10] is not lexer.narrow
+                or cached[0][11] is not lexer.counted
             ):
                 tables = (
                     lexer.table,
@@ -921,6 +965,7 @@ class MaskWalker:
                     space.frontier,
                     space.frontier_count,
                     lexer.narrow,
+                    lexer.counted,
                 )
                 cached = space.table_pack = _repack(cached, tables, (), _TABLE_DTYPES)
             table_packed = cached[1]
@@ -958,6 +1003,7 @@ class MaskWalker:
             rec.step_vals,
             space.frontier,
             lexer.narrow,
+            lexer.counted,
         )
         return space.book
 
@@ -999,6 +1045,7 @@ class MaskWalker:
                     lexer.table,
                     lexer.accept,
                     lexer.narrow,
+                    lexer.counted,
                     rec.row_lexstate,
                     rec.step_keys,
                     rec.step_vals,
@@ -1202,13 +1249,21 @@ class MaskWalker:
         """At a return for a derivative `lexstate` lacks at `node`: whether the walk,
         now that `lexstate`'s narrower twin is worked out (Lexer.narrowing), goes on
         from the twin at `node` (whose tokens are short enough for it) and so needs
-        no derivative of `lexstate`. A state at the start of a lexeme after another
-        ended is not the parent's state on the stack, and the walk does not narrow it."""
+        no derivative of `lexstate`, or counts characters from the twin (tokens too
+        long for it, a count loop: Lexer.count_loop). A state at the start of a lexeme
+        after another ended is not the parent's state on the stack, and the walk does
+        not narrow it."""
         depth = int(trie.node_depth[node])
         if depth < 1 or int(self.space.stack_lex[depth - 1]) != lexstate:
             return False
-        narrow = self.rec.lexer.narrowing(lexstate)
-        return narrow != NO_NARROWING and int(trie.deepest_below[node]) - depth + 1 <= narrow & NARROW_BYTES_MASK
+        lexer = self.rec.lexer
+        narrow = lexer.narrowing(lexstate)
+        if narrow == NO_NARROWING:
+            return False
+        if int(trie.deepest_below[node]) - depth + 1 <= narrow & NARROW_BYTES_MASK:
+            return True
+        # Tokens too long for the twin: the walk counts characters from it, if it may.
+        return lexer.count_loop(lexstate)
 
     def _inside_lexeme(self, lexstate: int, applicable: tuple[bool, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(tokens allowed without leaving the lexeme, frontier ranges) from `lexstate`."""

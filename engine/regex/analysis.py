@@ -260,6 +260,61 @@ class _Analysis(_Derivatives):
             return None
         return self.repeat(body, 0, None), hi
 
+    # The most partial expressions `count_loop` gives: a JSON string character has a few
+    # dozen prefixes.
+    _COUNT_LOOP_PARTIALS = 64
+
+    def count_loop(self, expr: int) -> tuple[int, int, tuple[int, ...]] | None:
+        """(loop, tail, partials) for `C{0,m}·T` (or `C{0,m}`, T = ε) whose length limit
+        `repeat_window` reads, when C is a prefix code (the characters of a JSON string)
+        and neither T nor C has & or ~, T holds no window and no word of T starts like
+        one of C: `loop` is `C*·T`, what `without_windows` makes of `expr`, and
+        `partials` are its derivatives by the proper prefixes of words of C. Then a walk
+        from `loop` is back at `loop` exactly when it has read one more word of C, never
+        in between, and reads T only once it has left the loop; so after m words of C
+        `expr` and `T` are the same. None for other expressions."""
+        kind = self._kind[expr]
+        if kind == _CONCAT:
+            head, tail = self._args[expr]
+        elif kind == _REPEAT:
+            head, tail = expr, 1
+        else:
+            return None
+        window = self.repeat_window(head)
+        if window is None or self._has_bool[tail] or self.window_reach(tail) is not None:
+            return None
+        body = self._args[head][0]
+        if self.first_bytes(body) & self.first_bytes(tail) or not self.is_prefix_code(body):
+            return None
+        loop = self._concat2(window[0], tail)
+        if loop != self.without_windows(expr):
+            return None
+        memo = self._count_loops
+        if loop not in memo:
+            memo[loop] = self._count_loop_partials(loop, body, tail)
+        got = memo[loop]
+        return None if got is None else (loop, got[0], got[1])
+
+    def _count_loop_partials(self, loop: int, body: int, tail: int) -> tuple[int, tuple[int, ...]] | None:
+        starts = self.first_bytes(body)
+        partials: list[int] = []
+        seen = {loop}
+        todo = [loop]
+        while todo:
+            x = todo.pop()
+            for rep in set(self.byte_classes(x)):
+                if x == loop and not (starts >> rep) & 1:
+                    continue  # T's first bytes: out of the loop
+                d = self.derivative(x, rep)
+                if d == 0 or d in seen:
+                    continue
+                if self._nullable[d] or len(partials) >= self._COUNT_LOOP_PARTIALS:
+                    return None
+                seen.add(d)
+                partials.append(d)
+                todo.append(d)
+        return tail, tuple(partials)
+
     def _may_hold_window(self, expr: int) -> bool:
         """False when `expr` surely holds no limit `without_windows` takes off: no & or
         ~, and no count as high as _REPEAT_WINDOW_FROM."""
