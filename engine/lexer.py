@@ -56,11 +56,15 @@ NO_NARROWING = -1
 NARROW_SHIFT = 16
 NARROW_BYTES_MASK = (1 << NARROW_SHIFT) - 1
 
-# Lexer.counted: a state that is no part of a count's loop (or not looked at yet); a
-# partial state of one (a character begun); else, for the loop's own state, the state
-# of the loop's tail, where the walk goes on once no character is left (count_loop).
-COUNTED_NONE = -1
-COUNTED_PARTIAL = -2
+# Lexer.counted: for a state with a length limit the walk counts (`count_entry`), its
+# count left | the row of its characters' automaton in `char_next` << COUNT_ROW_SHIFT;
+# for a state of a counted walk, the exact state once no character is left (the tail's,
+# or DEAD); COUNT_UNKNOWN for others, or not worked out yet.
+COUNT_UNKNOWN = -1
+COUNT_ROW_SHIFT = 16
+COUNT_LEFT_MASK = (1 << COUNT_ROW_SHIFT) - 1
+# char_next's last column: 1 on each automaton's start row, where a character ends.
+CHAR_START = 256
 
 _ALL_BYTES = (1 << 256) - 1
 
@@ -516,9 +520,13 @@ class Lexer:
         self._space: _TableSpace | None = None
         self.accept = filled(64, NO_ACCEPT, dtype=np.int32)
         self.narrow = filled(64, NO_NARROWING, dtype=np.int64)
-        self.counted = filled(64, COUNTED_NONE, dtype=np.int64)
-        # Narrower twins whose count loop (`count_loop`) was worked out.
-        self._loops_checked: set[int] = set()
+        self.counted = filled(64, COUNT_UNKNOWN, dtype=np.int64)
+        # The automata of the character codes counted (`count_entry`), by code.
+        self.char_next = np.zeros((1, CHAR_START + 1), dtype=np.int32)
+        self._char_rows: dict[int, int | None] = {}
+        # Exact states whose limit the walk may count, and those it may not.
+        self._count_tails: dict[int, int] = {}
+        self._count_checked: set[int] = set()
         # States whose narrowing (`narrowing`) was worked out.
         self._narrowed: set[int] = set()
         # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
@@ -682,7 +690,7 @@ class Lexer:
             self.table = grown(self.table, max(need, 2 * old), UNKNOWN)
         self.accept = grown(self.accept, self.table.shape[0], NO_ACCEPT)
         self.narrow = grown(self.narrow, self.table.shape[0], NO_NARROWING)
-        self.counted = grown(self.counted, self.table.shape[0], COUNTED_NONE)
+        self.counted = grown(self.counted, self.table.shape[0], COUNT_UNKNOWN)
 
     def _hold(self, states: int, pairs: int) -> None:
         """Grows st_ptr and the pair arrays (doubling) to hold this many states and pairs."""
@@ -746,30 +754,68 @@ class Lexer:
         self._narrowed.add(state)
         return int(self.narrow[state])
 
-    def count_loop(self, state: int) -> bool:
+    def count_entry(self, state: int) -> bool:
         """Whether the walk may count characters from `state`'s narrower twin
-        (`narrowing`) where the tokens are too long for the twin's reach, marking the
-        twin's states in `counted` the first time. So it may where `state` is one
-        lexeme's `C{0,m}·T` (`ExprSet.count_loop`): the twin is the loop `C*·T`, and m
-        characters later the exact state is the tail's, `T`."""
+        (`narrowing`) where the tokens are too long for the twin's reach, marking `state`
+        in `counted` the first time. So it may where `state` is one lexeme's length limit
+        `ExprSet.count_window` reads, `(A & C{0,m})·T` or `C{0,m}·T`: from the twin
+        `A·T`, counting the characters of C it reads, until m are read."""
         narrow = self.narrowing(state)
-        if narrow == NO_NARROWING or narrow & NARROW_BYTES_MASK >= NARROW_BYTES_MASK:
+        if narrow == NO_NARROWING:
             return False
-        twin = narrow >> NARROW_SHIFT
-        if twin not in self._loops_checked:
-            self._loops_checked.add(twin)
+        if state not in self._count_checked:
+            self._count_checked.add(state)
             pairs = self.pairs_of(state)
-            found = self.exprs.count_loop(pairs[0][1]) if len(pairs) == 1 else None
+            found = self.exprs.count_window(pairs[0][1]) if len(pairs) == 1 else None
             if found is not None:
                 lexeme = pairs[0][0]
-                loop, tail, partials = found
-                if self.pairs_of(twin) == ((lexeme, loop),):
-                    exit_state = self._intern(((lexeme, tail),))
-                    partial_states = [self._intern(((lexeme, partial),)) for partial in partials]
-                    # Written once every state is made: interning may grow (replace) it.
-                    self.counted[partial_states] = COUNTED_PARTIAL
-                    self.counted[twin] = exit_state
-        return bool(self.counted[twin] >= 0)
+                twin, chars, hi, tail = found
+                row = self._character_row(chars)
+                if (
+                    row is not None
+                    and hi < COUNT_LEFT_MASK
+                    and self.pairs_of(narrow >> NARROW_SHIFT) == ((lexeme, twin),)
+                ):
+                    self._count_tails[state] = tail
+                    self.counted[state] = hi | (row << COUNT_ROW_SHIFT)
+        return state in self._count_tails
+
+    def _character_row(self, chars: int) -> int | None:
+        """The start row in `char_next` of the automaton of `chars`, added if new."""
+        if chars in self._char_rows:
+            return self._char_rows[chars]
+        rows = self.exprs.character_rows(chars)
+        row = None
+        if rows is not None:
+            base = self.char_next.shape[0]
+            table = np.array(rows, dtype=np.int32)
+            table[table >= 0] += base
+            starts = np.zeros((len(rows), 1), dtype=np.int32)
+            starts[0] = 1
+            self.char_next = np.concatenate([self.char_next, np.concatenate([table, starts], axis=1)])
+            row = base
+        self._char_rows[chars] = row
+        return row
+
+    def count_exit(self, state: int, entry: int) -> int:
+        """The exact state a counted walk from `entry` goes on from at `state` (a state
+        of the twin's, where the last character allowed has just been read): the tail's
+        where the twin may read the tail's first byte there (A_w takes the empty word),
+        else DEAD. Kept in `counted`: `state`'s regex ends with the tail."""
+        got = int(self.counted[state])
+        if got == COUNT_UNKNOWN:
+            tail = self._count_tails[entry]
+            ((lexeme, expr),) = self.pairs_of(state)
+            exprs = self.exprs
+            # `expr` is A_w·T: with T nullable, it takes the empty word iff A_w does; else
+            # it may start with T's first bytes (none of them starts a character) iff so.
+            if exprs.nullable(tail):
+                ends = exprs.nullable(expr)
+            else:
+                ends = bool(exprs.first_bytes(expr) & exprs.first_bytes(tail))
+            got = self._intern(((lexeme, tail),)) if ends else DEAD
+            self.counted[state] = got
+        return got
 
     def intern_state(self, pairs: tuple[tuple[int, int], ...]) -> int:
         """The state of these (lexeme, expression) pairs, made if new (a walk's

@@ -47,7 +47,10 @@ from . import trie as trie_module
 from ._jit import at, compiled_for, compiled_once, njit, njit_calling, unpack_group
 from ._views import pack, view_1d, view_2d
 from .lexer import (
-    COUNTED_PARTIAL,
+    CHAR_START,
+    COUNT_LEFT_MASK,
+    COUNT_ROW_SHIFT,
+    COUNT_UNKNOWN,
     DEAD,
     IGNORE_ONLY,
     NARROW_BYTES_MASK,
@@ -92,11 +95,15 @@ DONE = 0
 NEED_LEXER = 1  # (lexer state, byte) missing from the lexer table
 NEED_PARSER = 2  # (row, lexeme set) missing from the parser step table
 NEED_SPACE = 3  # the frontier array is full
+NEED_EXIT = 4  # (lexer state, depth): where a counted walk goes on once no character is left
 
-# A walk's stack_lex entry: the lexer state in the low bits, and above them one more than
-# the characters a count loop has left (walk_py), 0 outside one.
+# A walk's stack_lex entry: the lexer state in the low bits; in a counted walk (walk_py)
+# one more than the characters left above them, and the row of the characters'
+# automaton above that.
 STACK_LEFT_SHIFT = 32
 STACK_STATE_MASK = (1 << STACK_LEFT_SHIFT) - 1
+STACK_ROW_SHIFT = 49
+STACK_LEFT_MASK = (1 << (STACK_ROW_SHIFT - STACK_LEFT_SHIFT)) - 1
 
 
 def walk_py(
@@ -109,6 +116,7 @@ def walk_py(
     lex_accept,
     lex_narrow,
     lex_counted,
+    char_next,
     row_lexstate,
     step_keys,
     step_vals,
@@ -155,13 +163,15 @@ def walk_py(
     t allows the same tokens as from s and ends lexemes at the same nodes. A node whose
     tokens are that short (`deepest_below`) and its subtree are walked from t.
 
-    Where the tokens are longer and t is the loop state of a count (`lex_counted[t]`,
-    see Lexer.count_loop: s is `C{0,m}·T` for a code C of characters, t is `C*·T`),
-    the subtree is walked from t all the same, counting the characters it reads: the
-    count left rides in `stack_lex` above the state (`left + 1 << STACK_LEFT_SHIFT`, 0
-    outside such a walk). Back at t with none left, the walk goes on from the exact
-    state `T`, `lex_counted[t]`. So a string's count left takes no lexer state of its
-    own down a vocabulary's long runs.
+    Where the tokens are longer and s is a length limit the walk counts
+    (`lex_counted[s]`, see Lexer.count_entry: `(A & C{0,m})·T` or `C{0,m}·T` for a code
+    C of characters, t is `A·T`), the subtree is walked from t all the same, counting
+    the characters it reads with C's automaton (`char_next`, a row per state, -1 where
+    a byte starts no character); the count left and the automaton's row ride in
+    `stack_lex` above the state. Where the last character allowed ends, the walk goes on
+    from the exact state, `lex_counted` of the twin's state there (Lexer.count_exit;
+    NEED_EXIT while not worked out). So a string's count left takes no lexer state of
+    its own down a vocabulary's long runs.
     """
     slot_mask = step_keys.shape[0] - 1
     n_ranges = ranges.shape[0]
@@ -179,24 +189,20 @@ def walk_py(
             depth = (record >> RECORD_DEPTH_SHIFT) & RECORD_DEPTH_MASK
             lexstate = stack_lex[at(depth - 1)]
             left = -1
+            crow = 0
             if lexstate <= STACK_STATE_MASK:
                 narrow = lex_narrow[at(lexstate)]
                 if narrow != NO_NARROWING and deepest_below[at(node)] - depth + 1 <= (narrow & NARROW_BYTES_MASK):
                     lexstate = narrow >> NARROW_SHIFT
-                elif (
-                    narrow != NO_NARROWING
-                    and lex_counted[at(narrow >> NARROW_SHIFT)] >= 0
-                    and (narrow & NARROW_BYTES_MASK) < NARROW_BYTES_MASK
-                ):
+                elif narrow != NO_NARROWING and lex_counted[at(lexstate)] >= 0:
+                    count = lex_counted[at(lexstate)]
+                    left = count & COUNT_LEFT_MASK
+                    crow = count >> COUNT_ROW_SHIFT
                     lexstate = narrow >> NARROW_SHIFT
-                    left = narrow & NARROW_BYTES_MASK
             else:
-                left = (lexstate >> STACK_LEFT_SHIFT) - 1
+                left = ((lexstate >> STACK_LEFT_SHIFT) & STACK_LEFT_MASK) - 1
+                crow = lexstate >> STACK_ROW_SHIFT
                 lexstate &= STACK_STATE_MASK
-                if left == 0 and lex_counted[at(lexstate)] >= 0:
-                    # Back at the loop with no character left: on from the exact state.
-                    lexstate = lex_counted[at(lexstate)]
-                    left = -1
             byte = record & 0xFF
             visited += 1
             nxt = lex_table[at(lexstate), at(byte)]
@@ -270,15 +276,32 @@ def walk_py(
             else:
                 stack_row[at(depth)] = stack_row[at(depth - 1)]
                 if left >= 0:
-                    role = lex_counted[at(nxt)]
-                    if role >= 0:
-                        left -= 1  # a character read: back at the loop
-                    elif role != COUNTED_PARTIAL:
-                        left = -1  # out of the loop, where the twin's states are exact
+                    following = char_next[at(crow), at(byte)]
+                    if following < 0:
+                        left = -1  # no character: past the limit's part, twin and exact agree
+                    else:
+                        crow = following
+                        if char_next[at(crow), CHAR_START] == 1:
+                            left -= 1
+                            if left == 0:
+                                # The last character allowed: on from the exact state,
+                                # which is DEAD where the pattern cannot end here.
+                                exact = lex_counted[at(nxt)]
+                                if exact == COUNT_UNKNOWN:
+                                    stats[0] += visited
+                                    return NEED_EXIT, range_idx, node, nxt, depth
+                                nxt = exact
+                                left = -1
+                                if nxt == DEAD:
+                                    node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
+                                    continue
             if left < 0:
                 stack_lex[at(depth)] = nxt
             else:
-                stack_lex[at(depth)] = nxt | ((left + 1) << STACK_LEFT_SHIFT)
+                # In int64: the plain twin's numpy int32 would overflow.
+                stack_lex[at(depth)] = (
+                    np.int64(nxt) | (np.int64(left + 1) << STACK_LEFT_SHIFT) | (np.int64(crow) << STACK_ROW_SHIFT)
+                )
             token = (record >> RECORD_TOKEN_SHIFT) & RECORD_TOKEN_MASK
             if token:
                 if token != RECORD_SEVERAL:
@@ -572,7 +595,7 @@ walk_jit = njit_calling(
 # (Lexer.step_arrays). The dtypes are what walk_packed reads them as; `pack` refuses
 # arrays of other types.
 _TRIE_DTYPES = (np.int64, np.int32, np.int32, np.int32, np.int32)
-_TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32) + (np.int64,) * 7
+_TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32) + (np.int64,) * 7 + (np.int32,)
 # The groups' dtypes, and their scalars' places (which follow the arrays when packed).
 _PARSER_DTYPES, _PARSER_SCALARS = _views.spec_dtypes(PARSER_GROUP_SPEC)
 _SCAN_DTYPES, _SCAN_SCALARS = _views.spec_dtypes(SCAN_GROUP_SPEC)
@@ -640,6 +663,7 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
         view_1d(w, 1, np.int32),
         view_1d(w, 10, np.int64),
         view_1d(w, 11, np.int64),
+        view_2d(w, 12, np.int32),
         view_1d(w, 2, np.int32),
         view_1d(w, 3, np.int64),
         view_1d(w, 4, np.int32),
@@ -909,6 +933,7 @@ class MaskWalker:
             and sources[5] is lexer.accept
             and sources[10] is lexer.narrow
             and sources[11] is lexer.counted
+            and sources[12] is lexer.char_next
             and sources[6] is rec.row_lexstate
             and sources[7] is rec.step_keys
             and sources[8] is rec.step_vals
@@ -952,6 +977,7 @@ class MaskWalker:
                 or cached[0][8] is not space.frontier
                 or cached[0][10] is not lexer.narrow
                 or cached[0][11] is not lexer.counted
+                or cached[0][12] is not lexer.char_next
             ):
                 tables = (
                     lexer.table,
@@ -966,6 +992,7 @@ class MaskWalker:
                     space.frontier_count,
                     lexer.narrow,
                     lexer.counted,
+                    lexer.char_next,
                 )
                 cached = space.table_pack = _repack(cached, tables, (), _TABLE_DTYPES)
             table_packed = cached[1]
@@ -1004,6 +1031,7 @@ class MaskWalker:
             space.frontier,
             lexer.narrow,
             lexer.counted,
+            lexer.char_next,
         )
         return space.book
 
@@ -1046,6 +1074,7 @@ class MaskWalker:
                     lexer.accept,
                     lexer.narrow,
                     lexer.counted,
+                    lexer.char_next,
                     rec.row_lexstate,
                     rec.step_keys,
                     rec.step_vals,
@@ -1078,6 +1107,8 @@ class MaskWalker:
                     continue  # the walk steps from the twin instead
                 if not lexer.publish(int(a), int(b)):
                     lexer.step(int(a), int(b))
+            elif status == NEED_EXIT:
+                self._count_exit(int(a), int(b))
             elif status == NEED_SPACE:
                 grown = np.zeros((2 * space.frontier.shape[0], 3), dtype=np.int64)
                 grown[: space.frontier.shape[0]] = space.frontier
@@ -1263,7 +1294,17 @@ class MaskWalker:
         if int(trie.deepest_below[node]) - depth + 1 <= narrow & NARROW_BYTES_MASK:
             return True
         # Tokens too long for the twin: the walk counts characters from it, if it may.
-        return lexer.count_loop(lexstate)
+        return lexer.count_entry(lexstate)
+
+    def _count_exit(self, lexstate: int, depth: int) -> None:
+        """Works out where a counted walk goes on from `lexstate` at `depth` once no
+        character is left (Lexer.count_exit), for the count that began at the deepest
+        state on the stack above it that is not a counted walk's."""
+        stack = self.space.stack_lex
+        at = depth - 1
+        while int(stack[at]) > STACK_STATE_MASK:
+            at -= 1
+        self.rec.lexer.count_exit(lexstate, int(stack[at]))
 
     def _inside_lexeme(self, lexstate: int, applicable: tuple[bool, ...]) -> tuple[np.ndarray, np.ndarray]:
         """(tokens allowed without leaving the lexeme, frontier ranges) from `lexstate`."""

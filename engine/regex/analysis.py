@@ -260,60 +260,104 @@ class _Analysis(_Derivatives):
             return None
         return self.repeat(body, 0, None), hi
 
-    # The most partial expressions `count_loop` gives: a JSON string character has a few
-    # dozen prefixes.
-    _COUNT_LOOP_PARTIALS = 64
-
-    def count_loop(self, expr: int) -> tuple[int, int, tuple[int, ...]] | None:
-        """(loop, tail, partials) for `C{0,m}·T` (or `C{0,m}`, T = ε) whose length limit
-        `repeat_window` reads, when C is a prefix code (the characters of a JSON string)
-        and neither T nor C has & or ~, T holds no window and no word of T starts like
-        one of C: `loop` is `C*·T`, what `without_windows` makes of `expr`, and
-        `partials` are its derivatives by the proper prefixes of words of C. Then a walk
-        from `loop` is back at `loop` exactly when it has read one more word of C, never
-        in between, and reads T only once it has left the loop; so after m words of C
-        `expr` and `T` are the same. None for other expressions."""
+    def count_window(self, expr: int) -> tuple[int, int, int, int] | None:
+        """(twin, C, hi, T) for a length limit the mask walk can count exactly: `W·T` (or
+        `W`, T = ε) where W is `C{0,hi}` as `repeat_window` reads it, or `A & C{0,hi}`
+        as `window_parts` reads it with A made of words of C (`_made_of`); C a prefix code
+        (the characters of a JSON string), T holding no window, and no word of T
+        starting like one of C. `twin` is `without_windows(expr)`, `A·T` (A = C* for the
+        repeat). A walk from the twin that counts the words of C it reads (one more each
+        time a sequence of them is complete: C's own derivatives tell where) has after w
+        the exact state `(A_w & C{0,hi-|w|})·T`; it agrees with the twin until hi words
+        are read, and then allows only T, where A_w takes the empty word. None for other
+        expressions."""
         kind = self._kind[expr]
         if kind == _CONCAT:
             head, tail = self._args[expr]
-        elif kind == _REPEAT:
-            head, tail = expr, 1
         else:
+            head, tail = expr, 1
+        if self._has_bool[tail] or self.window_reach(tail) is not None:
             return None
-        window = self.repeat_window(head)
-        if window is None or self._has_bool[tail] or self.window_reach(tail) is not None:
+        body = chars = hi = None
+        if self._kind[head] == _REPEAT:
+            if self.repeat_window(head) is not None:
+                chars, _, hi = self._args[head]
+                body = self.repeat(chars, 0, None)
+        elif self.window_parts(head) is not None:
+            for b, heads, c, lo, h in self._limits_of(head):
+                if not heads and lo == 0 and h is not None and self._made_of(b, c):
+                    body, chars, hi = b, c, h
+                    break
+        if body is None or chars is None or hi is None:
             return None
-        body = self._args[head][0]
-        if self.first_bytes(body) & self.first_bytes(tail) or not self.is_prefix_code(body):
+        if self.first_bytes(chars) & self.first_bytes(tail) or not self.is_prefix_code(chars):
             return None
-        loop = self._concat2(window[0], tail)
-        if loop != self.without_windows(expr):
+        twin = self._concat2(body, tail)
+        # The twin's states must hold no window, now or after any derivative: a counted
+        # walk reads `Lexer.counted` of them as exits, of windowed states as entries.
+        if twin != self.without_windows(expr) or not self._windowless_for_good(twin):
             return None
-        memo = self._count_loops
-        if loop not in memo:
-            memo[loop] = self._count_loop_partials(loop, body, tail)
-        got = memo[loop]
-        return None if got is None else (loop, got[0], got[1])
+        return twin, chars, hi, tail
 
-    def _count_loop_partials(self, loop: int, body: int, tail: int) -> tuple[int, tuple[int, ...]] | None:
-        starts = self.first_bytes(body)
-        partials: list[int] = []
-        seen = {loop}
-        todo = [loop]
+    def _windowless_for_good(self, expr: int) -> bool:
+        """Whether neither `expr` nor any of its derivatives holds a window: no & or ~,
+        and every bounded repetition below _REPEAT_WINDOW_FROM (a derivative only lowers
+        a count, and `R{1,20}` becomes the window `R{0,19}`)."""
+        if self._has_bool[expr]:
+            return False
+        known = self._windowless
+        got = known.get(expr)
+        if got is not None:
+            return got
+        seen = set()
+        todo = [expr]
         while todo:
             x = todo.pop()
-            for rep in set(self.byte_classes(x)):
-                if x == loop and not (starts >> rep) & 1:
-                    continue  # T's first bytes: out of the loop
+            if x in seen or known.get(x):
+                continue
+            seen.add(x)
+            kind, args = self._kind[x], self._args[x]
+            if kind == _REPEAT:
+                if args[2] is not None and args[2] >= self._REPEAT_WINDOW_FROM:
+                    known[expr] = False
+                    return False
+                todo.append(args[0])
+            elif kind == _CONCAT or kind == _OR:
+                todo.extend(args)
+        # Every part of a windowless expression is one too: the next twin (the same
+        # pattern, one character on) shares most of them.
+        for x in seen:
+            known[x] = True
+        return True
+
+    # The most states `character_rows` gives a code: a JSON string character has a few
+    # dozen prefixes.
+    _CHARACTER_STATES = 64
+
+    def character_rows(self, chars: int) -> list[list[int]] | None:
+        """The automaton of `C*` for a prefix code C, as rows of 256 next rows (-1: the
+        byte starts no word of C there, or goes on with none) with row 0 its start, where
+        a word of C has just been read. None past _CHARACTER_STATES states."""
+        loop = self.repeat(chars, 0, None)
+        index = {loop: 0}
+        order = [loop]
+        rows: list[list[int]] = []
+        while len(rows) < len(order):
+            x = order[len(rows)]
+            classes = self.byte_classes(x)
+            targets: dict[int, int] = {}
+            for rep in set(classes):
                 d = self.derivative(x, rep)
-                if d == 0 or d in seen:
+                if d == 0:
                     continue
-                if self._nullable[d] or len(partials) >= self._COUNT_LOOP_PARTIALS:
-                    return None
-                seen.add(d)
-                partials.append(d)
-                todo.append(d)
-        return tail, tuple(partials)
+                if d not in index:
+                    if len(order) >= self._CHARACTER_STATES:
+                        return None
+                    index[d] = len(order)
+                    order.append(d)
+                targets[rep] = index[d]
+            rows.append([targets.get(classes[b], -1) for b in range(256)])
+        return rows
 
     def _may_hold_window(self, expr: int) -> bool:
         """False when `expr` surely holds no limit `without_windows` takes off: no & or

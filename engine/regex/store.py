@@ -81,9 +81,9 @@ class _Store:
         self._reach: dict[int, int | None] = {}
         # Expression -> itself without those length limits: see `without_windows`.
         self._unwindowed: dict[int, int] = {}
-        # A count's loop expression -> (its tail, its partial expressions) or None: see
-        # `count_loop`.
-        self._count_loops: dict[int, tuple[int, tuple[int, ...]] | None] = {}
+        # Expression -> whether it and its derivatives hold no window: see
+        # `_windowless_for_good`.
+        self._windowless: dict[int, bool] = {}
         # Expression -> whether it is a prefix code: see `is_prefix_code`.
         self._prefix_codes: dict[int, bool] = {}
         # (expression, characters) -> whether it is a sequence of those characters.

@@ -1,0 +1,231 @@
+"""A string whose length limit is shorter than the vocabulary's longest tokens
+(`maxLength: 64` against llama3's runs of 128 spaces) is walked from its twin (`C*"`,
+or the pattern's own state) with the characters counted (Lexer.count_entry), not
+through a lexer state per count left: the first mask inside such a string makes a
+handful of states, and every mask, up to the last character the limit allows, equals
+the reference mask."""
+
+import dataclasses
+import itertools
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from midword.engine.grammar import Grammar
+from midword.engine.limits import DEFAULT_LIMITS
+from midword.engine.matcher import Matcher
+from midword.engine.regex import ExprSet
+
+
+def _schema(string: dict) -> dict:
+    return {
+        "type": "object",
+        "properties": {"note": string, "id": {"type": "integer"}},
+        "required": ["note", "id"],
+        "additionalProperties": False,
+    }
+
+
+def _matchers(tok, schema: dict, text: str, own: int) -> tuple[Matcher, Matcher]:
+    # Limits of its own give the test a regex set of its own: in the process-wide one,
+    # derivatives another grammar published let the compiled walk step a string's count
+    # states without a return to Python, and so without looking for a count loop.
+    limits = dataclasses.replace(DEFAULT_LIMITS, lexer_fuel=DEFAULT_LIMITS.lexer_fuel + own)
+    g = Grammar.from_json_schema(schema, key_order="schema")
+    split, whole = Matcher(tok, g, limits=limits), Matcher(tok, g, limits=limits)
+    whole.walker.split_at_lexeme = False
+    for t in tok.encode(text):
+        split.consume_token(t)
+        whole.consume_token(t)
+    return split, whole
+
+
+def _check_along(tok, split: Matcher, whole: Matcher, text: str) -> None:
+    for i, t in enumerate(tok.encode(text)):
+        got = split.compute_mask()
+        assert np.array_equal(got, whole.compute_mask()), i
+        assert np.array_equal(got, split.reference_mask()), i
+        split.consume_token(t)
+        whole.consume_token(t)
+
+
+def test_a_short_limit_walks_its_long_runs_in_a_few_states(llama3):
+    tok = llama3
+    split, whole = _matchers(tok, _schema({"type": "string", "maxLength": 64}), '{"note": "', 1)
+    before = len(split.rec.lexer.states)
+    got = split.compute_mask()
+    # Through a state per count left, the walk made one per byte down the runs of
+    # spaces and dashes, and more for each multi-byte character run.
+    assert len(split.rec.lexer.states) - before < 48
+    assert np.array_equal(got, whole.compute_mask())
+    assert np.array_equal(got, split.reference_mask())
+    # Spaces, dashes, two-, three- and four-byte characters, an escape, up to the very
+    # last character the limit allows and the closing quote.
+    head = "a" + " " * 20 + "é–日本" + "-" * 12 + '\\"x' + "𝄞"
+    body = head + " " * (63 - len(json_chars(head))) + "z"
+    assert len(json_chars(body)) == 64
+    _check_along(tok, split, whole, body + '", "id": 1}')
+    assert split.is_accepting()
+
+
+def json_chars(body: str) -> list[str]:
+    """The characters of a JSON string body, an escape counting as one."""
+    out, i = [], 0
+    while i < len(body):
+        n = 2 if body[i] == "\\" else 1
+        out.append(body[i : i + n])
+        i += n
+    return out
+
+
+def test_a_pattern_come_to_its_tail_under_a_limit_counts_too(llama3):
+    # A version pattern whose `.*` meets maxLength (`.{0,27}` once "0.1.0" is read).
+    tok = llama3
+    string = {"type": "string", "pattern": "^(\\d+\\.\\d+\\.\\d+.*)$", "maxLength": 32}
+    split, whole = _matchers(tok, _schema(string), '{"note": "0.1.0', 2)
+    before = len(split.rec.lexer.states)
+    got = split.compute_mask()
+    assert len(split.rec.lexer.states) - before < 48
+    assert np.array_equal(got, split.reference_mask())
+    assert np.array_equal(got, whole.compute_mask())
+    _check_along(tok, split, whole, "-rc" + " " * 16 + "ü" * 6 + '", "id": 2}')
+
+
+def test_a_limit_past_a_tokens_reach_stays_exact_at_its_end(llama3):
+    # Twenty characters left, then none: the masks at the limit allow the closing quote
+    # and nothing that adds a character.
+    tok = llama3
+    split, whole = _matchers(tok, _schema({"type": "string", "maxLength": 20}), '{"note": "', 3)
+    _check_along(tok, split, whole, "x" * 20)
+    mask = split.compute_mask()
+    assert np.array_equal(mask, split.reference_mask())
+    quote = tok.encode('"')[0]
+    space = tok.encode(" ")[0]
+    assert mask[quote >> 5] >> (quote & 31) & 1
+    assert not mask[space >> 5] >> (space & 31) & 1
+
+
+def test_a_word_count_under_a_limit_counts_too(llama3):
+    # A pattern made of whole characters under maxLength (`(A & C{0,k})·"`): the twin is
+    # the pattern's own state, and the count ends at the tail's state only where the
+    # pattern may end there.
+    tok = llama3
+    string = {"type": "string", "pattern": "^(?:\\S+\\s+){0,11}\\S+$", "maxLength": 40}
+    split, whole = _matchers(tok, _schema(string), '{"note": "Über 40 neue', 4)
+    before = len(split.rec.lexer.states)
+    got = split.compute_mask()
+    assert len(split.rec.lexer.states) - before < 200
+    assert np.array_equal(got, split.reference_mask())
+    assert np.array_equal(got, whole.compute_mask())
+    _check_along(tok, split, whole, " Radwege   in München" + " " * 6 + "x" + '", "id": 3}')
+    assert split.is_accepting()
+
+
+def test_count_window_reads_only_the_shapes_it_counts_exactly():
+    es = ExprSet()
+    char = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
+    found = es.count_window(es.parse(char + '{0,30}"'))
+    assert found is not None
+    twin, chars, hi, tail = found
+    assert tail == es.parse('"') and twin == es.parse(char + '*"') and hi == 30
+    # The prefixes of UTF-8 sequences and escapes, each a row of the automaton.
+    rows = es.character_rows(chars)
+    assert rows is not None and 8 <= len(rows) <= 64
+    words = es.parse("[a-z]+( [a-z]+)*")
+    found = es.count_window(es.concat(es.and_(words, es.repeat(es.parse("[ a-z]"), 0, 20)), es.parse('"')))
+    assert found is not None and found[0] == es.concat(words, es.parse('"')) and found[2] == 20
+    # A tail that may start like a character, a code whose words split two ways, and a
+    # limit too short to narrow are counted the usual way.
+    assert es.count_window(es.parse("[a-z]{0,30}[a-z0-9]+")) is None
+    assert es.count_window(es.parse("(a|ab|b){0,30}c")) is None
+    assert es.count_window(es.parse("[a-z]{0,8}c")) is None
+    # A twin whose derivatives could hold a window of their own (`[a-z]{1,20}` becomes
+    # `[a-z]{0,19}`) is not counted either: its states would be read as entries too.
+    assert es.count_window(es.parse("([a-z]{1,20}c){0,30}d")) is None
+
+
+# Prefix codes of one to three bytes, patterns of their words, and tails: one that leaves
+# the limit on a byte of its own, one that is empty, a nullable one, and one that starts
+# like a word (not counted).
+_CODES = ["a|b", "a|bc|bb", "ab|b|c", "a|cab|cb"]
+_TAILS = ["d", "", "dd*a", "(de)*", "a"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_counting_from_the_twin_matches_the_limit(data):
+    # The walk's counting (mask.walk_py: the characters' automaton from the twin; where a
+    # character ends with none left, on from Lexer.count_exit's state) accepts exactly
+    # the words of `C{0,m}·T` and `(A & C{0,m})·T`.
+    code = data.draw(st.sampled_from(_CODES))
+    tail_src = data.draw(st.sampled_from(_TAILS))
+    m = data.draw(st.integers(16, 19))
+    words = code.split("|")
+    es = ExprSet()
+    chars = es.parse(f"({code})")
+    tail = es.parse(tail_src) if tail_src else ExprSet.EPSILON
+    if data.draw(st.booleans()):
+        limit = es.repeat(chars, 0, m)
+    else:
+        # A pattern of whole characters: words of one to four characters, apart or not.
+        word = es.repeat(chars, 1, data.draw(st.integers(1, 4)))
+        sep = es.parse(data.draw(st.sampled_from(words)))
+        pattern = es.concat(word, es.star(es.concat(sep, word)))
+        limit = es.and_(pattern, es.repeat(chars, 0, m))
+    expr = es.concat(limit, tail)
+    found = es.count_window(expr)
+    if es.first_bytes(chars) & es.first_bytes(tail):
+        assert found is None
+        return
+    if found is None:
+        # `and_` may have made the limit one repetition of a part of the code, or the
+        # window not one `window_parts` reads: nothing to count, nothing to check.
+        return
+    twin, counted_chars, hi, got_tail = found
+    assert got_tail == tail and hi == m
+    rows = es.character_rows(counted_chars)
+    assert rows is not None
+    pieces = st.lists(st.sampled_from(words), min_size=m - 2, max_size=m + 2)
+    for _ in range(12):
+        text = "".join(data.draw(pieces)) + data.draw(st.sampled_from(["", "d", "de", "a", "c", "dd"]))
+        w = text.encode()
+        assert _agrees(es, expr, _counted_match(es, twin, tail, rows, m, w), w), (code, tail_src, m, text)
+    for n in range(4):
+        for letters in itertools.product(b"abcde", repeat=n):
+            w = bytes(letters)
+            assert _agrees(es, expr, _counted_match(es, twin, tail, rows, m, w), w)
+
+
+def _counted_match(es: ExprSet, twin: int, tail: int, rows: list[list[int]], m: int, w: bytes) -> int:
+    """The walk's counting, byte by byte, from the twin with m characters left: the state
+    it reaches (NOTHING where it dies)."""
+    state, left, row = twin, m, 0
+    for b in w:
+        state = es.derivative(state, b)
+        if state == ExprSet.NOTHING:
+            return state
+        if left >= 0:
+            row = rows[row][b]
+            if row < 0:
+                left = -1
+            elif row == 0:
+                left -= 1
+                if left == 0:
+                    if es.nullable(tail):
+                        ends = es.nullable(state)
+                    else:
+                        ends = bool(es.first_bytes(state) & es.first_bytes(tail))
+                    state, left = (tail if ends else ExprSet.NOTHING), -1
+                    if state == ExprSet.NOTHING:
+                        return state
+    return state
+
+
+def _agrees(es: ExprSet, exact: int, counted: int, w: bytes) -> bool:
+    """Whether the counted walk's state after w takes the empty word and is alive exactly
+    when the definition's does and is (a token is allowed where its path is alive)."""
+    d = exact
+    for b in w:
+        d = es.derivative(d, b)
+    return (es.nullable(counted), es.is_empty(counted)) == (es.nullable(d), es.is_empty(d))
