@@ -189,7 +189,6 @@ def walk_py(
             depth = (record >> RECORD_DEPTH_SHIFT) & RECORD_DEPTH_MASK
             lexstate = stack_lex[at(depth - 1)]
             left = -1
-            crow = 0
             if lexstate <= STACK_STATE_MASK:
                 narrow = lex_narrow[at(lexstate)]
                 if narrow != NO_NARROWING and deepest_below[at(node)] - depth + 1 <= (narrow & NARROW_BYTES_MASK):
