@@ -9,6 +9,7 @@ import dataclasses
 import itertools
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -79,17 +80,40 @@ def json_chars(body: str) -> list[str]:
     return out
 
 
-def test_a_pattern_come_to_its_tail_under_a_limit_counts_too(llama3):
+# Patterns under a limit: (string schema, text before the mask, the rest to the limit,
+# most lexer states the first mask may make).
+PATTERNS = [
     # A version pattern whose `.*` meets maxLength (`.{0,27}` once "0.1.0" is read).
+    (
+        {"type": "string", "pattern": "^(\\d+\\.\\d+\\.\\d+.*)$", "maxLength": 32},
+        "0.1.0",
+        "-rc" + " " * 16 + "ü" * 6,
+        48,
+    ),
+    # A pattern made of whole characters under maxLength (`(A & C{0,k})·"`): the twin is
+    # the pattern's own state, and the count ends at the tail's state only where the
+    # pattern may end there.
+    (
+        {"type": "string", "pattern": "^(?:\\S+\\s+){0,11}\\S+$", "maxLength": 40},
+        "Über 40 neue",
+        " Radwege   in München" + " " * 6 + "x",
+        200,
+    ),
+]
+
+
+@pytest.mark.parametrize("string,before_text,rest,most_states", PATTERNS, ids=["version-tail", "word-count"])
+def test_a_pattern_under_a_limit_counts_too(llama3, string, before_text, rest, most_states):
     tok = llama3
-    string = {"type": "string", "pattern": "^(\\d+\\.\\d+\\.\\d+.*)$", "maxLength": 32}
-    split, whole = _matchers(tok, _schema(string), '{"note": "0.1.0', 2)
+    own = 10 + PATTERNS.index((string, before_text, rest, most_states))
+    split, whole = _matchers(tok, _schema(string), '{"note": "' + before_text, own)
     before = len(split.rec.lexer.states)
     got = split.compute_mask()
-    assert len(split.rec.lexer.states) - before < 48
+    assert len(split.rec.lexer.states) - before < most_states
     assert np.array_equal(got, split.reference_mask())
     assert np.array_equal(got, whole.compute_mask())
-    _check_along(tok, split, whole, "-rc" + " " * 16 + "ü" * 6 + '", "id": 2}')
+    _check_along(tok, split, whole, rest + '", "id": 2}')
+    assert split.is_accepting()
 
 
 def test_a_limit_past_a_tokens_reach_stays_exact_at_its_end(llama3):
@@ -104,22 +128,6 @@ def test_a_limit_past_a_tokens_reach_stays_exact_at_its_end(llama3):
     space = tok.encode(" ")[0]
     assert mask[quote >> 5] >> (quote & 31) & 1
     assert not mask[space >> 5] >> (space & 31) & 1
-
-
-def test_a_word_count_under_a_limit_counts_too(llama3):
-    # A pattern made of whole characters under maxLength (`(A & C{0,k})·"`): the twin is
-    # the pattern's own state, and the count ends at the tail's state only where the
-    # pattern may end there.
-    tok = llama3
-    string = {"type": "string", "pattern": "^(?:\\S+\\s+){0,11}\\S+$", "maxLength": 40}
-    split, whole = _matchers(tok, _schema(string), '{"note": "Über 40 neue', 4)
-    before = len(split.rec.lexer.states)
-    got = split.compute_mask()
-    assert len(split.rec.lexer.states) - before < 200
-    assert np.array_equal(got, split.reference_mask())
-    assert np.array_equal(got, whole.compute_mask())
-    _check_along(tok, split, whole, " Radwege   in München" + " " * 6 + "x" + '", "id": 3}')
-    assert split.is_accepting()
 
 
 def test_count_window_reads_only_the_shapes_it_counts_exactly():
