@@ -768,14 +768,10 @@ class Lexer:
             pairs = self.pairs_of(state)
             found = self.exprs.count_window(pairs[0][1]) if len(pairs) == 1 else None
             if found is not None:
-                lexeme = pairs[0][0]
-                twin, chars, hi, tail = found
+                # The twin `narrowing` made is `found`'s: both are `without_windows`.
+                _, chars, hi, tail = found
                 row = self._character_row(chars)
-                if (
-                    row is not None
-                    and hi < COUNT_LEFT_MASK
-                    and self.pairs_of(narrow >> NARROW_SHIFT) == ((lexeme, twin),)
-                ):
+                if row is not None and hi < COUNT_LEFT_MASK:
                     self._count_tails[state] = tail
                     self.counted[state] = hi | (row << COUNT_ROW_SHIFT)
         return state in self._count_tails

@@ -1280,9 +1280,9 @@ class MaskWalker:
         now that `lexstate`'s narrower twin is worked out (Lexer.narrowing), goes on
         from the twin at `node` (whose tokens are short enough for it) and so needs
         no derivative of `lexstate`, or counts characters from the twin (tokens too
-        long for it, a count loop: Lexer.count_loop). A state at the start of a lexeme
-        after another ended is not the parent's state on the stack, and the walk does
-        not narrow it."""
+        long for it, a limit it counts: Lexer.count_entry). A state at the start of a
+        lexeme after another ended is not the parent's state on the stack, and the walk
+        does not narrow it."""
         depth = int(trie.node_depth[node])
         if depth < 1 or int(self.space.stack_lex[depth - 1]) != lexstate:
             return False

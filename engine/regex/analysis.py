@@ -280,9 +280,10 @@ class _Analysis(_Derivatives):
             return None
         body = chars = hi = None
         if self._kind[head] == _REPEAT:
-            if self.repeat_window(head) is not None:
-                chars, _, hi = self._args[head]
-                body = self.repeat(chars, 0, None)
+            window = self.repeat_window(head)
+            if window is not None:
+                body, hi = window
+                chars = self._args[head][0]
         elif self.window_parts(head) is not None:
             for b, heads, c, lo, h in self._limits_of(head):
                 if not heads and lo == 0 and h is not None and self._made_of(b, c):
