@@ -322,9 +322,16 @@ class ExprSet(_Analysis):
             kept, words = excluded
             return self._exclude(self.and_(*kept), words)
         if len(items) > 1:
+            before = len(items)
             self._drop_covering_stars(items)
             if len(items) == 1:
                 return items.pop()
+            if before > 2 and len(items) == 2:
+                # Two counts left once a star went: the form a parse of the printed
+                # intersection gives, so it must be the same node.
+                met = self._meet_counts(*items)
+                if met is not None:
+                    return met
             factored = self._factor_common_head(items)
             if factored is not None:
                 return factored
