@@ -206,6 +206,21 @@ def nothing_forced(rec: Recognizer, state: tuple[int, int], walker: MaskWalker |
     return got is not None and not got[0]
 
 
+def no_forced_tokens(rec: Recognizer, state: tuple[int, int], walker: MaskWalker | None = None) -> bool:
+    """True where it is already known, without a call into the lexer or parser, that
+    `forced_tokens` answers no tokens: as `nothing_forced`, or the mask `walker` last
+    computed is the state's and two of its tokens differ within the first HEAL_TOKENS + 1
+    bytes. Then at most HEAL_TOKENS bytes are forced, and both tokens spell all of them
+    and more, so token healing takes every forced byte back: after a key's closing
+    quote, `":` spans it. False means "not known"."""
+    if walker is not None and walker.tokens_part_within(state, HEAL_TOKENS + 1):
+        return True
+    if surely_unforced(rec, state):
+        return True
+    got = rec.caches.forced_bytes.get((state, MAX_FORCED_BYTES))
+    return got is not None and not got[0]
+
+
 def forced_bytes_by_rows(rec: Recognizer, state: tuple[int, int], limit: int = MAX_FORCED_BYTES) -> bytes:
     """The forced bytes the plain way, a filled table row per byte: the definition the
     structural `_forced_bytes` is tested against."""
@@ -233,7 +248,7 @@ def forced_tokens(
 ) -> list[int]:
     """Canonical fast-forward tokens from `state`, given the tokens generated so far;
     cached per state and recent tokens (the only context the result depends on)."""
-    if forced is None and nothing_forced(rec, state, walker):
+    if forced is None and no_forced_tokens(rec, state, walker):
         return []
     got = rec.caches.forced_bytes.get((state, MAX_FORCED_BYTES))
     if got is None:

@@ -535,20 +535,41 @@ def scan_in_walk_py(
     return result
 
 
-def allowed_bytes_py(mask, byte_tokens, enough):
-    """How many of the one-byte tokens `byte_tokens` (-1: none) `mask` allows, counted up
-    to `enough`."""
-    count = 0
-    for b in range(byte_tokens.shape[0]):
-        t = byte_tokens[b]
-        if t >= 0 and (mask[t >> 5] >> (t & 31)) & 1:
-            count += 1
-            if count >= enough:
-                break
-    return count
+def tokens_part_within_py(mask, heads, lengths, depth):
+    """True when two tokens `mask` allows differ at one of their first `depth` bytes
+    (at most heads.shape[1] are looked at); `heads` and `lengths` are the trie's token
+    heads.
+
+    Each position keeps the byte of the first allowed token long enough to have one; a
+    later token with another byte there differs from that token at that position or
+    before. Where the nearest parting of two tokens is at position p < depth, the pair
+    (or a third token) meets a kept byte it differs from at p, so nothing is missed."""
+    # The kept bytes, one per 8 bits, and which positions have one: scalars, so that the
+    # call allocates nothing.
+    kept = 0
+    known = 0
+    vocab = heads.shape[0]
+    depth = min(depth, heads.shape[1])  # a deeper parting is not known: "not known" is False
+    for w in range(mask.shape[0]):
+        word = mask[w]
+        if word == 0:
+            continue
+        for bit in range(32):
+            if (word >> bit) & 1:
+                token = w * 32 + bit
+                if token >= vocab:
+                    return False
+                for p in range(min(int(lengths[token]), depth)):
+                    byte = int(heads[token, p])
+                    if not (known >> p) & 1:
+                        known |= 1 << p
+                        kept |= byte << (8 * p)
+                    elif (kept >> (8 * p)) & 0xFF != byte:
+                        return True
+    return False
 
 
-allowed_bytes_jit = njit(allowed_bytes_py)
+tokens_part_within_jit = njit(tokens_part_within_py)
 
 # Numbers of walk spaces' variants in the mask cache's keys, never reused in a process.
 _cache_ids = itertools.count(1)
@@ -896,13 +917,13 @@ class MaskWalker:
         if self.space.repeat_bounds is None:
             self.space.repeat_bounds = repeat_bounds_for(trie)
         self.last_sliced = False
-        # (state key, its mask): the mask most recently asked for, read by
-        # `two_bytes_allowed`; one attribute, so that a reader without the lock sees a
-        # matching pair.
-        self.last_mask: tuple[int, np.ndarray] | None = None
-        self._allowed_bytes_fn = allowed_bytes_jit if use_jit else allowed_bytes_py
-        self._allowed_bytes = None  # compiled for the argument types at the first call
-        self._byte_tokens: np.ndarray | None = None
+        # (state key, its mask, the state as given): the mask most recently asked for,
+        # read by `tokens_part_within`; one attribute, so that a reader without the lock
+        # sees a matching triple. The state object itself answers the caller that passes
+        # the same tuple again (the matcher does) without the key's arithmetic.
+        self.last_mask: tuple[int, np.ndarray, tuple] | None = None
+        self._tokens_part_fn = tokens_part_within_jit if use_jit else tokens_part_within_py
+        self._tokens_part = None  # compiled for the argument types at the first call
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
         self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
         self.limits_items = rec.limits.max_items_per_row
@@ -1124,7 +1145,7 @@ class MaskWalker:
         if self.cache is None:
             mask, self.last_sliced = self._compute(state)
             mask.flags.writeable = False
-            self.last_mask = (key, mask)
+            self.last_mask = (key, mask, state)
             return mask
         hit = self.cache.get(key)
         if hit is None:
@@ -1134,7 +1155,7 @@ class MaskWalker:
         else:
             mask, sliced = hit
         self.last_sliced = sliced
-        self.last_mask = (key, mask)
+        self.last_mask = (key, mask, state)
         return mask
 
     @property
@@ -1164,19 +1185,28 @@ class MaskWalker:
         return self._cache_id | (int(state[0]) << 32) | int(state[1])
 
     def two_bytes_allowed(self, state) -> bool:
-        """True when the mask last asked for is `state`'s and allows two one-byte tokens:
-        then two bytes may come next and nothing is forced. False means "not known". The
+        """True when the mask last asked for is `state`'s and allows tokens that start
+        with two different bytes: then nothing is forced. False means "not known". The
         fast-forward call that follows a mask at the same state (the decoding loop's
         order) is answered without a look at the lexer or the parser."""
+        return self.tokens_part_within(state, 1)
+
+    def tokens_part_within(self, state, depth: int) -> bool:
+        """True when the mask last asked for is `state`'s and two of its tokens differ at
+        one of their first `depth` bytes (at most HEAD_BYTES are looked at). Every allowed token goes
+        on through the forced bytes, so then fewer than `depth` bytes are forced, and a
+        token spans them and more. False means "not known"."""
         last = self.last_mask
-        if last is None or last[0] != self._state_key(state):
+        if last is None or (last[2] is not state and last[0] != self._state_key(state)):
             return False
-        count = self._allowed_bytes
-        if count is None:
-            self._byte_tokens = self.trie.byte_tokens
+        part = self._tokens_part
+        if part is None:
+            heads, lengths = self.trie.token_heads
             # Every mask handed out is read-only, so the types stay those of the first call.
-            count = self._allowed_bytes = compiled_for(self._allowed_bytes_fn, (last[1], self._byte_tokens, 2))
-        return count(last[1], self._byte_tokens, 2) >= 2
+            fn = compiled_for(self._tokens_part_fn, (last[1], heads, lengths, depth))
+            part = self._tokens_part = (fn, heads, lengths)
+        fn, heads, lengths = part
+        return fn(last[1], heads, lengths, depth)
 
     def _compute(self, state) -> tuple[np.ndarray, bool]:
         # The fuel limits bound the work of one mask (limits.py); a grammar serving a

@@ -122,7 +122,7 @@ class TokenAutomaton:
         """The first canonical token of the text forced at `state`, or None (nothing is
         forced, or token healing leaves no whole token of it)."""
         with self.lock:
-            if fastforward.nothing_forced(self.rec, state, self.walker):
+            if fastforward.no_forced_tokens(self.rec, state, self.walker):
                 return None
             forced = fastforward.forced_bytes(self.rec, state)[0]
             if not forced:
@@ -279,7 +279,7 @@ class Matcher:
         """Forced tokens, canonically tokenized (token healing at the end)."""
         if self._stopped:
             return []
-        if self._error is None and fastforward.nothing_forced(self.rec, self._state, self.walker):
+        if self._error is None and fastforward.no_forced_tokens(self.rec, self._state, self.walker):
             # The common case, answered without the lock (the mask and the caches are read,
             # never written, here).
             return []

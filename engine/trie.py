@@ -46,6 +46,9 @@ RECORD_SUBTREE_MASK = (1 << 26) - 1
 RECORD_TOKEN_MASK = (1 << 19) - 1
 RECORD_SEVERAL = RECORD_TOKEN_MASK
 
+# How many of a token's first bytes `TokenTrie.token_heads` keeps.
+HEAD_BYTES = 8
+
 
 @dataclass
 class TokenTrie:
@@ -117,18 +120,19 @@ class TokenTrie:
         return deepest
 
     @property
-    def byte_tokens(self) -> np.ndarray:
-        """int64[256]: a token spelling byte b alone, or -1 (made on first use). A mask
-        tells through them which bytes a state allows: a one-byte token is allowed exactly
-        when its byte is."""
-        tokens = self.__dict__.get("_byte_tokens")
-        if tokens is None:
-            tokens = np.full(256, -1, dtype=np.int64)
-            for byte, node in enumerate(self._root_children().tolist()):
-                if node >= 0 and self.tok_end[node] > self.tok_start[node]:
-                    tokens[byte] = self.node_tokens[self.tok_start[node]]
-            self.__dict__["_byte_tokens"] = tokens
-        return tokens
+    def token_heads(self) -> tuple[np.ndarray, np.ndarray]:
+        """(uint8[vocab_size, HEAD_BYTES], int8[vocab_size]): each token's first bytes and
+        how many of them there are (0 for a token outside the trie), made on first use. A
+        mask tells through them, without the grammar, where its tokens part ways."""
+        heads = self.__dict__.get("_token_heads")
+        if heads is None:
+            spelled = np.zeros((self.vocab_size, HEAD_BYTES), dtype=np.uint8)
+            lengths = np.zeros(self.vocab_size, dtype=np.int8)
+            fill_token_heads_jit(
+                self.node_byte, self.node_depth, self.tok_start, self.tok_end, self.node_tokens, spelled, lengths
+            )
+            heads = self.__dict__["_token_heads"] = (spelled, lengths)
+        return heads
 
     # Construction -------------------------------------------------------------
     @classmethod
@@ -461,6 +465,26 @@ def node_for_py(node_byte, subtree_size, root_children, data):
 
 
 node_for_jit = njit_calling(node_for_py, child_of_py=child_of_jit)
+
+
+def fill_token_heads_py(node_byte, node_depth, tok_start, tok_end, node_tokens, heads, lengths):
+    """Writes each token's first bytes (up to heads.shape[1]) and their count. The nodes
+    are in preorder, so on reaching a node `path` holds the bytes of its ancestors."""
+    width = heads.shape[1]
+    path = np.zeros(width, dtype=np.uint8)
+    for node in range(1, node_byte.shape[0]):
+        depth = node_depth[node]
+        if depth <= width:
+            path[depth - 1] = node_byte[node]
+        kept = min(depth, width)
+        for k in range(tok_start[node], tok_end[node]):
+            token = node_tokens[k]
+            for p in range(kept):
+                heads[token, p] = path[p]
+            lengths[token] = kept
+
+
+fill_token_heads_jit = njit(fill_token_heads_py)
 
 
 def extendable_suffixes_py(node_byte, subtree_size, root_children, data, start, out_idx, out_node):

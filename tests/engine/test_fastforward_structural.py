@@ -20,6 +20,7 @@ from midword.engine import fastforward as ff
 from midword.engine.fastforward import MANY, forced_bytes, forced_bytes_by_rows
 from midword.engine.lexer import DEAD, UNKNOWN
 from midword.engine.limits import GrammarError, LimitExceeded
+from midword.engine.trie import TokenTrie
 
 FILES = 40
 
@@ -50,7 +51,7 @@ def _plain_forced_tokens(tok, m: Matcher, state, recent: list[int], forced: byte
 def test_forced_bytes_and_tokens_equal_the_row_by_row_way_on_maskbench(maskbench_dev, llama3):
     files = sorted(maskbench_dev.glob("*.json"))[:FILES]
     assert files, f"MaskBench development set empty at {maskbench_dev}"
-    positions = forced_positions = forced_token_positions = 0
+    positions = forced_positions = forced_token_positions = parted_positions = 0
     for path in files:
         doc = json.loads(path.read_text())
         try:
@@ -66,6 +67,7 @@ def test_forced_bytes_and_tokens_equal_the_row_by_row_way_on_maskbench(maskbench
                 state = m._state
                 quick = ff.nothing_forced(m.rec, state)  # asked first: before the cache has the state
                 by_mask = m.walker.two_bytes_allowed(state)
+                parted = m.walker.tokens_part_within(state, ff.HEAL_TOKENS + 1)
                 got, after = forced_bytes(m.rec, state)
                 assert got == forced_bytes_by_rows(m.rec, state), (path.name, llama3.decode(m.tokens))
                 assert not (quick and got), (path.name, llama3.decode(m.tokens))
@@ -76,6 +78,9 @@ def test_forced_bytes_and_tokens_equal_the_row_by_row_way_on_maskbench(maskbench
                 if got:
                     forced_positions += 1
                     forced_token_positions += bool(tokens)
+                    # Where two allowed tokens part within HEAL_TOKENS + 1 bytes, the call
+                    # answers at once; the plain way must agree that healing takes all.
+                    parted_positions += parted
                     assert tuple(tokens) == _plain_forced_tokens(llama3, m, state, recent, got), path.name
                 positions += 1
                 try:
@@ -88,6 +93,7 @@ def test_forced_bytes_and_tokens_equal_the_row_by_row_way_on_maskbench(maskbench
         forced_positions,
         forced_token_positions,
     )
+    assert parted_positions > 50, parted_positions
 
 
 def test_live_bytes_from_first_bytes_equal_the_filled_row(llama3):
@@ -227,19 +233,30 @@ def test_a_literal_run_is_kept_per_lexer_state(llama3):
     assert m.rec.caches.literal_runs == runs  # nothing new: the run was kept
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(
-    allowed=st.sets(st.integers(0, 299), max_size=12),
-    byte_tokens=st.lists(st.integers(-1, 299), min_size=0, max_size=256),
-    enough=st.integers(1, 3),
+    spellings=st.lists(st.binary(min_size=0, max_size=6), min_size=1, max_size=40),
+    allowed=st.sets(st.integers(0, 39), max_size=12),
+    depth=st.integers(1, 9),
 )
-def test_allowed_bytes_jit_equals_twin_and_a_count(allowed, byte_tokens, enough):
-    from midword.engine.mask import allowed_bytes_jit, allowed_bytes_py
+def test_tokens_part_within_equals_twin_and_the_pairwise_definition(spellings, allowed, depth):
+    from midword.engine.mask import tokens_part_within_jit, tokens_part_within_py
+    from midword.engine.trie import HEAD_BYTES
 
-    mask = np.zeros(10, dtype=np.uint32)
+    trie = TokenTrie.build(spellings)
+    heads, lengths = trie.token_heads
+    allowed = {t for t in allowed if t < len(spellings)}
+    mask = np.zeros((len(spellings) + 31) // 32 + 1, dtype=np.uint32)  # a spare word past the vocabulary
     for t in allowed:
         mask[t >> 5] |= np.uint32(1 << (t & 31))
-    tokens = np.array(byte_tokens, dtype=np.int64)
-    want = min(enough, sum(1 for t in byte_tokens if t in allowed))
-    assert allowed_bytes_py(mask, tokens, enough) == want
-    assert allowed_bytes_jit(mask, tokens, enough) == want
+    looked = min(depth, HEAD_BYTES)
+    # Two allowed tokens differ at a position both reach, before `looked`; the empty
+    # spelling is no token of the trie.
+    want = any(
+        any(p < len(a) and p < len(b) and a[p] != b[p] for p in range(looked))
+        for i, a in enumerate(spellings)
+        for j, b in enumerate(spellings)
+        if i in allowed and j in allowed and a and b
+    )
+    assert tokens_part_within_py(mask, heads, lengths, depth) == want
+    assert tokens_part_within_jit(mask, heads, lengths, depth) == want

@@ -243,15 +243,21 @@ def test_extendable_suffixes_jit_equals_twin_and_brute_force(token_bytes, data):
     assert list(zip(out[0][:n].tolist(), out[1][:n].tolist(), strict=True)) == want
 
 
-def test_byte_tokens_spell_one_byte_each(llama3):
+def test_token_heads_spell_each_tokens_first_bytes(llama3):
     from midword.engine.matcher import trie_for
+    from midword.engine.trie import HEAD_BYTES
 
     trie = trie_for(llama3)
-    byte_tokens = trie.byte_tokens
-    assert byte_tokens.shape == (256,)
-    for b, t in enumerate(byte_tokens.tolist()):
-        assert t >= 0, b  # byte-level BPE: every byte is a token of its own
-        assert llama3.token_bytes(t) == bytes([b])
-    small = TokenTrie.build([b"ab", b"a", b"c"])
-    got = small.byte_tokens
-    assert got[ord("a")] == 1 and got[ord("c")] == 2 and got[ord("b")] == -1
+    heads, lengths = trie.token_heads
+    assert heads.shape == (llama3.vocab_size, HEAD_BYTES) and lengths.shape == (llama3.vocab_size,)
+    special = set(llama3.special_token_ids)
+    for t in range(llama3.vocab_size):
+        if t in special:
+            assert lengths[t] == 0, t  # outside the trie: no head
+            continue
+        spelled = llama3.token_bytes(t)[:HEAD_BYTES]
+        assert lengths[t] == len(spelled) and bytes(heads[t, : lengths[t]]) == spelled, t
+    small = TokenTrie.build([b"ab", b"a", b"abcdefghijk", b"c", b"ab"])
+    heads, lengths = small.token_heads
+    assert lengths.tolist() == [2, 1, HEAD_BYTES, 1, 2]
+    assert bytes(heads[2]) == b"abcdefghijk"[:HEAD_BYTES] and bytes(heads[4, :2]) == b"ab"
