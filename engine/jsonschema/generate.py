@@ -10,7 +10,7 @@ import numpy as np
 from .._jit import compiled_once
 from ..grammar import Grammar, GrammarBuilder, Rule, _new_rule
 from ..limits import GrammarError, Limits
-from ..regex import regex_escape_bytes
+from ..regex import charset, regex_escape_bytes
 from ..regex import term as T
 from ._kernels import flatten_rules, grammar_marks_jit
 from .ir import (
@@ -33,13 +33,13 @@ from .keywords import (
     NUMBER_REGEX,
 )
 from .numeric import _literal_regex, _num_regex
-from .patterns import pattern_to_regex
+from .patterns import _json_set, pattern_to_regex
 from .pointers import _SPELLING_ENCODER, _json_str
 
 # --------------------------------------------------------------------------------------
 # Generator: IR -> grammar
 # --------------------------------------------------------------------------------------
-from .strings import CANON_BODY, GENERAL_BODY, _string_body, quoted
+from .strings import CANON_BODY, GENERAL_BODY, _string_body, quoted, surely_has_a_string
 
 if TYPE_CHECKING:
     from .compiler import _Compiler
@@ -288,7 +288,9 @@ class _Generator:
 
     def string(self, node: _Str) -> int:
         body = _string_body(node)
-        if body is None or (body[1] and self.c.regex_empty(quoted(body[0]), _describe_string(node))):
+        if body is None or (
+            body[1] and not surely_has_a_string(node) and self.c.regex_empty(quoted(body[0]), _describe_string(node))
+        ):
             return self.nothing()
         name = "string" if body[0] == GENERAL_BODY else "string(constrained)"
         return self.string_lexeme(body[0], name)
@@ -582,10 +584,16 @@ class _Generator:
             exclude = T.alt(*[quoted(T.lit(w)) for w in words])
         group_langs: list[T.Term | None] = []
         group_bodies: list[T.Term | None] = []
+        # Per group, the characters whose presence is all its patterns ask (see
+        # `_Pattern.char_set`), or None.
+        group_chars: list[charset.CharSet | None] = []
         for pats, _ in groups:
-            langs = [x for x in (pattern_to_regex(p).expr for p in pats) if x is not None]
+            translated = [t for t in map(pattern_to_regex, pats) if t.expr is not None]
+            langs = [t.expr for t in translated]
             group_langs.append(quoted(T.alt(*langs)) if langs else None)
             group_bodies.append(T.alt(*langs) if langs else None)
+            sets = [t.char_set for t in translated]
+            group_chars.append(charset.normalize([r for c in sets for r in c]) if sets and None not in sets else None)
         members = []
         for mask in range(1 << len(groups)):
             inside = [i for i in range(len(groups)) if mask >> i & 1]
@@ -615,12 +623,13 @@ class _Generator:
                     # The same language with the quotes outside the intersection: after the
                     # opening quote the lexeme is `(C* & ~E) "`, a shape the slicer can
                     # prove contains its string slices (docs/design/engine.md).
-                    inner = [CANON_BODY]
-                    inner += [T.not_(body) for body in group_bodies if body is not None]
+                    body_of_others, unfolded = _strings_avoiding(group_bodies, group_chars)
+                    inner = [body_of_others]
+                    inner += [T.not_(body) for body in unfolded]
                     if listed and len(inner) == 1:
                         # The common case, only the listed keys excluded: one exclusion
                         # node, without an alternation of the words to intersect with.
-                        regex = quoted(T.excl(CANON_BODY, words))
+                        regex = quoted(T.excl(body_of_others, words))
                     else:
                         if listed:
                             inner.append(T.not_(T.alt(*map(T.lit, words))))
@@ -658,3 +667,24 @@ def _describe_string(node: _Str) -> str:
     if node.excluded:
         parts.append(f"{len(node.excluded)} excluded values")
     return "string schema with " + ", ".join(parts)
+
+
+def _strings_avoiding(bodies: list[T.Term | None], chars: list[charset.CharSet | None]) -> tuple[T.Term, list[T.Term]]:
+    """String bodies none of `bodies` matches, as (a body, the bodies still to exclude
+    from it). A pattern that asks only for some character of c (`.+`) is no complement
+    but the strings of the other characters: `C* & ~(C*·c·C*)` is `(C - c)*`, since a
+    JSON string reads as characters one way only. Its derivatives are plain ones,
+    where the complement's each took an emptiness search."""
+    avoided: list[tuple[int, int]] = []
+    unfolded = []
+    for body, c in zip(bodies, chars, strict=True):
+        if body is None:
+            continue
+        if c is None:
+            unfolded.append(body)
+        else:
+            avoided.extend(c)
+    if not avoided:
+        return CANON_BODY, unfolded
+    one = _json_set(charset.complement(charset.normalize(avoided)))
+    return (T.rep(one, 0, None) if one is not None else T.EMPTY), unfolded

@@ -252,6 +252,55 @@ def _py_regex(node: tuple) -> str | None:
     raise AssertionError(kind)
 
 
+def _one_character_of(body: tuple) -> charset.CharSet | None:
+    """The set c when an unanchored `body` matches inside a string exactly where some
+    character of c occurs: a class, or a class repeated at least once (a run of one
+    is enough to contain a match). None for anything else."""
+    if body[0] == "seq" and len(body[1]) == 1:
+        body = body[1][0]
+    if body[0] == "rep" and body[2] == 1 and body[3] != 0:
+        body = body[1]
+    if body[0] == "set" and body[1]:
+        return body[1]
+    return None
+
+
+def _fewest_chars(node: tuple) -> int | None:
+    """The fewest characters of a string the AST node matches (None: it matches none),
+    read off the parse as `_json_term` builds it; one character is one code point."""
+    kind = node[0]
+    if kind == "set":
+        return 1 if node[1] else None
+    if kind == "seq":
+        total = 0
+        for it in node[1]:
+            n = _fewest_chars(it)
+            if n is None:
+                return None
+            total += n
+        return total
+    if kind == "alt":
+        found = [n for n in map(_fewest_chars, node[1]) if n is not None]
+        return min(found) if found else None
+    if kind == "rep":
+        _, inner, lo, hi = node
+        n = _fewest_chars(inner)
+        if n is None or hi == 0:
+            return 0 if (lo == 0 or hi == 0) else None
+        return lo * n
+    raise AssertionError(kind)  # anchors and lookaheads are placed by `_branches`
+
+
+def _first_of(chars: charset.CharSet) -> T.Term:
+    """Strings where some character of `chars` occurs, read up to the first one:
+    `(C - c)*·c·C*`, the language of `C*·c+·C*` without its ambiguity, so that a lexer
+    meets one state where the other form meets a set of overlapping ones."""
+    others = _json_set(charset.complement(chars))
+    one = _json_set(chars)
+    assert one is not None  # `_one_character_of` gives non-empty sets only
+    return T.seq(*([T.rep(others, 0, None)] if others is not None else []), one, _ANY_JSON)
+
+
 class _Pattern:
     """A translated pattern: `expr` is the regex term (`regex.term`, or None: no string
     matches) over the canonical JSON-encoded body of a string, built from the pattern's
@@ -260,13 +309,29 @@ class _Pattern:
     `expr` on midword's linear-time engine; `py` (backtracking) serves tests and
     debugging."""
 
-    __slots__ = ("expr", "extended", "_py_source", "_py")
+    __slots__ = ("expr", "extended", "_py_source", "_py", "char_set", "fewest_chars")
 
-    def __init__(self, expr: T.Term | None, extended: bool, py_source: str | None):
+    def __init__(
+        self,
+        expr: T.Term | None,
+        extended: bool,
+        py_source: str | None,
+        char_set: charset.CharSet | None = None,
+        fewest_chars: int | None = None,
+    ):
         self.expr = expr
         self.extended = extended
         self._py_source = py_source
         self._py: re.Pattern | None = None
+        # The code points c when the pattern says no more than "some character is in c"
+        # (`.+`, `\S`, `[a-z]`, unanchored): then the strings it does not match are
+        # those of the other characters, `(C - c)*`, a regex far cheaper to run than the
+        # complement of `C*·c·C*`. None for any other pattern.
+        self.char_set = char_set
+        # The length in characters of a string the pattern matches, as short as its
+        # branches without lookaheads give (None: every branch has one): a witness that
+        # a length limit leaves some string, without a search.
+        self.fewest_chars = fewest_chars
 
     @property
     def py(self) -> re.Pattern | None:
@@ -303,11 +368,19 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
     json_alts = []
     py_alts = []
     extended = False
+    char_set: charset.CharSet | None = ()
+    fewest: int | None = None
     for start, end, looks, body in branches:
         core = _json_term(body)
         pcore = _py_regex(body)
         if core is None or pcore is None:
             continue
+        if not looks:
+            shortest = _fewest_chars(body)
+            if shortest is not None and (fewest is None or shortest < fewest):
+                fewest = shortest
+        one = None if (start or end or looks) else _one_character_of(body)
+        char_set = None if one is None or char_set is None else charset.normalize(char_set + one)
         core = T.seq(*([] if start else [_ANY_JSON]), core, *([] if end else [_ANY_JSON]))
         pcore = ("" if start else _ANY_PY) + pcore + ("" if end else _ANY_PY)
         conj = [core]
@@ -334,11 +407,11 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
     if not json_alts:
         result = _Pattern(None, False, None)
     else:
-        expr = T.alt(*json_alts)
+        expr = T.alt(*json_alts) if not char_set else _first_of(char_set)
         size = T.size(expr)
         if size > limits.max_regex_chars:
             raise LimitExceeded("max_regex_chars", limits.max_regex_chars, f"pattern {pattern!r} at {where}")
-        result = _Pattern(expr, extended, "(?:" + "|".join(py_alts) + ")")
+        result = _Pattern(expr, extended, "(?:" + "|".join(py_alts) + ")", char_set or None, fewest)
     if len(_pattern_cache) > 4096:
         _pattern_cache.clear()
     _pattern_cache[pattern] = (result, size)

@@ -52,6 +52,16 @@ def _string_body(node: _Str, depth: int = 0) -> tuple[T.Term, bool] | None:
     return T.and_(*conj), True
 
 
+def surely_has_a_string(node: _Str) -> bool:
+    """True when a string fits the schema for sure, found without a search: one pattern,
+    no exclusions, and the pattern's shortest string (a lookahead-free branch's) within
+    the length limits. False means "not known"."""
+    if len(node.patterns) != 1 or node.excluded:
+        return False
+    fewest = pattern_to_regex(node.patterns[0]).fewest_chars
+    return fewest is not None and node.min_len <= fewest and (node.max_len is None or fewest <= node.max_len)
+
+
 def quoted(body: T.Term) -> T.Term:
     """A JSON string with body `body`, quotes included."""
     return T.seq(QUOTE, body, QUOTE)

@@ -1,0 +1,124 @@
+"""Two readings of a pattern the compiler takes without a search.
+
+- A pattern that asks only for some character of a set (`.+`, `\\S`, `[a-z]`,
+  unanchored) is `(C - c)*·c·C*`, and the keys it does not match are `(C - c)*`, not
+  the complement of `C*·c·C*`.
+- A pattern's shortest string, read off its parse, shows that a length limit leaves
+  some string without the emptiness search.
+
+Each is checked against the definition: Python's search with the pattern's own
+translation (`_Pattern.matches`), and the compiled grammar on keys and strings.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from midword.engine.jsonschema import compile_json_schema
+from midword.engine.jsonschema.patterns import pattern_to_regex
+from midword.engine.limits import GrammarError
+from midword.engine.recognizer import grammar_accepts
+from midword.engine.regex import ExprSet, LazyDFA
+
+CHARACTER_PRESENCE = [".+", ".{1,}", "\\S", "[a-c]", "x|[0-9]", "[a-z]{1,3}", "\\s+", "\\d"]
+OTHER_SHAPES = ["^a", "ab", "a{2}", "^.+$", "^(?!x).", "[a-z]{2,}", "a*", "x|yz"]
+
+# Characters that cross the pattern classes and JSON's escapes.
+_ALPHABET = ["a", "b", "x", "z", "0", "7", " ", "\t", "\n", "\r", "\u2028", '"', "\\", "é", "\u00a0", "\x01"]
+_texts = st.lists(st.sampled_from(_ALPHABET), max_size=6).map("".join)
+
+
+def _body_matches(expr, text: str) -> bool:
+    es = ExprSet()
+    body = json.dumps(text, ensure_ascii=False)[1:-1]
+    return LazyDFA(es, es.build(expr)).matches(body.encode("utf-8"))
+
+
+def test_the_character_presence_shape_is_recognised_and_no_other():
+    for pattern in CHARACTER_PRESENCE:
+        assert pattern_to_regex(pattern).char_set, pattern
+    for pattern in OTHER_SHAPES:
+        assert pattern_to_regex(pattern).char_set is None, pattern
+
+
+@settings(max_examples=150, deadline=None)
+@given(pattern=st.sampled_from(CHARACTER_PRESENCE + OTHER_SHAPES), text=_texts)
+def test_the_read_up_to_the_first_character_form_matches_as_the_pattern(pattern, text):
+    translated = pattern_to_regex(pattern)
+    assert _body_matches(translated.expr, text) == translated.matches(text), (pattern, text)
+
+
+@pytest.mark.parametrize("pattern", ["\\S", ".+", "[0-9]"])
+@settings(max_examples=60, deadline=None)
+@given(key=_texts)
+def test_keys_outside_a_character_pattern_go_to_additional_properties(pattern, key):
+    schema = {
+        "type": "object",
+        "properties": {"listed": {}},
+        "patternProperties": {pattern: {"type": "string"}},
+        "additionalProperties": {"type": "integer"},
+    }
+    grammar = compile_json_schema(schema)
+    matched = pattern_to_regex(pattern).matches(key)
+    if key == "listed":
+        return
+    as_string = json.dumps({key: "s"}, ensure_ascii=False).encode()
+    as_integer = json.dumps({key: 1}, ensure_ascii=False).encode()
+    assert grammar_accepts(grammar, as_string) == matched, (pattern, key)
+    assert grammar_accepts(grammar, as_integer) == (not matched), (pattern, key)
+    # A listed key the pattern matches takes the pattern's schema too; beside it the
+    # key is still judged alone.
+    listed = "s" if pattern_to_regex(pattern).matches("listed") else True
+    assert grammar_accepts(
+        grammar, json.dumps({"listed": listed, key: "s" if matched else 1}, ensure_ascii=False).encode()
+    )
+    assert not grammar_accepts(
+        grammar, json.dumps({"listed": listed, key: 1 if matched else "s"}, ensure_ascii=False).encode()
+    )
+
+
+@pytest.mark.parametrize(
+    "pattern,fewest",
+    [
+        ("^a{2,}b$", 3),
+        ("x|yz", 1),
+        ("^$", 0),
+        ("^(ab|c)d?$", 1),
+        ("^[a-z]{3}(-[0-9]+)*$", 3),
+        ("^(?=a).{2}$", None),  # a lookahead: no witness read off the parse
+        ("^(?=a)b|^cc$", 2),  # the branch without one still gives a witness
+    ],
+)
+def test_fewest_characters_read_off_the_parse(pattern, fewest):
+    assert pattern_to_regex(pattern).fewest_chars == fewest
+
+
+@pytest.mark.parametrize(
+    "string,fits,misses",
+    [
+        ({"pattern": "^(?:\\S+\\s+){0,11}\\S+$", "maxLength": 120}, "two words", "x" * 121),
+        ({"pattern": "^[a-z]{3}$", "minLength": 3, "maxLength": 3}, "abc", "abcd"),
+        ({"pattern": "^(?=x).{2,}$", "maxLength": 4}, "xyz", "yyy"),  # the search decides
+    ],
+)
+def test_a_pattern_under_limits_keeps_its_strings(string, fits, misses):
+    grammar = compile_json_schema({"type": "string", **string})
+    assert grammar_accepts(grammar, json.dumps(fits).encode())
+    assert not grammar_accepts(grammar, json.dumps(misses).encode())
+
+
+@pytest.mark.parametrize(
+    "string",
+    [
+        {"pattern": "^a{5}$", "maxLength": 3},
+        {"pattern": "^[a-z]{3}$", "minLength": 4},
+        {"pattern": "^(?=x)y", "maxLength": 9},
+    ],
+)
+def test_a_pattern_no_string_within_the_limits_fits_is_refused(string):
+    with pytest.raises(GrammarError):
+        compile_json_schema({"type": "string", **string})
