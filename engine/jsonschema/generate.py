@@ -32,7 +32,7 @@ from .keywords import (
     ENUM_LEXEME_THRESHOLD,
     NUMBER_REGEX,
 )
-from .numeric import _literal_regex, _num_regex
+from .numeric import _literal_term, _num_regex
 from .patterns import _json_set, pattern_to_regex
 from .pointers import _SPELLING_ENCODER, _json_str
 
@@ -230,10 +230,7 @@ class _Generator:
             if len(words) > ENUM_LEXEME_THRESHOLD:
                 # One trie-shaped lexeme instead of hundreds of literals: the lexer then
                 # follows one expression per byte, not one per value.
-                spelled = [_json_str(w) for w in words]
-                enum_regex = _literal_regex(spelled)
-                assert enum_regex is not None  # words is not empty
-                b.rule(nt, [self.regex_lexeme("enum", enum_regex, False)])
+                b.rule(nt, [self.b.lexeme_expr("enum", _literal_term(tuple(_json_str(w) for w in words)))])
                 parts = [p for p in parts if not (isinstance(p, _Const) and isinstance(p.value, str))]
             for p in parts:
                 b.rule(nt, [self.sym(p)])

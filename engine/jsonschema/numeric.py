@@ -10,6 +10,7 @@ from typing import Sequence
 
 from ..limits import DEFAULT_LIMITS, GrammarError, GrammarLimitExceeded, Limits
 from ..regex import charset
+from ..regex import term as T
 from ..regex.printer import class_regex as _class_regex
 from ..regex.printer import escape_cp as _esc_cp
 from ..regex.printer import repeat_suffix as _rep_suffix
@@ -34,24 +35,97 @@ def _alt(parts: Sequence[str | None]) -> str | None:
 _LITERAL_ESCAPES = {cp: _esc_cp(cp, False) for cp in range(0x80) if _esc_cp(cp, False) != chr(cp)}
 
 
+class _TextTrie:
+    """`_literal_trie`'s output as regex text."""
+
+    @staticmethod
+    def lit(chars: str) -> str:
+        return chars.translate(_LITERAL_ESCAPES)
+
+    @staticmethod
+    def one_of(chars: list[str]) -> str:
+        if len(chars) == 1:
+            return _esc_cp(ord(chars[0]), False)
+        return _class_regex(charset.normalize((ord(c), ord(c)) for c in chars))
+
+    @staticmethod
+    def seq(head: str, rest: str) -> str:
+        return head + rest
+
+    @staticmethod
+    def alt(alts: list[str]) -> str:
+        return alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
+
+    @staticmethod
+    def optional(body: str) -> str:
+        return "(?:" + body + ")?" if len(body) > 1 else body + "?"
+
+
+class _TermTrie:
+    """`_literal_trie`'s output as a regex term, which the lexer builds without
+    parsing: a trie of hundreds of enum values took longer to parse than the rest of
+    its schema's lexer."""
+
+    @staticmethod
+    def lit(chars: str) -> T.Term:
+        return T.lit(chars.encode("utf-8"))
+
+    @staticmethod
+    def one_of(chars: list[str]) -> T.Term:
+        return T.cls((ord(c), ord(c)) for c in chars)
+
+    @staticmethod
+    def seq(head: T.Term, rest: T.Term) -> T.Term:
+        return T.seq(head, rest)
+
+    @staticmethod
+    def alt(alts: list[T.Term]) -> T.Term:
+        return T.alt(*alts)
+
+    @staticmethod
+    def optional(body: T.Term) -> T.Term:
+        return T.rep(body, 0, 1)
+
+
 def _literal_regex(words: list[str]) -> str | None:
-    """A compact regex for a finite set of strings: a trie whose sibling branches with
-    equal continuations share one character class. The trie is walked as groups of
-    suffixes, not built node by node: a run of characters that every word of a group
-    shares (most of an enum's trie) is one slice and one translate."""
+    """A compact regex for a finite set of strings (see `_literal_trie`)."""
     if not words:
         return None
+    r = _literal_trie(words, _TextTrie)
+    return r if r else "(?:)"
 
-    def go(ws: list[str]) -> str:
+
+def _literal_term(words: tuple[str, ...]) -> T.Term:
+    """`_literal_regex` as a regex term (`words` not empty); the same words give the
+    same term object, whose rendering and expression are then looked up."""
+    term = _literal_terms.get(words)
+    if term is None:
+        if len(_literal_terms) > 64:
+            _literal_terms.clear()
+        term = _literal_terms[words] = _literal_trie(list(words), _TermTrie)
+    return term
+
+
+_literal_terms: dict[tuple[str, ...], T.Term] = {}
+
+
+def _literal_trie(words: list[str], out):
+    """A trie of a finite set of strings whose sibling branches with equal
+    continuations share one character class, written by `out` (`_TextTrie`,
+    `_TermTrie`). The trie is walked as groups of suffixes, not built node by node: a
+    run of characters that every word of a group shares (most of an enum's trie) is
+    one slice and one translate."""
+
+    def go(ws: list[str]):
         # ws: distinct suffixes in the order the words first spell them (the order the
         # alternatives come out in), never empty.
         if len(ws) == 1:
-            return ws[0].translate(_LITERAL_ESCAPES)
+            return out.lit(ws[0])
         if "" not in ws:
             shared = os.path.commonprefix(ws)
             if shared:
                 n = len(shared)
-                return shared.translate(_LITERAL_ESCAPES) + go([w[n:] for w in ws])
+                return out.seq(out.lit(shared), go([w[n:] for w in ws]))
         children: dict[str, list[str]] = {}
         end = False
         for w in ws:
@@ -59,23 +133,13 @@ def _literal_regex(words: list[str]) -> str | None:
                 children.setdefault(w[0], []).append(w[1:])
             else:
                 end = True
-        by_rest: dict[str, list[str]] = {}
+        by_rest: dict = {}
         for ch, tails in children.items():
             by_rest.setdefault(go(tails), []).append(ch)
-        alts = []
-        for rest, chars in by_rest.items():
-            if len(chars) == 1:
-                head = _esc_cp(ord(chars[0]), False)
-            else:
-                head = _class_regex(charset.normalize((ord(c), ord(c)) for c in chars))
-            alts.append(head + rest)
-        body = alts[0] if len(alts) == 1 else "(?:" + "|".join(alts) + ")"
-        if end:
-            return "(?:" + body + ")?" if len(body) > 1 else body + "?"
-        return body
+        body = out.alt([out.seq(out.one_of(chars), rest) for rest, chars in by_rest.items()])
+        return out.optional(body) if end else body
 
-    r = go(list(dict.fromkeys(words)))
-    return r if r else "(?:)"
+    return go(list(dict.fromkeys(words)))
 
 
 def _digit_class(lo: int, hi: int) -> str:

@@ -775,7 +775,10 @@ class ExprSet(_Analysis):
     def build(self, term: Term) -> int:
         """The expression of a regex term (`regex.term`): built from its parts, with
         no text to parse but the front end's own `src` leaves."""
-        return _build_term(self, term)
+        r = self._built.get(term)
+        if r is None:
+            r = self._built[term] = _build_term(self, term)
+        return r
 
     # Printing --------------------------------------------------------------------------
     def to_str(self, expr: int, max_chars: int = 2000) -> str:

@@ -61,6 +61,9 @@ class _Store:
         # of the vocabulary holds, or None: see `RepeatBounds`.
         self._most_repeats: dict[tuple, int | None] = {}
         self._parsed: dict[tuple, int] = {}
+        # Whole regex terms built by `build`, as `_parsed` keeps texts: the same schema
+        # compiled again (or its enum in another schema) builds its lexemes at a lookup.
+        self._built: dict[tuple, int] = {}
         # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
         self._groups: dict[tuple, int] = {}
         self._literals: dict[bytes, int] = {}
