@@ -34,41 +34,54 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
     their types), which is most of the cost of packing."""
     dtypes = tuple(dtypes)
     readers = _readers.get(dtypes)
+    fields = []
+    append = fields.append
     if validate or readers is None:
         expected = _dtype_objects.get(dtypes)
         if expected is None:
             expected = _dtype_objects[dtypes] = tuple(np.dtype(d) for d in dtypes)
-        ndims = []
-        for i, (a, dtype) in enumerate(zip(arrays, expected, strict=False)):
-            # Each new grammar's arrays are checked here, in its time to first mask: an
-            # identity test of interned dtypes and one flags word per array.
-            ndim = a.ndim
-            if (
-                (a.dtype is not dtype and a.dtype != dtype)
-                or a.flags.num & _CONTIGUOUS_WRITEABLE != _CONTIGUOUS_WRITEABLE
-                or ndim > 2
-            ):
-                flags = a.flags
-                raise ValueError(
-                    f"array {i}: {a.dtype}, {ndim}-D, contiguous {flags.c_contiguous}, "
-                    f"writeable {flags.writeable}; expected a writeable contiguous {dtype} array"
-                )
-            ndims.append(ndim)
-        # Readers by each array's own kind: its dimensions too, which the dtypes leave open.
-        kinds = (dtypes, tuple(ndims))
+        kinds = (dtypes, tuple(a.ndim for a in arrays))
         readers = _readers_of_kinds.get(kinds)
         if readers is None:
+            _check(arrays, expected)
             readers = _readers_of_kinds[kinds] = [_address_reader(a) for a in arrays]
         _readers[dtypes] = readers
+        # One pass that checks each array and reads it: each new grammar's arrays come
+        # here, in its time to first mask.
+        for a, dtype, read in zip(arrays, expected, readers, strict=True):
+            if (a.dtype is not dtype and a.dtype != dtype) or a.flags.num & _CONTIGUOUS_WRITEABLE != (
+                _CONTIGUOUS_WRITEABLE
+            ):
+                _check(arrays, expected)
+            shape = a.shape
+            append(read(a))
+            append(shape[0])
+            append(shape[1] if len(shape) == 2 else 1)
+        return np.array(fields, dtype=np.int64)
     # numpy's own ways to an address (__array_interface__, .ctypes) cost 2.4 to 3.2 µs
     # an array; a compiled reader called without its dispatcher costs about 0.2.
-    fields = []
     for a, read in zip(arrays, readers, strict=False):
         shape = a.shape
-        fields.append(read(a))
-        fields.append(shape[0])
-        fields.append(shape[1] if len(shape) == 2 else 1)
+        append(read(a))
+        append(shape[0])
+        append(shape[1] if len(shape) == 2 else 1)
     return np.array(fields, dtype=np.int64)
+
+
+def _check(arrays, expected) -> None:
+    """Raises the ValueError that names the first array `pack` cannot take."""
+    for i, (a, dtype) in enumerate(zip(arrays, expected, strict=False)):
+        ndim = a.ndim
+        if (
+            (a.dtype is not dtype and a.dtype != dtype)
+            or a.flags.num & _CONTIGUOUS_WRITEABLE != _CONTIGUOUS_WRITEABLE
+            or ndim > 2
+        ):
+            flags = a.flags
+            raise ValueError(
+                f"array {i}: {a.dtype}, {ndim}-D, contiguous {flags.c_contiguous}, "
+                f"writeable {flags.writeable}; expected a writeable contiguous {dtype} array"
+            )
 
 
 def repoint(packed: np.ndarray, index: int, a: np.ndarray, dtypes) -> None:

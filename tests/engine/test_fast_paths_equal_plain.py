@@ -302,6 +302,12 @@ def test_packed_views_read_and_write_the_packed_arrays():
         pack((ints, table.astype(np.int32), flags), dtypes)
     with pytest.raises(ValueError, match="array 0"):
         pack((ints[::2], table, flags), dtypes)  # not contiguous
+    frozen = flags.copy()
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="array 2: bool, 1-D, contiguous True, writeable False"):
+        pack((ints, table, frozen), dtypes)
+    with pytest.raises(ValueError, match="array 1: int64, 3-D"):
+        pack((ints, table.reshape(2, 2, 3), flags), dtypes)
 
 
 def test_a_group_unpacks_the_same_from_a_tuple_and_packed():
