@@ -34,7 +34,7 @@ def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
     their types), which is most of the cost of packing."""
     dtypes = tuple(dtypes)
     readers = _readers.get(dtypes)
-    fields = []
+    fields: list[int] = []
     append = fields.append
     if validate or readers is None:
         expected = _dtype_objects.get(dtypes)

@@ -923,7 +923,9 @@ class MaskWalker:
         # the same tuple again (the matcher does) without the key's arithmetic.
         self.last_mask: tuple[int, np.ndarray, tuple] | None = None
         self._tokens_part_fn = tokens_part_within_jit if use_jit else tokens_part_within_py
-        self._tokens_part = None  # compiled for the argument types at the first call
+        # (compiled scan, token heads, their lengths), made at the first call: the scan is
+        # compiled for the argument types it meets then.
+        self._tokens_part: tuple | None = None
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
         self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
         self.limits_items = rec.limits.max_items_per_row

@@ -586,11 +586,14 @@ class _Generator:
         group_chars: list[charset.CharSet | None] = []
         for pats, _ in groups:
             translated = [t for t in map(pattern_to_regex, pats) if t.expr is not None]
-            langs = [t.expr for t in translated]
+            langs: list[T.Term] = [t.expr for t in translated if t.expr is not None]
             group_langs.append(quoted(T.alt(*langs)) if langs else None)
             group_bodies.append(T.alt(*langs) if langs else None)
             sets = [t.char_set for t in translated]
-            group_chars.append(charset.normalize([r for c in sets for r in c]) if sets and None not in sets else None)
+            known = [c for c in sets if c is not None]
+            group_chars.append(
+                charset.normalize([r for c in known for r in c]) if known and len(known) == len(sets) else None
+            )
         members = []
         for mask in range(1 << len(groups)):
             inside = [i for i in range(len(groups)) if mask >> i & 1]
