@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import threading
 from pathlib import Path
 
 import httpx
@@ -72,6 +73,18 @@ async def test_two_clients_at_once_get_what_each_gets_alone(lean):
     assert all(alone)
     lean.reset()
     app, service = await serve(lean, 30.0)  # a step waits for the other's: all batched
+    # Both completions reach the engine before either takes it: on a loaded machine the
+    # first could otherwise finish its eight tokens alone before the second request is
+    # read, and nothing would be batched. The wait is on the job threads, not the loop.
+    batcher = service.worker.engine.batcher
+    together_at_the_door = threading.Barrier(len(DOCS), timeout=120)
+    arrive = batcher.arrive
+
+    def arrive_together() -> None:
+        arrive()
+        together_at_the_door.wait()
+
+    batcher.arrive = arrive_together
     try:
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t") as http:
             together = await asyncio.gather(*(ask(http, doc) for doc in DOCS))
