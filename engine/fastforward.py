@@ -213,12 +213,7 @@ def no_forced_tokens(rec: Recognizer, state: tuple[int, int], walker: MaskWalker
     bytes. Then at most HEAL_TOKENS bytes are forced, and both tokens spell all of them
     and more, so token healing takes every forced byte back: after a key's closing
     quote, `":` spans it. False means "not known"."""
-    if walker is not None and walker.tokens_part_within(state, HEAL_TOKENS + 1):
-        return True
-    if surely_unforced(rec, state):
-        return True
-    got = rec.caches.forced_bytes.get((state, MAX_FORCED_BYTES))
-    return got is not None and not got[0]
+    return (walker is not None and walker.tokens_part_within(state, HEAL_TOKENS + 1)) or nothing_forced(rec, state)
 
 
 def forced_bytes_by_rows(rec: Recognizer, state: tuple[int, int], limit: int = MAX_FORCED_BYTES) -> bytes:

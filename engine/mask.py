@@ -1195,9 +1195,9 @@ class MaskWalker:
 
     def tokens_part_within(self, state, depth: int) -> bool:
         """True when the mask last asked for is `state`'s and two of its tokens differ at
-        one of their first `depth` bytes (at most HEAD_BYTES are looked at). Every allowed token goes
-        on through the forced bytes, so then fewer than `depth` bytes are forced, and a
-        token spans them and more. False means "not known"."""
+        one of their first `depth` bytes (at most HEAD_BYTES are looked at). Every
+        allowed token goes on through the forced bytes, so then fewer than `depth` bytes
+        are forced, and a token spans them and more. False means "not known"."""
         last = self.last_mask
         if last is None or (last[2] is not state and last[0] != self._state_key(state)):
             return False

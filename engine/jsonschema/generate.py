@@ -585,11 +585,14 @@ class _Generator:
         # `_Pattern.char_set`), or None.
         group_chars: list[charset.CharSet | None] = []
         for pats, _ in groups:
-            translated = [t for t in map(pattern_to_regex, pats) if t.expr is not None]
-            langs: list[T.Term] = [t.expr for t in translated if t.expr is not None]
+            langs: list[T.Term] = []
+            sets = []
+            for translated in map(pattern_to_regex, pats):
+                if translated.expr is not None:
+                    langs.append(translated.expr)
+                    sets.append(translated.char_set)
             group_langs.append(quoted(T.alt(*langs)) if langs else None)
             group_bodies.append(T.alt(*langs) if langs else None)
-            sets = [t.char_set for t in translated]
             known = [c for c in sets if c is not None]
             group_chars.append(
                 charset.normalize([r for c in known for r in c]) if known and len(known) == len(sets) else None

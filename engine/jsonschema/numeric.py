@@ -97,7 +97,8 @@ def _literal_regex(words: list[str]) -> str | None:
 
 def _literal_term(words: tuple[str, ...]) -> T.Term:
     """`_literal_regex` as a regex term (`words` not empty); the same words give the
-    same term object, whose rendering and expression are then looked up."""
+    same term, walked once (a family of schemas shares an enum), whose expression
+    `ExprSet.build` then looks up."""
     term = _literal_terms.get(words)
     if term is None:
         if len(_literal_terms) > 64:

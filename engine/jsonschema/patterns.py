@@ -368,6 +368,8 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
     json_alts = []
     py_alts = []
     extended = False
+    # The union of the branches' `_one_character_of` sets: empty until a branch is read,
+    # None once one branch is of another shape.
     char_set: charset.CharSet | None = ()
     fewest: int | None = None
     for start, end, looks, body in branches:
