@@ -14,59 +14,71 @@ again when one is replaced (grown), for as long as the packed array is used.
 from __future__ import annotations
 
 import operator
+from collections.abc import Sequence
 
 import numpy as np
-from numba import njit, types
+from numba import literal_unroll, njit, types
 from numba.core import cgutils
 from numba.core.imputils import impl_ret_borrowed
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 from numba.np.numpy_support import from_dtype as numba_from_dtype
 
 # Per array: address, rows, columns (1 for 1-D arrays).
 FIELDS = 3
 
 
-def pack(arrays, dtypes, validate: bool = True) -> np.ndarray:
-    """The addresses and shapes of `arrays`, FIELDS int64 per array. Each must be
-    C-contiguous, writeable and of the dtype given for its place (the compiled reader
-    assumes those); a ValueError says which is not. `validate=False` skips the checks
-    for arrays that replace ones already packed with these `dtypes` (grown copies keep
-    their types), which is most of the cost of packing."""
+def pack(arrays, dtypes, validate: bool = True, trailing: Sequence[int] = ()) -> np.ndarray:
+    """The addresses and shapes of `arrays`, FIELDS int64 per array, then the integers
+    `trailing` (a group's scalars). Each array must be C-contiguous, writeable, at most
+    2-D and of the dtype given for its place (the compiled reader assumes those); a
+    ValueError says which is not. `validate` is kept for callers that replace arrays
+    packed before: every group is checked, since the check costs nothing beside the
+    packing."""
+    arrays = tuple(arrays)
     dtypes = tuple(dtypes)
-    readers = _readers.get(dtypes)
-    expected = None
-    if validate or readers is None:
-        expected = _dtype_objects.get(dtypes)
-        if expected is None:
-            expected = _dtype_objects[dtypes] = tuple(np.dtype(d) for d in dtypes)
-        kinds = (dtypes, tuple(a.ndim for a in arrays))
-        readers = _readers_of_kinds.get(kinds)
-        if readers is None:
-            _check(arrays, expected)
-            readers = _readers_of_kinds[kinds] = [_address_reader(a) for a in arrays]
-        _readers[dtypes] = readers
-    # One pass that checks each array (each new grammar's arrays come here, in its time to
-    # first mask) and reads it. numpy's own ways to an address (__array_interface__,
-    # .ctypes) cost 2.4 to 3.2 µs an array; a compiled reader called without its
-    # dispatcher costs about 0.2.
+    expected = _expected_codes.get(dtypes)
+    if expected is None:
+        expected = _expected_codes[dtypes] = np.array([_code_of_dtype(d) for d in dtypes], dtype=np.int64).tobytes()
+    if _pack_into is None or not arrays:  # NUMBA_DISABLE_JIT: the plain way
+        return np.concatenate([_pack_plain(arrays, dtypes), np.array(trailing, dtype=np.int64)])
+    n = FIELDS * len(arrays)
+    out = np.empty(n + len(trailing), dtype=np.int64)
+    if trailing:
+        out[n:] = trailing
+    codes = np.empty(len(arrays), dtype=np.int64)
+    try:
+        # One compiled pass over the group (numba types the tuple, and compiles a pass,
+        # once per kind of group): each new grammar packs dozens of arrays in its time
+        # to first mask, where a loop here was a large part of the first mask. The pass
+        # also writes each array's type code, which the check below compares.
+        _pack_into(arrays, out, codes)
+    except Exception:  # numba could not type a member (not an array): say which
+        _check(arrays, tuple(np.dtype(d) for d in dtypes))
+        raise
+    if codes.tobytes() != expected:
+        _check(arrays, tuple(np.dtype(d) for d in dtypes))
+        raise ValueError(f"arrays {arrays!r:.200} do not match the dtypes {dtypes}")
+    return out
+
+
+def _pack_plain(arrays: tuple, dtypes: tuple) -> np.ndarray:
+    expected = tuple(np.dtype(d) for d in dtypes)
+    if len(arrays) != len(expected):
+        raise ValueError(f"{len(arrays)} arrays for {len(expected)} dtypes")
+    _check(arrays, expected)
     fields: list[int] = []
-    append = fields.append
-    for i, (a, read) in enumerate(zip(arrays, readers, strict=expected is not None)):
-        if expected is not None and (
-            (a.dtype is not expected[i] and a.dtype != expected[i])
-            or a.flags.num & _CONTIGUOUS_WRITEABLE != _CONTIGUOUS_WRITEABLE
-        ):
-            _check(arrays, expected)
-        shape = a.shape
-        append(read(a))
-        append(shape[0])
-        append(shape[1] if len(shape) == 2 else 1)
+    for a in arrays:
+        fields += [a.ctypes.data, a.shape[0], a.shape[1] if a.ndim == 2 else 1]
     return np.array(fields, dtype=np.int64)
 
 
 def _check(arrays, expected) -> None:
     """Raises the ValueError that names the first array `pack` cannot take."""
+    if len(arrays) != len(expected):
+        raise ValueError(f"{len(arrays)} arrays for {len(expected)} dtypes")
     for i, (a, dtype) in enumerate(zip(arrays, expected, strict=False)):
+        if not isinstance(a, np.ndarray):
+            raise ValueError(f"array {i}: a {type(a).__name__}, not an array")
         ndim = a.ndim
         if (
             (a.dtype is not dtype and a.dtype != dtype)
@@ -83,26 +95,75 @@ def _check(arrays, expected) -> None:
 def repoint(packed: np.ndarray, index: int, a: np.ndarray, dtypes) -> None:
     """Entry `index` of a group packed with `dtypes` rewritten for array `a`, which
     replaces the array packed there (a grown copy: the same kind, checked by dtype)."""
-    dtypes = tuple(dtypes)
-    expected = _dtype_objects[dtypes][index]
-    if a.dtype is not expected and a.dtype != expected:
+    expected = np.dtype(tuple(dtypes)[index])
+    if (
+        (a.dtype is not expected and a.dtype != expected)
+        or a.flags.num & _CONTIGUOUS_WRITEABLE != _CONTIGUOUS_WRITEABLE
+        or a.ndim > 2
+    ):
         raise ValueError(f"array {index}: {a.dtype} replaces a {expected} array")
     shape = a.shape
     at = index * FIELDS
-    packed[at] = _readers[dtypes][index](a)
+    packed[at] = _address_reader(a)(a)
     packed[at + 1] = shape[0]
     packed[at + 2] = shape[1] if len(shape) == 2 else 1
 
 
-# dtypes of a group -> one address reader per place, found without typing the arrays.
-_readers: dict[tuple, list] = {}
-# (dtypes, dimensions) of a group -> its readers, so that checking a new group's arrays
-# does not look up a reader for each.
-_readers_of_kinds: dict[tuple, list] = {}
 # numpy's flag bits (ndarray.flags.num) that pack requires.
 _CONTIGUOUS_WRITEABLE = 0x0001 | 0x0400  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_WRITEABLE
-_dtype_objects: dict[tuple, tuple] = {}
 _reader_by_type: dict[tuple, object] = {}
+# dtypes of a group -> the type codes its arrays must have, as bytes.
+_expected_codes: dict[tuple, bytes] = {}
+# Type codes (`_type_code`) by numba's name of a dtype; 0 is "not an array pack takes".
+_CODE_BY_DTYPE_NAME = {"int64": 1, "int32": 2, "bool": 3, "uint8": 4, "float32": 5, "float64": 6, "int8": 7}
+
+
+def _code_of_dtype(dtype) -> int:
+    name = str(numba_from_dtype(np.dtype(dtype)))
+    code = _CODE_BY_DTYPE_NAME.get(name)
+    if code is None:
+        raise ValueError(f"pack takes no {name} arrays")
+    return code
+
+
+def _type_code(a):
+    """The type code of array `a`: compiled code only (see the overload below)."""
+    raise NotImplementedError
+
+
+@overload(_type_code)
+def _type_code_typed(a):
+    # Decided from the type numba gave the array, at compile time: the dtype's code
+    # where the array is one the views may read (C-contiguous, writeable, 1-D or 2-D).
+    code = 0
+    if isinstance(a, types.Array) and a.layout == "C" and a.mutable and a.ndim in (1, 2):
+        code = _CODE_BY_DTYPE_NAME.get(str(a.dtype), 0)
+    return lambda a: code
+
+
+def _columns(a):
+    raise NotImplementedError
+
+
+@overload(_columns)
+def _columns_typed(a):
+    if a.ndim == 2:
+        return lambda a: a.shape[1]
+    return lambda a: 1
+
+
+@njit(cache=True)
+def _pack_into_py(arrays, out, codes):
+    k = 0
+    for a in literal_unroll(arrays):
+        out[3 * k] = a.ctypes.data
+        out[3 * k + 1] = a.shape[0]
+        out[3 * k + 2] = _columns(a)
+        codes[k] = _type_code(a)
+        k += 1
+
+
+_pack_into = _pack_into_py if hasattr(_pack_into_py, "compile") else None
 
 
 @njit(cache=True)

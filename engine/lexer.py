@@ -187,46 +187,74 @@ class DerivativeRows:
         got = self._rows.get(expr)
         if got is not None:
             return got
-        got, tail = self._make_row(expr)
-        while tail and tail not in self._rows:
-            tail = self._make_row(tail)[1]
-        return got
+        if self.exprs.byte_head(expr) is not None:
+            return self._make_chain(expr)
+        return self._make_row(expr)
 
-    def _make_row(self, expr: int) -> tuple[tuple[int, bytes], int]:
-        """The row of `expr`, and the byte-headed tail that follows it (0: none)."""
-        next_tail = 0
+    def _make_chain(self, expr: int) -> tuple[int, bytes]:
+        """The rows of a byte-headed expression and of its byte-headed tails, down to
+        the first tail that has a row or no byte head, made together: `_make_row`'s rows
+        (two classes, complete at once), with one growth check and one pool write for
+        the chain. A new schema's keys make thousands of such rows in its first masks."""
+        exprs = self.exprs
+        byte_head, is_empty, nullable = exprs.byte_head, exprs.is_empty, exprs.nullable
+        rows = self._rows
+        classes_of = self._classes_of
+        links: list[tuple[int, int, bytes]] = []
+        values: list[int] = []
+        e = expr
+        head = byte_head(e)
+        while head is not None:
+            at, classes, _ = classes_of(head[0], None)
+            tail = 0 if is_empty(head[1]) else head[1]
+            links.append((e, at, classes))
+            values += (0, 2 * tail + nullable(tail))
+            if not tail or tail in rows:
+                break
+            e = tail
+            head = byte_head(e)
+        top = max(link[0] for link in links)
+        if top >= self.base.shape[0]:
+            size = max(2 * self.base.shape[0], top + 1)
+            self.base = grown(self.base, size, -1)
+            self.cmap_of = grown(self.cmap_of, size, 0)
+            self.generation += 1
+        base = self.pool_used
+        end = base + len(values)
+        if end > self.pool.shape[0]:
+            self.pool = grown(self.pool, max(2 * self.pool.shape[0], end), 0)
+            self.generation += 1
+        self.pool[base:end] = values
+        self.pool_used = end
+        cmap_of, bases = self.cmap_of, self.base
+        for k, (e, at, classes) in enumerate(links):
+            cmap_of[e] = at
+            bases[e] = base + 2 * k
+            rows[e] = (base + 2 * k, classes)
+        return rows[expr]
+
+    def _make_row(self, expr: int) -> tuple[int, bytes]:
+        """The row of `expr`, an expression without a byte head (see `_make_chain`)."""
         if expr >= self.base.shape[0]:
             size = max(2 * self.base.shape[0], expr + 1)
             self.base = grown(self.base, size, -1)
             self.cmap_of = grown(self.cmap_of, size, 0)
             self.generation += 1
         exprs = self.exprs
-        head = exprs.byte_head(expr)
-        if head is not None:
-            # A byte set and a tail (keys, literals, keywords: most pairs of wide states):
-            # two classes, and the row is complete at once without a class map or a
-            # derivative: the set leads to the tail, other bytes to NOTHING.
-            byte_set, tail = head
-            at, classes, _ = self._classes_of(byte_set, None)
-            live_tail = 0 if exprs.is_empty(tail) else tail
-            values = [0, 2 * live_tail + exprs.nullable(live_tail)]
-            if exprs.byte_head(live_tail) is not None:
-                next_tail = live_tail
-        else:
-            cm = exprs.byte_classes(expr)
-            at, classes, reps = self._classes_of(cm, cm)
-            first = exprs.first_bytes(expr)
-            # A class outside the first bytes is surely NOTHING (encoded 0); others unknown.
-            values = [-((first >> rep) & 1) for rep in reps]
-            shadow = exprs.shadow(expr)
-            if shadow is not None and shadow[1] in self._rows:
-                # Outside the guard the derivatives are the shadow's: a new key state takes
-                # the string state's published entries instead of waiting for its own.
-                guard, (shadow_base, shadow_classes) = shadow[0], self._rows[shadow[1]]
-                pool = self.pool
-                for k, rep in enumerate(reps):
-                    if values[k] and not (guard >> rep) & 1:
-                        values[k] = int(pool[shadow_base + shadow_classes[rep]])
+        cm = exprs.byte_classes(expr)
+        at, classes, reps = self._classes_of(cm, cm)
+        first = exprs.first_bytes(expr)
+        # A class outside the first bytes is surely NOTHING (encoded 0); others unknown.
+        values = [-((first >> rep) & 1) for rep in reps]
+        shadow = exprs.shadow(expr)
+        if shadow is not None and shadow[1] in self._rows:
+            # Outside the guard the derivatives are the shadow's: a new key state takes
+            # the string state's published entries instead of waiting for its own.
+            guard, (shadow_base, shadow_classes) = shadow[0], self._rows[shadow[1]]
+            pool = self.pool
+            for k, rep in enumerate(reps):
+                if values[k] and not (guard >> rep) & 1:
+                    values[k] = int(pool[shadow_base + shadow_classes[rep]])
         base = self.pool_used
         if base + len(values) > self.pool.shape[0]:
             self.pool = grown(self.pool, max(2 * self.pool.shape[0], base + len(values)), 0)
@@ -236,7 +264,7 @@ class DerivativeRows:
         self.cmap_of[expr] = at
         self.base[expr] = base
         got = self._rows[expr] = (base, classes)
-        return got, next_tail
+        return got
 
     def _classes_of(self, key, cm: bytes | None):
         """(row of cmaps, class index per byte, smallest byte per class) for a class map

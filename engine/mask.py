@@ -645,8 +645,9 @@ def _repack(cached: tuple | None, values: tuple, scalars: tuple[int, ...], dtype
         for k, i in enumerate(scalars):
             packed[at + k] = values[i]
         return values, packed
-    tail = np.array([values[i] for i in scalars], dtype=np.int64)
-    return values, np.concatenate([pack(_without(values, scalars), dtypes), tail])
+    if not scalars:
+        return values, pack(values, dtypes)
+    return values, pack(_without(values, scalars), dtypes, trailing=[values[i] for i in scalars])
 
 
 # Packed trie arrays by id(trie), with weak references to the arrays they were packed

@@ -308,6 +308,12 @@ def test_packed_views_read_and_write_the_packed_arrays():
         pack((ints, table, frozen), dtypes)
     with pytest.raises(ValueError, match="array 1: int64, 3-D"):
         pack((ints, table.reshape(2, 2, 3), flags), dtypes)
+    with pytest.raises(ValueError, match="array 1: a list, not an array"):
+        pack((ints, [1, 2], flags), dtypes)
+    with pytest.raises(ValueError, match="2 arrays for 3 dtypes"):
+        pack((ints, table), dtypes)
+    # Scalars ride after the arrays' fields.
+    assert pack((ints, table, flags), dtypes, trailing=(7, -1)).tolist()[-2:] == [7, -1]
 
 
 def test_a_group_unpacks_the_same_from_a_tuple_and_packed():
