@@ -40,7 +40,6 @@ def lexeme_of(symbol: int) -> int:
     return ~symbol
 
 
-@dataclass(frozen=True)
 class Lexeme:
     """A terminal of the grammar.
 
@@ -50,17 +49,90 @@ class Lexeme:
     `expr`, when set, is the lexeme itself as a regex term (`regex.term`): a front end
     that parsed its patterns already builds the expression from the parse, and `regex`
     is then only its rendering, for reading.
+
+    Immutable. `name` and `regex` may be given as None where `literal` or `expr` says
+    it all; they are then spelled out when first read: a schema makes thousands of
+    keys, and nothing on the way to its first mask reads their names or regexes.
     """
 
-    name: str
-    regex: str
-    literal: bytes | None = None
-    flags: str = ""
-    expr: Term | None = None
+    __slots__ = ("_name", "_regex", "literal", "flags", "expr", "role")
+    _name: str | None
+    _regex: str | None
+    literal: bytes | None
+    flags: str
+    expr: Term | None
     # Set on the lexemes of unique-member objects (GrammarBuilder.object_open and the
     # three after it): ("open",), ("close", required keys), ("more", keys) or ("key",
     # key text).
-    role: tuple | None = None
+    role: tuple | None
+
+    def __init__(
+        self,
+        name: str | None,
+        regex: str | None,
+        literal: bytes | None = None,
+        flags: str = "",
+        expr: Term | None = None,
+        role: tuple | None = None,
+    ):
+        if regex is None and literal is None and expr is None:
+            raise ValueError("a lexeme needs a regex, a literal or a regex term")
+        if name is None and literal is None:
+            raise ValueError("a lexeme without a literal needs a name")
+        setter = object.__setattr__
+        setter(self, "_name", name)
+        setter(self, "_regex", regex)
+        setter(self, "literal", literal)
+        setter(self, "flags", flags)
+        setter(self, "expr", expr)
+        setter(self, "role", role)
+
+    @property
+    def name(self) -> str:
+        name = self._name
+        if name is None:
+            assert self.literal is not None  # checked when made
+            name = _literal_name(self.literal)
+            object.__setattr__(self, "_name", name)
+        return name
+
+    @property
+    def regex(self) -> str:
+        regex = self._regex
+        if regex is None:
+            regex = render(self.expr) if self.expr is not None else regex_escape_bytes(self.literal or b"")
+            object.__setattr__(self, "_regex", regex)
+        return regex
+
+    def _fields(self) -> tuple:
+        return (self.name, self.regex, self.literal, self.flags, self.expr, self.role)
+
+    def __setattr__(self, attr: str, value) -> None:
+        raise AttributeError(f"a Lexeme is immutable: cannot set {attr}")
+
+    def __delattr__(self, attr: str) -> None:
+        raise AttributeError(f"a Lexeme is immutable: cannot delete {attr}")
+
+    def __eq__(self, other) -> bool:
+        if other.__class__ is not Lexeme:
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        name, regex, literal, flags, expr, role = self._fields()
+        return f"Lexeme(name={name!r}, regex={regex!r}, literal={literal!r}, flags={flags!r}, expr={expr!r}, role={role!r})"
+
+    def __reduce__(self):
+        return (Lexeme, (self._name, self._regex, self.literal, self.flags, self.expr, self.role))
+
+    def content(self) -> tuple:
+        """What the lexeme matches, and its role, as a tuple for grammar keys: without
+        the name, and without the regex where the literal or the term gives it."""
+        regex = self._regex if self.expr is None and self.literal is None else None
+        return (regex, self.literal, self.flags, self.expr, self.role)
 
 
 class Rule(NamedTuple):
@@ -142,7 +214,7 @@ class Grammar:
         # bytes whatever objects it shares. The format may change between Python
         # versions, which would only matter to caches on disk (grammars have none).
         content = (
-            [(lx.regex, lx.literal, lx.flags, lx.expr, lx.role) for lx in self.lexemes],
+            [lx.content() for lx in self.lexemes],
             [(r.lhs, r.rhs) for r in self.rules],
             self.start,
             list(self.ignore),
@@ -153,7 +225,7 @@ class Grammar:
     @cached_property
     def _content_key(self) -> tuple:
         return (
-            tuple([(lx.regex, lx.literal, lx.flags, lx.expr, lx.role) for lx in self.lexemes]),
+            tuple([lx.content() for lx in self.lexemes]),
             tuple(self.rules),
             self.start,
             tuple(self.ignore),
@@ -206,7 +278,7 @@ class GrammarBuilder:
         idx = self._lexeme_index.get(key)
         if idx is None:
             idx = len(self.lexemes)
-            self.lexemes.append(Lexeme(name, render(expr), None, "", expr))
+            self.lexemes.append(Lexeme(name, None, None, "", expr))
             self._lexeme_index[key] = idx
         return lexeme_symbol(idx)
 
@@ -259,7 +331,7 @@ class GrammarBuilder:
         if idx is None:
             raw = text.encode("utf-8")
             idx = len(self.lexemes)
-            self.lexemes.append(Lexeme(_literal_name(raw), regex_escape_bytes(raw), raw, "", None, role))
+            self.lexemes.append(Lexeme(None, None, raw, "", None, role))
             self._lexeme_index[key] = idx
         return lexeme_symbol(idx)
 

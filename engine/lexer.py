@@ -504,7 +504,8 @@ class Lexer:
         self.limits = limits
         self.exprs = exprs if exprs is not None else ExprSet.shared(limits)
         self.num_lexemes = len(grammar.lexemes)
-        self.lexeme_names = [lx.name for lx in grammar.lexemes]
+        self._lexemes = grammar.lexemes
+        self._lexeme_names: list[str] | None = None
         self.lexeme_expr: list[int] = []
         from .limits import GrammarError
 
@@ -588,6 +589,14 @@ class Lexer:
         self._steady: tuple | None = None
         self._intern(())  # DEAD == 0
         self.table[DEAD, :] = DEAD
+
+    @property
+    def lexeme_names(self) -> list[str]:
+        """Each lexeme's name, by index: for messages, made when first asked (a key's
+        name is spelled from its literal only then)."""
+        if self._lexeme_names is None:
+            self._lexeme_names = [lx.name for lx in self._lexemes]
+        return self._lexeme_names
 
     @property
     def states(self) -> list[tuple[tuple[int, int], ...]]:

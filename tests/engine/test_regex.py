@@ -968,6 +968,9 @@ def test_literal_builds_the_nodes_concatenation_builds(words):
         assert concat_first.literal(data) == by_concat
         assert literal_first.to_str(by_literal) == concat_first.to_str(by_concat)
         assert LazyDFA(literal_first, by_literal).matches(data)
+        # Links made in a batch carry what _new would have given each.
+        for attr in ("_min_len", "_height", "_max_count", "_nullable", "_has_bool"):
+            assert getattr(literal_first, attr)[by_literal] == getattr(concat_first, attr)[by_concat], attr
     assert len(literal_first) == len(concat_first)
 
 
