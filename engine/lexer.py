@@ -360,6 +360,9 @@ def intern_pairs_py(n, h, accepts_lexeme, accepts_ignore, accept, table_rows, st
 START_EMPTY = -1  # a lexeme that matches nothing: left out of start states
 START_NULLABLE = -2  # matches the empty string: a start state holding it accepts it (Python)
 START_UNDECIDED = -3  # emptiness not decided yet (a regex with & or ~): Python decides it in initial_state
+# The derivative states a lexer's start may explore to decide a lexeme's emptiness up
+# front (Lexer._start_codes); past them the lexer decides it when first needed.
+EAGER_EMPTINESS_STATES = 64
 
 
 def start_state_py(allowed, n_allowed, with_ignore, accept, table_rows, step_arrays):
@@ -643,10 +646,21 @@ class Lexer:
         codes = codes + [START_EMPTY, 0]
         for i in regex_lexemes:
             e = self.lexeme_expr[i]
-            # With & or ~ (keys other than the listed ones) emptiness may take a search:
-            # left undecided for initial_state, when a row first expects the lexeme.
             if exprs.emptiness_is_trivial(e):
                 codes[i] = self._start_code(e, e == ExprSet.NOTHING)
+                continue
+            # With & or ~ (keys other than the listed ones) emptiness may take a search.
+            # A short one nearly always settles it, and then the compiled walk makes the
+            # start states that hold the lexeme: an undecided one sends each such state,
+            # and the whole parser step that wanted it, to Python. Past the short search
+            # it is left to initial_state, when a row first expects the lexeme.
+            try:
+                empty = exprs.is_empty(e, bound=EAGER_EMPTINESS_STATES)
+            except LimitExceeded as err:
+                if err.limit != "max_lexer_states":
+                    raise
+                continue
+            codes[i] = self._start_code(e, empty)
         if self.has_ignore:
             codes[self.num_lexemes] = self.ignore_expr
             codes[self.num_lexemes + 1] = int(exprs.nullable(self.ignore_expr))
