@@ -104,14 +104,16 @@ def repoint(packed: np.ndarray, index: int, a: np.ndarray, dtypes) -> None:
         raise ValueError(f"array {index}: {a.dtype} replaces a {expected} array")
     shape = a.shape
     at = index * FIELDS
-    packed[at] = _address_reader(a)(a)
+    # numpy's own address: slower than a compiled reader, but repointing is rare (a grown
+    # table), and a reader compiled for each kind of array would be loaded inside the
+    # mask that first grows one.
+    packed[at] = a.ctypes.data
     packed[at + 1] = shape[0]
     packed[at + 2] = shape[1] if len(shape) == 2 else 1
 
 
 # numpy's flag bits (ndarray.flags.num) that pack requires.
 _CONTIGUOUS_WRITEABLE = 0x0001 | 0x0400  # NPY_ARRAY_C_CONTIGUOUS | NPY_ARRAY_WRITEABLE
-_reader_by_type: dict[tuple, object] = {}
 # dtypes of a group -> the type codes its arrays must have, as bytes.
 _expected_codes: dict[tuple, bytes] = {}
 # Type codes (`_type_code`) by numba's name of a dtype; 0 is "not an array pack takes".
@@ -164,25 +166,6 @@ def _pack_into_py(arrays, out, codes):
 
 
 _pack_into = _pack_into_py if hasattr(_pack_into_py, "compile") else None
-
-
-@njit(cache=True)
-def _address_of(a):
-    return a.ctypes.data
-
-
-def _address_reader(a: np.ndarray):
-    key = (a.dtype.char, a.ndim)
-    reader = _reader_by_type.get(key)
-    if reader is None:
-        import numba
-
-        if hasattr(_address_of, "compile"):
-            reader = _address_of.compile((numba.typeof(a),))
-        else:  # NUMBA_DISABLE_JIT: the plain function
-            reader = _address_of
-        _reader_by_type[key] = reader
-    return reader
 
 
 def _make_view(context, builder, arrty, dtype, address, shape):

@@ -20,12 +20,34 @@ from .peers import TokenizerSpec
 # Names the reference tokenizer can be found under without midword's tokenizer module.
 _LLAMA3_ALIASES = {"llama3", "llama-3", "llama3.1", "llama3.2", "llama-3.2", "meta-llama3"}
 
+# The shapes MaskBench schemas are made of, so that the compiled code each takes is
+# loaded before timing: a key forced whole (fast-forward's token healing), an enum, an
+# array, numbers, a boolean and an unconstrained value.
 _WARMUP_SCHEMA = {
     "type": "object",
-    "properties": {"name": {"type": "string"}, "n": {"type": "integer"}},
+    "properties": {
+        "name": {"type": "string"},
+        "n": {"type": "integer"},
+        "meta": {
+            "type": "object",
+            "properties": {"version": {"type": "number"}},
+            "required": ["version"],
+            "additionalProperties": False,
+        },
+        "tags": {"type": "array", "items": {"enum": ["a", "b"]}},
+        "ok": {"type": "boolean"},
+        "any": {},
+    },
     "required": ["name"],
 }
-_WARMUP_DATA = {"name": "warm up", "n": 12}
+_WARMUP_DATA = {
+    "name": "warm up",
+    "n": 12,
+    "meta": {"version": 2.5},
+    "tags": ["a", "b"],
+    "ok": True,
+    "any": {"k": [1, None]},
+}
 
 
 class BenchInputError(ValueError):
