@@ -363,6 +363,8 @@ START_UNDECIDED = -3  # emptiness not decided yet (a regex with & or ~): Python 
 # The derivative states a lexer's start may explore to decide a lexeme's emptiness up
 # front (Lexer._start_codes); past them the lexer decides it when first needed.
 EAGER_EMPTINESS_STATES = 64
+# ... and the largest repeat count it may hold (see `ExprSet.has_count_above`).
+EAGER_EMPTINESS_COUNT = 8
 
 
 def start_state_py(allowed, n_allowed, with_ignore, accept, table_rows, step_arrays):
@@ -652,8 +654,12 @@ class Lexer:
             # With & or ~ (keys other than the listed ones) emptiness may take a search.
             # A short one nearly always settles it, and then the compiled walk makes the
             # start states that hold the lexeme: an undecided one sends each such state,
-            # and the whole parser step that wanted it, to Python. Past the short search
-            # it is left to initial_state, when a row first expects the lexeme.
+            # and the whole parser step that wanted it, to Python. Past the short search,
+            # and for lexemes with counted repeats (a length limit beside a pattern, whose
+            # check is an analysis of its own), it is left to initial_state, when a row
+            # first expects the lexeme.
+            if exprs.has_count_above(((i, e),), EAGER_EMPTINESS_COUNT):
+                continue
             try:
                 empty = exprs.is_empty(e, bound=EAGER_EMPTINESS_STATES)
             except LimitExceeded as err:
