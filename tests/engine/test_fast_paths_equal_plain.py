@@ -635,9 +635,27 @@ def test_start_states_made_in_the_walk_are_the_ones_initial_state_makes(use_jit)
     assert walk_made >= 1
 
 
-def test_a_start_state_holding_an_undecided_or_nullable_lexeme_is_left_to_python():
+def test_a_key_pattern_beside_listed_keys_is_decided_when_the_lexer_is_made():
+    # A short emptiness search settles the keys other than the listed ones up front, so
+    # the compiled way makes the start states that hold them.
+    from midword.engine.lexer import START_EMPTY, start_state_py
+
+    lx = Lexer(keys_except_grammar(number_regex="[0-9]*"))
+    other, never = (lx.lexeme_names.index(name) for name in ("OTHER", "NEVER"))
+    assert lx.start_codes[other] >= 0 and lx.start_codes[never] == START_EMPTY
+    arrays = lx.step_arrays()
+    made = start_state_py(np.array([other, never]), 2, True, lx.accept, lx.table.shape[0], arrays)
+    assert made != UNKNOWN
+    assert made == lx.initial_state(frozenset([other, never]), True)
+
+
+def test_a_start_state_holding_an_undecided_or_nullable_lexeme_is_left_to_python(monkeypatch):
+    from midword.engine import lexer as lexer_module
     from midword.engine.lexer import START_EMPTY, START_NULLABLE, START_UNDECIDED, start_state_py
 
+    # Lexemes past the up-front search (a count above the bound: here every one) are
+    # decided at their first use.
+    monkeypatch.setattr(lexer_module, "EAGER_EMPTINESS_COUNT", -1)
     lx = Lexer(keys_except_grammar(number_regex="[0-9]*"))
     other, num, never = (lx.lexeme_names.index(name) for name in ("OTHER", "NUM", "NEVER"))
     assert lx.start_codes[other] == lx.start_codes[never] == START_UNDECIDED
