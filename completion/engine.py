@@ -253,10 +253,18 @@ class CompletionEngine:
         # schema completion outlast its wait for the grammar.
         from midword.engine.grammar import Grammar
 
-        schema = {"type": "object", "properties": {"kind": {"enum": ["a", "b"]}}, "required": ["kind"]}
+        schema = {
+            "type": "object",
+            "properties": {"kind": {"enum": ["a", "b"]}},
+            "required": ["kind"],
+            "additionalProperties": False,
+        }
         js = self._constraint(Grammar.from_json_schema(schema))
         js_state = js.initial(grammar_prefix=b'{"kind": "')
         js.allowed(js_state)
+        # Text the schema forces (the rest of the only key) goes through token healing's
+        # suffix search, compiled code of its own.
+        js.forced(js.initial(grammar_prefix=b'{"'))
         mark("json_mask")
         wait_compiled = getattr(self.model, "wait_compiled", None)
         if wait_compiled is not None:
