@@ -658,6 +658,10 @@ class Lexer:
             # and for lexemes with counted repeats (a length limit beside a pattern, whose
             # check is an analysis of its own), it is left to initial_state, when a row
             # first expects the lexeme.
+            known = exprs.emptiness_known(e)
+            if known is not None:
+                codes[i] = self._start_code(e, known)
+                continue
             if exprs.has_count_above(((i, e),), EAGER_EMPTINESS_COUNT):
                 continue
             try:

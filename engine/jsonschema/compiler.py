@@ -133,6 +133,17 @@ class _Compiler:
         self._empty_cache[regex] = empty
         return empty
 
+    def note_has_a_string(self, regex: Term) -> None:
+        """Tells the expression set the lexer will use that `regex` surely has a string
+        (the caller found one without a search), so the lexer need not search for one."""
+        exprs = self.exprs()
+        try:
+            exprs.note_not_empty(exprs.build(regex))
+        except BUDGET_ERRORS:
+            raise
+        except (LimitExceeded, GrammarError):
+            pass  # the lexer builds it again and says what went wrong, in its lexeme
+
     def regexes_disjoint(self, a: Term, b: Term) -> bool:
         """Whether two regex terms share no string (unsure: False): the emptiness of
         `a & b`, with each side built on its own (oneOf compares every pair of

@@ -285,10 +285,15 @@ class _Generator:
 
     def string(self, node: _Str) -> int:
         body = _string_body(node)
-        if body is None or (
-            body[1] and not surely_has_a_string(node) and self.c.regex_empty(quoted(body[0]), _describe_string(node))
-        ):
+        if body is None:
             return self.nothing()
+        if body[1]:
+            if surely_has_a_string(node):
+                # Known here at no cost; the lexer would search for it at the first
+                # row that expects the lexeme.
+                self.c.note_has_a_string(quoted(body[0]))
+            elif self.c.regex_empty(quoted(body[0]), _describe_string(node)):
+                return self.nothing()
         name = "string" if body[0] == GENERAL_BODY else "string(constrained)"
         return self.string_lexeme(body[0], name)
 

@@ -705,6 +705,22 @@ class _Analysis(_Derivatives):
             table[state, np.frombuffer(cm, dtype=np.uint8) == rep] = target
 
     # Emptiness -------------------------------------------------------------------------
+    def emptiness_known(self, expr: int) -> bool | None:
+        """Whether `expr` is empty where that is already known (trivially, or decided or
+        noted before), without a search; None where it is not."""
+        if expr == 0:
+            return True
+        if not self._has_bool[expr]:
+            return False
+        return self._empty.get(expr)
+
+    def note_not_empty(self, expr: int) -> None:
+        """Records that `expr` has a string, as its maker knows for sure (a pattern's
+        shortest string within a length limit): `is_empty` then answers without the
+        search, which for a pattern beside a length limit is an analysis of its own."""
+        if self._has_bool[expr]:
+            self._empty.setdefault(expr, False)
+
     def is_empty(self, expr: int, bound: int | None = None) -> bool:
         """Is the language empty? Trivial without & and ~; otherwise explores the
         derivative graph (raises LimitExceeded past `bound` states, by default

@@ -640,7 +640,7 @@ def test_a_key_pattern_beside_listed_keys_is_decided_when_the_lexer_is_made():
     # the compiled way makes the start states that hold them.
     from midword.engine.lexer import START_EMPTY, start_state_py
 
-    lx = Lexer(keys_except_grammar(number_regex="[0-9]*"))
+    lx = Lexer(keys_except_grammar(number_regex="[0-9]*"), ExprSet())
     other, never = (lx.lexeme_names.index(name) for name in ("OTHER", "NEVER"))
     assert lx.start_codes[other] >= 0 and lx.start_codes[never] == START_EMPTY
     arrays = lx.step_arrays()
@@ -656,7 +656,8 @@ def test_a_start_state_holding_an_undecided_or_nullable_lexeme_is_left_to_python
     # Lexemes past the up-front search (a count above the bound: here every one) are
     # decided at their first use.
     monkeypatch.setattr(lexer_module, "EAGER_EMPTINESS_COUNT", -1)
-    lx = Lexer(keys_except_grammar(number_regex="[0-9]*"))
+    # A set of its own: the shared one knows these lexemes' emptiness from other tests.
+    lx = Lexer(keys_except_grammar(number_regex="[0-9]*"), ExprSet())
     other, num, never = (lx.lexeme_names.index(name) for name in ("OTHER", "NUM", "NEVER"))
     assert lx.start_codes[other] == lx.start_codes[never] == START_UNDECIDED
     assert lx.start_codes[num] == START_NULLABLE

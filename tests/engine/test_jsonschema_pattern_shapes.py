@@ -122,3 +122,22 @@ def test_a_pattern_under_limits_keeps_its_strings(string, fits, misses):
 def test_a_pattern_no_string_within_the_limits_fits_is_refused(string):
     with pytest.raises(GrammarError):
         compile_json_schema({"type": "string", **string})
+
+
+def test_a_string_found_without_a_search_spares_the_lexer_its_own():
+    # A word-count pattern beside maxLength: its shortest string (one character) fits,
+    # so the compiler knows the lexeme has a string and tells the expression set; the
+    # lexer then makes the lexeme's start state without the window analysis.
+    from midword.engine.lexer import START_UNDECIDED, Lexer
+
+    schema = {"type": "string", "pattern": "^(?:\\S+\\s+){0,11}\\S+$", "maxLength": 120}
+    g = compile_json_schema(schema)
+    lexer = Lexer(g)
+    constrained = [i for i, lx in enumerate(g.lexemes) if lx.expr is not None]
+    assert constrained
+    for i in constrained:
+        assert lexer.start_codes[i] != START_UNDECIDED
+        assert lexer.exprs.emptiness_known(lexer.lexeme_expr[i]) is False
+    # And the answer is right: a fitting string is accepted, one past the limit is not.
+    assert grammar_accepts(g, json.dumps("two words").encode())
+    assert not grammar_accepts(g, json.dumps("w " * 60 + "w").encode())
