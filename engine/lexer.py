@@ -213,19 +213,8 @@ class DerivativeRows:
                 break
             e = tail
             head = byte_head(e)
-        top = max(link[0] for link in links)
-        if top >= self.base.shape[0]:
-            size = max(2 * self.base.shape[0], top + 1)
-            self.base = grown(self.base, size, -1)
-            self.cmap_of = grown(self.cmap_of, size, 0)
-            self.generation += 1
-        base = self.pool_used
-        end = base + len(values)
-        if end > self.pool.shape[0]:
-            self.pool = grown(self.pool, max(2 * self.pool.shape[0], end), 0)
-            self.generation += 1
-        self.pool[base:end] = values
-        self.pool_used = end
+        self._hold_expr(max(link[0] for link in links))
+        base = self._append_to_pool(values)
         cmap_of, bases = self.cmap_of, self.base
         for k, (e, at, classes) in enumerate(links):
             cmap_of[e] = at
@@ -235,11 +224,7 @@ class DerivativeRows:
 
     def _make_row(self, expr: int) -> tuple[int, bytes]:
         """The row of `expr`, an expression without a byte head (see `_make_chain`)."""
-        if expr >= self.base.shape[0]:
-            size = max(2 * self.base.shape[0], expr + 1)
-            self.base = grown(self.base, size, -1)
-            self.cmap_of = grown(self.cmap_of, size, 0)
-            self.generation += 1
+        self._hold_expr(expr)
         exprs = self.exprs
         cm = exprs.byte_classes(expr)
         at, classes, reps = self._classes_of(cm, cm)
@@ -255,16 +240,31 @@ class DerivativeRows:
             for k, rep in enumerate(reps):
                 if values[k] and not (guard >> rep) & 1:
                     values[k] = int(pool[shadow_base + shadow_classes[rep]])
-        base = self.pool_used
-        if base + len(values) > self.pool.shape[0]:
-            self.pool = grown(self.pool, max(2 * self.pool.shape[0], base + len(values)), 0)
-            self.generation += 1
-        self.pool[base : base + len(values)] = values
-        self.pool_used = base + len(values)
+        base = self._append_to_pool(values)
         self.cmap_of[expr] = at
         self.base[expr] = base
         got = self._rows[expr] = (base, classes)
         return got
+
+    def _hold_expr(self, expr: int) -> None:
+        """Grows `base` and `cmap_of` (doubling) to index expression `expr`."""
+        if expr >= self.base.shape[0]:
+            size = max(2 * self.base.shape[0], expr + 1)
+            self.base = grown(self.base, size, -1)
+            self.cmap_of = grown(self.cmap_of, size, 0)
+            self.generation += 1
+
+    def _append_to_pool(self, values: list[int]) -> int:
+        """Writes `values` at the end of the pool (grown, doubling, if needed); returns
+        where they start."""
+        base = self.pool_used
+        end = base + len(values)
+        if end > self.pool.shape[0]:
+            self.pool = grown(self.pool, max(2 * self.pool.shape[0], end), 0)
+            self.generation += 1
+        self.pool[base:end] = values
+        self.pool_used = end
+        return base
 
     def _classes_of(self, key, cm: bytes | None):
         """(row of cmaps, class index per byte, smallest byte per class) for a class map
