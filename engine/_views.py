@@ -36,21 +36,30 @@ def pack(arrays, dtypes, validate: bool = True, trailing: Sequence[int] = ()) ->
     packing."""
     arrays = tuple(arrays)
     dtypes = tuple(dtypes)
-    expected = _expected_codes.get(dtypes)
-    if expected is None:
-        expected = _expected_codes[dtypes] = np.array([_code_of_dtype(d) for d in dtypes], dtype=np.int64).tobytes()
     if _pack_into is None or not arrays:  # NUMBA_DISABLE_JIT: the plain way
         return np.concatenate([_pack_plain(arrays, dtypes), np.array(trailing, dtype=np.int64)])
     n = FIELDS * len(arrays)
     out = np.empty(n + len(trailing), dtype=np.int64)
     if trailing:
         out[n:] = trailing
+    _pack_checked(arrays, dtypes, out)
+    return out
+
+
+def _pack_checked(arrays: tuple, dtypes: tuple, out: np.ndarray) -> None:
+    expected = _expected_codes.get(dtypes)
+    first = expected is None
+    if first:
+        expected = np.array([_code_of_dtype(d) for d in dtypes], dtype=np.int64).tobytes()
+    if FIELDS * len(arrays) > out.shape[0]:
+        raise ValueError(f"{len(arrays)} arrays do not fit a packed array of {out.shape[0]} entries")
     codes = np.empty(len(arrays), dtype=np.int64)
     try:
         # One compiled pass over the group (numba types the tuple, and compiles a pass,
         # once per kind of group): each new grammar packs dozens of arrays in its time
         # to first mask, where a loop here was a large part of the first mask. The pass
         # also writes each array's type code, which the check below compares.
+        assert _pack_into is not None
         _pack_into(arrays, out, codes)
     except Exception:  # numba could not type a member (not an array): say which
         _check(arrays, tuple(np.dtype(d) for d in dtypes))
@@ -58,7 +67,13 @@ def pack(arrays, dtypes, validate: bool = True, trailing: Sequence[int] = ()) ->
     if codes.tobytes() != expected:
         _check(arrays, tuple(np.dtype(d) for d in dtypes))
         raise ValueError(f"arrays {arrays!r:.200} do not match the dtypes {dtypes}")
-    return out
+    if first:
+        # The first group of its kind (in a warm-up, as a rule): the address readers
+        # `repoint` will want for its arrays are loaded now, not inside the mask that
+        # first grows one of them.
+        for a in arrays:
+            _address_reader(a)
+        _expected_codes[dtypes] = expected
 
 
 def _pack_plain(arrays: tuple, dtypes: tuple) -> np.ndarray:
@@ -94,7 +109,7 @@ def _check(arrays, expected) -> None:
 
 def repoint(packed: np.ndarray, index: int, a: np.ndarray, dtypes) -> None:
     """Entry `index` of a group packed with `dtypes` rewritten for array `a`, which
-    replaces the array packed there (a grown copy: the same kind, checked by dtype)."""
+    replaces the array packed there (a grown copy: the same kind, checked)."""
     expected = np.dtype(tuple(dtypes)[index])
     if (
         (a.dtype is not expected and a.dtype != expected)
@@ -104,10 +119,7 @@ def repoint(packed: np.ndarray, index: int, a: np.ndarray, dtypes) -> None:
         raise ValueError(f"array {index}: {a.dtype} replaces a {expected} array")
     shape = a.shape
     at = index * FIELDS
-    # numpy's own address: slower than a compiled reader, but repointing is rare (a grown
-    # table), and a reader compiled for each kind of array would be loaded inside the
-    # mask that first grows one.
-    packed[at] = a.ctypes.data
+    packed[at] = _address_reader(a)(a)
     packed[at + 1] = shape[0]
     packed[at + 2] = shape[1] if len(shape) == 2 else 1
 
@@ -166,6 +178,30 @@ def _pack_into_py(arrays, out, codes):
 
 
 _pack_into = _pack_into_py if hasattr(_pack_into_py, "compile") else None
+
+
+@njit(cache=True)
+def _address_of(a):
+    return a.ctypes.data
+
+
+# (dtype character, dimensions) -> a compiled address reader, called without numba's
+# dispatcher: a grown table is repointed inside a mask, many times over a run.
+_reader_by_type: dict[tuple, object] = {}
+
+
+def _address_reader(a: np.ndarray):
+    key = (a.dtype.char, a.ndim)
+    reader = _reader_by_type.get(key)
+    if reader is None:
+        import numba
+
+        if hasattr(_address_of, "compile"):
+            reader = _address_of.compile((numba.typeof(a),))
+        else:  # NUMBA_DISABLE_JIT: the plain function
+            reader = _address_of
+        _reader_by_type[key] = reader
+    return reader
 
 
 def _make_view(context, builder, arrty, dtype, address, shape):
