@@ -27,40 +27,28 @@ from numba.np.numpy_support import from_dtype as numba_from_dtype
 FIELDS = 3
 
 
-def pack(arrays, dtypes, validate: bool = True, trailing: Sequence[int] = ()) -> np.ndarray:
+def pack(arrays, dtypes, trailing: Sequence[int] = ()) -> np.ndarray:
     """The addresses and shapes of `arrays`, FIELDS int64 per array, then the integers
     `trailing` (a group's scalars). Each array must be C-contiguous, writeable, at most
     2-D and of the dtype given for its place (the compiled reader assumes those); a
-    ValueError says which is not. `validate` is kept for callers that replace arrays
-    packed before: every group is checked, since the check costs nothing beside the
-    packing."""
+    ValueError says which is not."""
     arrays = tuple(arrays)
     dtypes = tuple(dtypes)
-    if _pack_into is None or not arrays:  # NUMBA_DISABLE_JIT: the plain way
-        return np.concatenate([_pack_plain(arrays, dtypes), np.array(trailing, dtype=np.int64)])
-    n = FIELDS * len(arrays)
-    out = np.empty(n + len(trailing), dtype=np.int64)
-    if trailing:
-        out[n:] = trailing
-    _pack_checked(arrays, dtypes, out)
-    return out
-
-
-def _pack_checked(arrays: tuple, dtypes: tuple, out: np.ndarray) -> None:
     expected = _expected_codes.get(dtypes)
     first = expected is None
     if first:
         expected = np.array([_code_of_dtype(d) for d in dtypes], dtype=np.int64).tobytes()
-    if FIELDS * len(arrays) > out.shape[0]:
-        raise ValueError(f"{len(arrays)} arrays do not fit a packed array of {out.shape[0]} entries")
+    n = FIELDS * len(arrays)
+    out = np.empty(n + len(trailing), dtype=np.int64)
+    out[n:] = trailing
     codes = np.empty(len(arrays), dtype=np.int64)
     try:
         # One compiled pass over the group (numba types the tuple, and compiles a pass,
         # once per kind of group): each new grammar packs dozens of arrays in its time
         # to first mask, where a loop here was a large part of the first mask. The pass
         # also writes each array's type code, which the check below compares.
-        assert _pack_into is not None
-        _pack_into(arrays, out, codes)
+        if arrays:
+            _pack_into(arrays, out, codes)
     except Exception:  # numba could not type a member (not an array): say which
         _check(arrays, tuple(np.dtype(d) for d in dtypes))
         raise
@@ -74,17 +62,7 @@ def _pack_checked(arrays: tuple, dtypes: tuple, out: np.ndarray) -> None:
         for a in arrays:
             _address_reader(a)
         _expected_codes[dtypes] = expected
-
-
-def _pack_plain(arrays: tuple, dtypes: tuple) -> np.ndarray:
-    expected = tuple(np.dtype(d) for d in dtypes)
-    if len(arrays) != len(expected):
-        raise ValueError(f"{len(arrays)} arrays for {len(expected)} dtypes")
-    _check(arrays, expected)
-    fields: list[int] = []
-    for a in arrays:
-        fields += [a.ctypes.data, a.shape[0], a.shape[1] if a.ndim == 2 else 1]
-    return np.array(fields, dtype=np.int64)
+    return out
 
 
 def _check(arrays, expected) -> None:
@@ -140,23 +118,32 @@ def _code_of_dtype(dtype) -> int:
     return code
 
 
-def _type_code(a):
-    """The type code of array `a`: compiled code only (see the overload below)."""
-    raise NotImplementedError
+def _type_code(a) -> int:
+    """The dtype's code of an array the views may read (C-contiguous, writeable, 1-D or
+    2-D), else 0. Compiled code decides it from the array's type (the overload below)."""
+    if (
+        not isinstance(a, np.ndarray)
+        or a.ndim not in (1, 2)
+        or a.flags.num & _CONTIGUOUS_WRITEABLE != _CONTIGUOUS_WRITEABLE
+    ):
+        return 0
+    try:
+        return _CODE_BY_DTYPE_NAME.get(str(numba_from_dtype(a.dtype)), 0)
+    except Exception:  # a dtype numba has no type for (numba raises its own error)
+        return 0
 
 
 @overload(_type_code)
 def _type_code_typed(a):
-    # Decided from the type numba gave the array, at compile time: the dtype's code
-    # where the array is one the views may read (C-contiguous, writeable, 1-D or 2-D).
     code = 0
     if isinstance(a, types.Array) and a.layout == "C" and a.mutable and a.ndim in (1, 2):
         code = _CODE_BY_DTYPE_NAME.get(str(a.dtype), 0)
     return lambda a: code
 
 
-def _columns(a):
-    raise NotImplementedError
+def _columns(a) -> int:
+    """Columns of a 2-D array, 1 for any other."""
+    return a.shape[1] if a.ndim == 2 else 1
 
 
 @overload(_columns)
@@ -177,7 +164,8 @@ def _pack_into_py(arrays, out, codes):
         k += 1
 
 
-_pack_into = _pack_into_py if hasattr(_pack_into_py, "compile") else None
+# Compiled, or (NUMBA_DISABLE_JIT) the plain function, which reads the same.
+_pack_into = _pack_into_py
 
 
 @njit(cache=True)

@@ -645,8 +645,6 @@ def _repack(cached: tuple | None, values: tuple, scalars: tuple[int, ...], dtype
         for k, i in enumerate(scalars):
             packed[at + k] = values[i]
         return values, packed
-    if not scalars:
-        return values, pack(values, dtypes)
     return values, pack(_without(values, scalars), dtypes, trailing=[values[i] for i in scalars])
 
 
@@ -985,7 +983,7 @@ class MaskWalker:
             got = space.trie_packs.get(id(trie))
             if got is None or got[0] is not trie:
                 packed = _trie_packed(trie)
-                got = space.trie_packs[id(trie)] = (trie, packed, pack((packed,), _BOOK_DTYPES[:1], validate=False))
+                got = space.trie_packs[id(trie)] = (trie, packed, pack((packed,), _BOOK_DTYPES[:1]))
             trie_packed = got[1]
             cached = space.table_pack
             # The space's own stacks and counters are never replaced; the tables and the
@@ -1040,7 +1038,7 @@ class MaskWalker:
             # instead of five groups spares most of that on every walk. The space keeps
             # the groups alive (the attributes above) for as long as the book is used.
             space.book_groups = groups
-            space.book = pack(groups, _BOOK_DTYPES, validate=False)
+            space.book = pack(groups, _BOOK_DTYPES)
         space.book_sources = (
             trie,
             parser_arrays,
