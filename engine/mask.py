@@ -74,7 +74,15 @@ from .parser import (
     predict_closure_jit,
     predict_closure_py,
 )
-from .recognizer import LEXSET_BITS, NO_ROW, START_COUNT, START_POOL_USED, STEP_EMPTY, Recognizer
+from .recognizer import (
+    LEXSET_BITS,
+    NO_ROW,
+    SCAN_IN_PYTHON,
+    START_COUNT,
+    START_POOL_USED,
+    STEP_EMPTY,
+    Recognizer,
+)
 from .regex import RepeatBounds
 from .regex.analysis import CHAIN_WALK_FIELDS, chain_search_py
 from .slicer import applicable_slices
@@ -535,6 +543,38 @@ def scan_in_walk_py(
     return result
 
 
+def step_child_py(
+    row, lexset, lex_table, lex_accept, row_lexstate, step_keys, step_vals, parser_arrays, scan_arrays, lex_arrays
+):
+    """The step table's child of `row` after lexeme set `lexset`, built and entered by
+    `scan_in_walk` where missing: what the walk does at a lexeme's end, for a caller
+    outside the walk (fast-forward, consuming). NO_ROW if nothing scans; SCAN_IN_PYTHON
+    where Python must build it."""
+    key = (row << LEXSET_BITS) | lexset
+    slot_mask = step_keys.shape[0] - 1
+    slot = (row * 1000003 + lexset * 7919) & slot_mask
+    while True:
+        found = step_keys[slot]
+        if found == key:
+            return int(step_vals[slot])
+        if found == STEP_EMPTY:
+            return scan_in_walk(
+                row,
+                lexset,
+                key,
+                slot,
+                step_keys,
+                step_vals,
+                row_lexstate,
+                parser_arrays,
+                scan_arrays,
+                lex_table,
+                lex_accept,
+                lex_arrays,
+            )
+        slot = (slot + 1) & slot_mask
+
+
 def tokens_part_within_py(mask, heads, lengths, depth):
     """True when two tokens `mask` allows differ at one of their first `depth` bytes
     (at most heads.shape[1] are looked at); `heads` and `lengths` are the trie's token
@@ -574,10 +614,10 @@ tokens_part_within_jit = njit(tokens_part_within_py)
 # Numbers of walk spaces' variants in the mask cache's keys, never reused in a process.
 _cache_ids = itertools.count(1)
 
-SCAN_IN_PYTHON = -2
 # Names the walk functions call, bound to the compiled callees in their compiled copies.
 walk = walk_py
 scan_in_walk = scan_in_walk_py
+step_child = step_child_py
 build_row = build_row_py
 predict_closure = predict_closure_py
 lex_step = lex_step_py
@@ -601,6 +641,9 @@ scan_in_walk_jit = njit_calling(
     build_row=build_row_jit,
     predict_closure=predict_closure_jit,
     start_state=start_state_jit,
+)
+step_child_jit = njit_calling(
+    step_child_py, depends=(_PARSER_FILE, _LEXER_FILE, _VIEWS_FILE), scan_in_walk=scan_in_walk_jit
 )
 walk_jit = njit_calling(
     walk_py,
@@ -705,6 +748,29 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
 
 
 walk_packed_jit = njit_calling(walk_packed, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE, _VIEWS_FILE), walk=walk_jit)
+
+
+def step_child_packed(book, row, lexset):
+    """`step_child` with the arrays read from a walk's book (compiled only; glue, as
+    walk_packed is): one argument instead of a dozen groups and tables."""
+    w = view_1d(book, 1, np.int64)
+    return step_child(
+        row,
+        lexset,
+        view_2d(w, 0, np.int32),
+        view_1d(w, 1, np.int32),
+        view_1d(w, 2, np.int32),
+        view_1d(w, 3, np.int64),
+        view_1d(w, 4, np.int32),
+        view_1d(book, 2, np.int64),
+        view_1d(book, 3, np.int64),
+        view_1d(book, 4, np.int64),
+    )
+
+
+step_child_packed_jit = njit_calling(
+    step_child_packed, depends=(_PARSER_FILE, _LEXER_FILE, _VIEWS_FILE), step_child=step_child_jit
+)
 
 
 class MaskCache:
@@ -933,6 +999,9 @@ class MaskWalker:
         # `packed=False` passes them one by one, as the plain twin always does.
         self._packing = use_jit and packed
         self._walk_packed = None
+        self._step_child = None
+        if self._packing:
+            rec.caches.scanner = weakref.ref(self)
 
     def _packed(
         self, trie: TokenTrie, lexer, parser_arrays: tuple, scan_arrays: tuple, lex_arrays: tuple
@@ -1135,7 +1204,7 @@ class MaskWalker:
                 grown[: space.frontier.shape[0]] = space.frontier
                 space.frontier = grown
             else:
-                rec.scan_missing(int(a), int(b))
+                rec.scan_in_python(int(a), int(b))
 
     def mask(self, state) -> np.ndarray:
         """Bitmask of trie tokens allowed from recognizer state `state` (EOS not included).
@@ -1209,11 +1278,33 @@ class MaskWalker:
         fn, heads, lengths = part
         return fn(last[1], heads, lengths, depth)
 
+    def step_child(self, row: int, lexset: int) -> int:
+        """The recognizer's step from `row` after lexeme set `lexset`, built where missing
+        in compiled code with the walk's packed arrays (Recognizer.scan_missing asks it
+        first: a step built in Python cost about as much as a whole fast-forward call),
+        or SCAN_IN_PYTHON where Python must build it."""
+        if not self._packing:
+            return SCAN_IN_PYTHON
+        rec = self.rec
+        lexer = rec.lexer
+        parser_arrays = rec.parser.walk_arrays(self.limits_items, self.limits_fuel)
+        book = self._packed(self.trie, lexer, parser_arrays, rec.scan_arrays(), lexer.step_arrays())
+        if book is None:
+            return SCAN_IN_PYTHON
+        fn = self._step_child
+        if fn is None:
+            fn = self._step_child = compiled_once(step_child_packed_jit, (book, row, lexset))
+        return fn(book, row, lexset)
+
     def _compute(self, state) -> tuple[np.ndarray, bool]:
         # The fuel limits bound the work of one mask (limits.py); a grammar serving a
         # long session must not run out of them.
         self.rec.lexer.fuel_used = 0
         self.rec.parser.counts[STEPS_USED] = 0
+        if self._packing:
+            scanner = self.rec.caches.scanner
+            if scanner is None or scanner() is None:
+                self.rec.caches.scanner = weakref.ref(self)  # the walker that set it is gone
         return self._compute_split(state)
 
     def _compute_split(self, state) -> tuple[np.ndarray, bool]:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+import weakref
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
 LEXSET_BITS = 24  # a step key is (row << LEXSET_BITS) | lexeme set id
 NO_ROW = -1  # a parser step that scans nothing
 STEP_EMPTY = -1  # free slot in the step table
+SCAN_IN_PYTHON = -2  # a compiled scan's answer where Python must build the row
 
 _uids = itertools.count()
 _MAX_ACCEPTING_KEPT = 100_000
@@ -121,6 +123,10 @@ class RecognizerCaches:
     walk_spaces: dict[int, tuple[TokenTrie, _WalkSpace]] = field(default_factory=dict)
     # slicer.applicable_slices: (slice regexes, lexer state) -> the slices it allows wholesale.
     slices: dict[tuple, tuple[bool, ...]] = field(default_factory=dict)
+    # mask.MaskWalker: a walker of this recognizer whose packed arrays build a missing
+    # parser step in compiled code (`step_child`), which `scan_missing` asks first. Weak:
+    # the walker belongs to a matcher and goes with it.
+    scanner: weakref.ref | None = None
 
 
 class Recognizer:
@@ -371,10 +377,24 @@ class Recognizer:
         return self.scan_missing(row, lexset)
 
     def scan_missing(self, row: int, lexset: int) -> int:
-        """`scan` for a step the caller found missing from the step table (the mask walk)."""
-        key = (row << LEXSET_BITS) | lexset
+        """`scan` for a step the caller found missing from the step table: built in
+        compiled code as the mask walk builds it, where a walker of this recognizer is
+        alive and nothing needs Python, else here."""
         if lexset >= (1 << LEXSET_BITS):
             raise OverflowError("too many distinct lexeme sets")
+        scanner = self.caches.scanner
+        walker = scanner() if scanner is not None else None
+        if walker is not None:
+            child = walker.step_child(row, lexset)
+            if child != SCAN_IN_PYTHON:
+                return child
+        return self.scan_in_python(row, lexset)
+
+    def scan_in_python(self, row: int, lexset: int) -> int:
+        """`scan_missing` built here: where the compiled scan has said it cannot."""
+        if lexset >= (1 << LEXSET_BITS):
+            raise OverflowError("too many distinct lexeme sets")
+        key = (row << LEXSET_BITS) | lexset
         child = self.parser.scan(row, lexset, self.lexer.lexsets[lexset])
         if child >= 0:
             self._register_row(child)

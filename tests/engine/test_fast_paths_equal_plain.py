@@ -728,3 +728,46 @@ def test_fingerprint_ignores_which_objects_are_shared():
         return b.build(s)
 
     assert build(True).fingerprint() == build(False).fingerprint()
+
+
+# Parser steps outside the walk ---------------------------------------------------------
+
+
+def test_steps_built_in_compiled_code_outside_the_walk_equal_those_built_in_python(monkeypatch):
+    # Fast-forward and consuming meet parser steps the walk has not built; a live walker
+    # builds them in compiled code (MaskWalker.step_child). The same bytes through a
+    # recognizer without one build them in Python: both must reach the same rows.
+    schema = {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string"},
+            "tags": {"type": "array", "items": {"enum": ["a", "bb"]}},
+            "size": {"type": "object", "properties": {"w": {"type": "integer"}, "h": {"type": "integer"}}},
+        },
+        "required": ["name", "size"],
+    }
+    g = Grammar.from_json_schema(schema)
+    text = b'{"size": {"h": 2, "w": 10}, "tags": ["bb", "a"], "name": "x"}'
+    compiled, plain = Recognizer(g), Recognizer(g)
+    walker = MaskWalker(Matcher(TOY, g).trie, compiled)
+    built = []
+    real_step_child = MaskWalker.step_child
+
+    def spy(self, row, lexset):
+        child = real_step_child(self, row, lexset)
+        built.append(child)
+        return child
+
+    monkeypatch.setattr(MaskWalker, "step_child", spy)
+    a, b = compiled.initial(), plain.initial()
+    for i, byte in enumerate(text):
+        a, b = compiled.step(a, byte), plain.step(b, byte)
+        assert a is not None and b is not None, i
+        assert compiled.lexer.pairs_of(a[0]) == plain.lexer.pairs_of(b[0]), i
+        assert compiled.parser.row_items(a[1]) == plain.parser.row_items(b[1]), i
+        assert compiled.is_accepting(a) == plain.is_accepting(b), i
+    assert compiled.is_accepting(a)
+    assert plain.caches.scanner is None and compiled.caches.scanner() is walker
+    assert len([c for c in built if c >= 0]) >= 10  # most steps were built compiled
+    # A step nothing scans is entered as such, compiled too.
+    assert compiled.step(a, ord("x")) is None and plain.step(b, ord("x")) is None
