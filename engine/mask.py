@@ -1204,7 +1204,10 @@ class MaskWalker:
                 grown[: space.frontier.shape[0]] = space.frontier
                 space.frontier = grown
             else:
-                rec.scan_in_python(int(a), int(b))
+                # The compiled scan gave up. Most often an array it writes was full:
+                # grown here, the walk builds the step itself when it resumes.
+                if not rec.make_room_for_step():
+                    rec.scan_in_python(int(a), int(b))
 
     def mask(self, state) -> np.ndarray:
         """Bitmask of trie tokens allowed from recognizer state `state` (EOS not included).

@@ -643,20 +643,31 @@ class EarleyParser:
         return int(self.counts[POOL_USED])
 
     @property
+    def rows_built(self) -> int:
+        return int(self.counts[ROWS])
+
+    @property
     def steps_used(self) -> int:
         return int(self.counts[STEPS_USED])
 
     # Rows -------------------------------------------------------------------------
+    def reserve_row(self) -> bool:
+        """Makes room for the next row in the per-row arrays; True when they had to grow
+        (a compiled row builder gives up where they are full)."""
+        if self.rows_built < self.row_start.shape[0]:
+            return False
+        self._walk_arrays = None
+        grow = 2 * self.row_start.shape[0]
+        self.row_start = grown(self.row_start, grow, 0)
+        self.row_end = grown(self.row_end, grow, 0)
+        self.row_accepting = grown(self.row_accepting, grow, 0)
+        self.ks_ctx = grown(self.ks_ctx, 4 * grow, 0)
+        return True
+
     def _make_row(self, parent: int, lexemes: np.ndarray, kpos: np.ndarray, korigin: np.ndarray) -> int:
         counts = self.counts
         row_id = int(counts[ROWS])
-        if row_id >= self.row_start.shape[0]:
-            self._walk_arrays = None
-            grow = 2 * self.row_start.shape[0]
-            self.row_start = grown(self.row_start, grow, 0)
-            self.row_end = grown(self.row_end, grow, 0)
-            self.row_accepting = grown(self.row_accepting, grow, 0)
-            self.ks_ctx = grown(self.ks_ctx, 4 * grow, 0)
+        self.reserve_row()
         while True:
             counts[EPOCH] += 1
             args = (

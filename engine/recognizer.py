@@ -237,12 +237,29 @@ class Recognizer:
             return cls._cache.pop((grammar.content_key(), limits), None) is not None
 
     # Rows and parser steps -------------------------------------------------------
+    def _reserve_row_lexstate(self, row: int) -> bool:
+        if row < self.row_lexstate.shape[0]:
+            return False
+        grow = max(row + 1, 2 * self.row_lexstate.shape[0])
+        lex = filled(grow, UNKNOWN, dtype=np.int32)
+        lex[: self.row_lexstate.shape[0]] = self.row_lexstate
+        self.row_lexstate = lex
+        return True
+
+    def make_room_for_step(self) -> bool:
+        """Grows what a compiled scan (mask.scan_in_walk) needs room in for one more step
+        and finds full: the parser's per-row arrays, the rows' start states, the step
+        table. True when something grew; then the compiled scan may build the step,
+        where Python would take several times as long. False: Python must build it."""
+        grew = self.parser.reserve_row()
+        grew = self._reserve_row_lexstate(self.parser.rows_built) or grew
+        if 2 * (self.step_count + 1) > self.step_keys.shape[0]:
+            self._grow_steps()
+            grew = True
+        return grew
+
     def _register_row(self, row: int) -> None:
-        if row >= self.row_lexstate.shape[0]:
-            grow = max(row + 1, 2 * self.row_lexstate.shape[0])
-            lex = filled(grow, UNKNOWN, dtype=np.int32)
-            lex[: self.row_lexstate.shape[0]] = self.row_lexstate
-            self.row_lexstate = lex
+        self._reserve_row_lexstate(row)
         if self.row_lexstate[row] == UNKNOWN:
             allowed = self.parser.allowed_array(row)
             # %ignore only between lexemes, as in llguidance: never after the last one
@@ -386,6 +403,8 @@ class Recognizer:
         walker = scanner() if scanner is not None else None
         if walker is not None:
             child = walker.step_child(row, lexset)
+            if child == SCAN_IN_PYTHON and self.make_room_for_step():
+                child = walker.step_child(row, lexset)
             if child != SCAN_IN_PYTHON:
                 return child
         return self.scan_in_python(row, lexset)
@@ -401,14 +420,17 @@ class Recognizer:
         self._insert_step(key, child)
         return child
 
+    def _grow_steps(self) -> None:
+        old_keys, old_vals = self.step_keys, self.step_vals
+        self.step_bits += 1
+        self.step_keys = filled(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
+        self.step_vals = filled(1 << self.step_bits, NO_ROW, dtype=np.int32)
+        # Compiled: re-entering a million steps one by one in Python took seconds.
+        self.step_fill[0] = rehash_steps_jit(old_keys, old_vals, self.step_keys, self.step_vals, self.step_bits)
+
     def _insert_step(self, key: int, child: int) -> None:
         if 2 * (self.step_count + 1) > self.step_keys.shape[0]:
-            old_keys, old_vals = self.step_keys, self.step_vals
-            self.step_bits += 1
-            self.step_keys = filled(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
-            self.step_vals = filled(1 << self.step_bits, NO_ROW, dtype=np.int32)
-            # Compiled: re-entering a million steps one by one in Python took seconds.
-            self.step_fill[0] = rehash_steps_jit(old_keys, old_vals, self.step_keys, self.step_vals, self.step_bits)
+            self._grow_steps()
         bits = self.step_bits
         slot = step_slot(key >> LEXSET_BITS, key & ((1 << LEXSET_BITS) - 1), bits)
         while self.step_keys[slot] != STEP_EMPTY:

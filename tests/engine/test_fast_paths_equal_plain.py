@@ -771,3 +771,45 @@ def test_steps_built_in_compiled_code_outside_the_walk_equal_those_built_in_pyth
     assert len([c for c in built if c >= 0]) >= 10  # most steps were built compiled
     # A step nothing scans is entered as such, compiled too.
     assert compiled.step(a, ord("x")) is None and plain.step(b, ord("x")) is None
+
+
+def test_a_full_array_is_grown_and_the_walk_builds_the_step_itself(monkeypatch):
+    # Where the compiled scan finds the parser's rows, the rows' start states or the step
+    # table full, the walk grows them and resumes: Python builds a step only for other
+    # reasons. Rows grow from 64 several times along this text.
+    from midword.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained("llama3")
+    schema = {
+        "type": "object",
+        "properties": {
+            "rows": {"type": "array", "items": {"type": "object", "properties": {"k": {"type": "integer"}}}}
+        },
+    }
+    text = '{"rows": [' + ", ".join(f'{{"k": {i}}}' for i in range(60)) + "]}"
+    g = Grammar.from_json_schema(schema)
+    m = Matcher(tok, g)
+    m.walker.cache = None
+    rec = m.rec
+    full_at_python_scan = []
+    real = Recognizer.scan_in_python
+
+    def spy(self, row, lexset):
+        p = self.parser
+        full_at_python_scan.append(
+            p.rows_built >= p.row_start.shape[0]
+            or p.rows_built >= self.row_lexstate.shape[0]
+            or 2 * (self.step_count + 1) > self.step_keys.shape[0]
+        )
+        return real(self, row, lexset)
+
+    monkeypatch.setattr(Recognizer, "scan_in_python", spy)
+    plain = Matcher(tok, g, use_jit=False)
+    plain.walker.cache = None
+    for t in tok.encode(text):
+        assert np.array_equal(m.compute_mask(), plain.compute_mask())
+        m.consume_token(t)
+        plain.consume_token(t)
+    assert m.is_accepting()
+    assert rec.parser.rows_built > 256  # the rows grew at least twice
+    assert not any(full_at_python_scan)
