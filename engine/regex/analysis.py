@@ -969,8 +969,17 @@ class _Analysis(_Derivatives):
             # them all.
             if kind[head] in (_OR, _CONCAT) and self._prefix_contains(s, head):
                 return True
+            # ε ∈ H, so P(T) ⊆ P(H·T).
+            if self._nullable[head] and self._prefix_contains(s, tail):
+                return True
         else:
             head = lang
+        excluded_from = self._finitely_excluded_from(head)
+        if excluded_from is not None and self._prefix_contains_unboundedly(s, excluded_from):
+            # H = R minus finitely many words, and every word of S goes on in R in
+            # infinitely many ways: some of them are not excluded. (A JSON key other than
+            # the listed ones, `([ascii]*·C*·") \ {listed keys}`.)
+            return True
         # The longest excluded string, -1 when nothing is excluded.
         longest_excluded = -1
         if kind[head] == _EXCL:
@@ -1007,6 +1016,51 @@ class _Analysis(_Derivatives):
         if not self._surely_nonempty(x):
             return False
         if n_l is not None and (n_s is None or n_s > n_l):
+            return False
+        return self._subset(y, x)
+
+    def _finitely_excluded_from(self, lang: int) -> int | None:
+        """R where `lang` is R minus a finite set of words (R \\ W, or R & ~E with E of
+        bounded length), else None."""
+        kind, args = self._kind, self._args
+        if kind[lang] == _EXCL:
+            return args[lang][0]
+        if kind[lang] != _AND:
+            return None
+        kept = [m for m in args[lang] if kind[m] != _NOT]
+        if len(kept) != 1:
+            return None
+        for m in args[lang]:
+            if kind[m] == _NOT and self.max_length(args[m][0]) is None:
+                return None
+        return kept[0]
+
+    def _prefix_contains_unboundedly(self, s: int, lang: int) -> bool:
+        """S ⊆ P(L), and every word of S has infinitely many completions in L. An
+        under-approximation: the case of L = H·X{m,}·T with ε ∈ H, X with a non-empty
+        word, T not empty and S = Y{m',n'} with Y ⊆ X: a word of S is a string of X's,
+        completed by more of them and a word of T."""
+        kind, args = self._kind, self._args
+        if kind[lang] == _OR:
+            return any(self._prefix_contains_unboundedly(s, x) for x in args[lang])
+        if kind[lang] == _CONCAT:
+            head, tail = args[lang]
+            if self._nullable[head] and self._prefix_contains_unboundedly(s, tail):
+                return True
+            if not self._surely_nonempty(tail):
+                return False
+        else:
+            head = lang
+        if kind[head] != _REPEAT or args[head][2] is not None:
+            return False
+        x = args[head][0]
+        y = args[s][0] if kind[s] == _REPEAT else s
+        try:
+            if not self.next_bytes(x).any():
+                return False
+        except BUDGET_ERRORS:
+            raise
+        except LimitExceeded:
             return False
         return self._subset(y, x)
 

@@ -813,3 +813,36 @@ def test_a_full_array_is_grown_and_the_walk_builds_the_step_itself(monkeypatch):
     assert m.is_accepting()
     assert rec.parser.rows_built > 256  # the rows grew at least twice
     assert not any(full_at_python_scan)
+
+
+def test_a_key_beside_the_listed_ones_is_sliced_and_its_masks_equal_whole_walks():
+    # After `{"` in an object that allows other keys, nearly every token is allowed: the
+    # string-text slices apply wholesale (a string minus the listed keys), so the walk
+    # skips them. Masks with and without slices must be equal, at the listed keys'
+    # prefixes too.
+    from midword.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained("llama3")
+    # An unanchored key pattern, as real schemas write them: a key is `[a-zA-Z0-9_]*`
+    # then any text, beside the listed ones.
+    schema = {
+        "type": "object",
+        "properties": {"by": {"type": "array", "maxItems": 2}, "photos_by": {"type": "array"}},
+        "patternProperties": {"^[a-zA-Z0-9_]*": {"type": "array", "items": {"type": "integer"}}},
+    }
+    text = '{"by": [1], "photos_by": [3], "other é": [1], "bystander": [2, 3], "b": []}'
+    g = Grammar.from_json_schema(schema)
+    sliced = Matcher(tok, g)
+    whole = Matcher(tok, g)
+    whole.walker = MaskWalker(whole.trie, whole.rec, sliced=None, cache=None)
+    sliced.walker.cache = None
+    sliced_at_key = 0
+    for t in tok.encode(text):
+        assert np.array_equal(sliced.compute_mask(), whole.compute_mask())
+        lexer = sliced.rec.lexer
+        in_key = any(lexer.exprs.emptiness_is_trivial(e) is False for _, e in lexer.pairs_of(sliced._state[0]))
+        sliced_at_key += in_key and sliced.walker.last_sliced
+        sliced.consume_token(t)
+        whole.consume_token(t)
+    assert sliced.is_accepting()
+    assert sliced_at_key >= 1

@@ -728,6 +728,59 @@ def test_prefix_contains_is_sound():
                 assert s != 0, (es.to_str(sl), es.to_str(lx), w)
 
 
+def test_prefix_contains_beside_finitely_many_excluded_words():
+    """A JSON key other than the listed ones is a string minus finitely many words: every
+    slice word goes on as a string in endless ways, and the listed keys take only a few."""
+    es = ExprSet()
+    s10 = es.parse(JSON_CHAR + "{1,10}")
+    splus = es.parse(JSON_CHAR + "+")
+    # The shape the JSON Schema compiler makes: an ASCII fast lane, then any character.
+    key = es.parse(f'(([ -!#-\\[\\]-~]*{JSON_CHAR}*")&~(by"|photos_by"))', extended=True)
+    assert es.prefix_contains(s10, key)
+    assert es.prefix_contains(splus, key)
+    # A sequence whose nullable head is skipped: P(H·T) holds P(T) where H takes ε.
+    assert es.prefix_contains(es.parse("[a-z]{1,10}"), es.parse('[0-9]*[a-z]*"'))
+    # Excluded words of unbounded length, or a bounded string: unsure, so no.
+    assert not es.prefix_contains(es.parse("[a-z]{1,3}"), es.parse('([a-z]*&~(a[a-z]*))"', extended=True))
+    assert not es.prefix_contains(es.parse("[a-z]{1,3}"), es.parse('([a-z]{0,4}[0-9]&~(ab0))"', extended=True))
+
+
+_PIECES = ("[ab]*", "a*", "[abc]*", "[ab]{0,2}", "c", "b?", "[abc]{1,3}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pieces=st.lists(st.sampled_from(_PIECES), min_size=1, max_size=3),
+    excluded=st.lists(st.text(alphabet="abc", min_size=0, max_size=4), max_size=3),
+    tail=st.sampled_from(['"', "", 'c"']),
+    slice_=st.sampled_from(("[ab]{1,3}", "a{1,2}", "[ab]+", "[abc]{1,4}", "b")),
+)
+def test_prefix_contains_beside_excluded_words_is_sound(pieces, excluded, tail, slice_):
+    """Whenever prefix_contains says yes, every word of S (all of them up to four bytes)
+    leaves the lexeme alive, with words excluded beside it."""
+    es = ExprSet()
+    body = "".join(pieces)
+    if excluded:
+        words = "|".join(w or "()" for w in excluded)
+        pattern = f"(({body})&~({words})){tail}"
+    else:
+        pattern = body + tail
+    lang = es.parse(pattern, extended=True)
+    s = es.parse(slice_)
+    if not es.prefix_contains(s, lang):
+        return
+    sl, dfa = LazyDFA(es, s), LazyDFA(es, lang)
+    for n in range(1, 5):
+        for chars in itertools.product("abc", repeat=n):
+            w = "".join(chars).encode()
+            if not sl.matches(w):
+                continue
+            state = dfa.initial
+            for b in w:
+                state = dfa.step(state, b)
+            assert state != 0, (pattern, slice_, w)
+
+
 def test_prefix_contains_looks_into_a_partly_matched_pattern():
     """A JSON string with an unanchored pattern, partly matched, is `(rest·C* | C*·match)"`:
     the slice is among the prefixes of the second branch, though not of the first."""
