@@ -196,30 +196,22 @@ class DerivativeRows:
         the first tail that has a row or no byte head, made together: `_make_row`'s rows
         (two classes, complete at once), with one growth check and one pool write for
         the chain. A new schema's keys make thousands of such rows in its first masks."""
-        exprs = self.exprs
-        byte_head, is_empty, nullable = exprs.byte_head, exprs.is_empty, exprs.nullable
         rows = self._rows
-        classes_of = self._classes_of
-        links: list[tuple[int, int, bytes]] = []
+        links = self.exprs.byte_chain(expr, rows)
         values: list[int] = []
-        e = expr
-        head = byte_head(e)
-        while head is not None:
-            at, classes, _ = classes_of(head[0], None)
-            tail = 0 if is_empty(head[1]) else head[1]
-            links.append((e, at, classes))
-            values += (0, 2 * tail + nullable(tail))
-            if not tail or tail in rows:
-                break
-            e = tail
-            head = byte_head(e)
+        for _, _, tail, nullable in links:
+            values += (0, 2 * tail + nullable)
         self._hold_expr(max(link[0] for link in links))
         base = self._append_to_pool(values)
         cmap_of, bases = self.cmap_of, self.base
-        for k, (e, at, classes) in enumerate(links):
-            cmap_of[e] = at
+        index = self._cmap_index
+        for k, (e, byte_set, _, _) in enumerate(links):
+            info = index.get(byte_set)
+            if info is None:
+                info = self._classes_of(byte_set, None)
+            cmap_of[e] = info[0]
             bases[e] = base + 2 * k
-            rows[e] = (base + 2 * k, classes)
+            rows[e] = (base + 2 * k, info[1])
         return rows[expr]
 
     def _make_row(self, expr: int) -> tuple[int, bytes]:

@@ -118,6 +118,33 @@ class _Derivatives(_Store):
                 return self._args[h][0], t
         return None
 
+    def byte_chain(self, expr: int, stop) -> list[tuple[int, int, int, bool]]:
+        """(link, byte set, tail, whether the tail is nullable) along `expr`'s chain of
+        byte heads (`byte_head` of each tail in turn), the tail 0 where it is empty: down
+        to a tail that is ∅, in `stop`, or without a byte head (which ends the chain
+        but is not a link). A key's or keyword's rows are made from it at once."""
+        kind, args, has_bool, nullable = self._kind, self._args, self._has_bool, self._nullable
+        links = []
+        e = expr
+        while True:
+            k = kind[e]
+            if k == _CONCAT:
+                h, tail = args[e]
+                if kind[h] != _BYTES:
+                    break
+                byte_set = args[h][0]
+            elif k == _BYTES:
+                byte_set, tail = args[e][0], 1
+            else:
+                break
+            if has_bool[tail] and self.is_empty(tail):
+                tail = 0
+            links.append((e, byte_set, tail, nullable[tail]))
+            if not tail or tail in stop:
+                break
+            e = tail
+        return links
+
     def first_bytes(self, expr: int) -> int:
         """A bitmask (bit b for byte b) of the bytes whose derivative may be non-empty:
         a superset, so a byte outside it surely kills the expression."""

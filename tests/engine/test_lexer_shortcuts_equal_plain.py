@@ -489,3 +489,28 @@ def test_a_lexer_whose_tables_grow_in_mapped_memory_steps_as_before(monkeypatch)
         _compiled_steps(lex_step_jit, lx, rng, b"abc", 20, publish=bool(rounds % 2), max_len=300)
     assert len(lx.states) > 128 and not lx.table.flags.owndata
     _check_table(lx)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    pattern=st.sampled_from(
+        ['"name"', "abc", "a[bc]d", "ab*c", "(ab|ac)d", '("x"|"y")z', "[a-c]bc(d|e)", "ab&~(abc)", 'é"', "aa"]
+    ),
+    stop_at=st.integers(min_value=0, max_value=4),
+)
+def test_a_byte_chain_is_the_byte_heads_taken_one_by_one(pattern, stop_at):
+    # DerivativeRows makes a key's rows from ExprSet.byte_chain in one pass; the chain is
+    # byte_head of each tail in turn, stopping at ∅, a stop expression or no byte head.
+    es = ExprSet()
+    expr = es.parse(pattern, extended=True)
+    plain, e, stop = [], expr, set()
+    while (head := es.byte_head(e)) is not None:
+        byte_set, tail = head
+        tail = 0 if es.is_empty(tail) else tail
+        plain.append((e, byte_set, tail, es.nullable(tail)))
+        if len(plain) == stop_at and tail:
+            stop.add(tail)
+        if not tail or tail in stop:
+            break
+        e = tail
+    assert es.byte_chain(expr, stop) == plain
