@@ -211,25 +211,33 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
     slices, as_tuples, answers = known
     marker = lexer.start_marker
     bits = 0
-    for i, e in lexer.states[lexstate]:
-        if i == marker:
-            continue
-        allowed = answers.get(e)
-        if allowed is None:
-            first = exprs.first_bytes(e)
-            allowed = 0
-            for k, (s, starts) in enumerate(slices):
-                if not starts & ~first and exprs.prefix_contains(s, e):
-                    allowed |= 1 << k
-            if len(answers) >= _MAX_ANSWERS:
-                answers.clear()
-            answers[e] = allowed
-        bits |= allowed
+    live = [e for i, e in lexer.states[lexstate] if i != marker]
+    for e in live:
+        bits |= _allowed_by(exprs, slices, answers, e)
+    if bits != (1 << len(slices)) - 1 and len(live) >= 2:
+        # Two lexemes may hold a slice together that neither holds alone.
+        for joined in exprs.complement_joins(live):
+            bits |= _allowed_by(exprs, slices, answers, joined)
     result = as_tuples.get(bits)
     if result is None:
         result = as_tuples[bits] = tuple(bool(bits >> k & 1) for k in range(len(slices)))
     cache[key] = result
     return result
+
+
+def _allowed_by(exprs: ExprSet, slices, answers: dict[int, int], e: int) -> int:
+    """The slices (bit k: slice k) among the prefixes of expression `e`, kept in `answers`."""
+    allowed = answers.get(e)
+    if allowed is None:
+        first = exprs.first_bytes(e)
+        allowed = 0
+        for k, (s, starts) in enumerate(slices):
+            if not starts & ~first and exprs.prefix_contains(s, e):
+                allowed |= 1 << k
+        if len(answers) >= _MAX_ANSWERS:
+            answers.clear()
+        answers[e] = allowed
+    return allowed
 
 
 def default_slices_enabled() -> bool:

@@ -1019,6 +1019,24 @@ class _Analysis(_Derivatives):
             return False
         return self._subset(y, x)
 
+    def complement_joins(self, exprs) -> list[int]:
+        """Expressions whose strings the union of `exprs` holds though no one of them
+        may: A·T for each pair `(A & ~B)·T`, `B·T` among them, since (A & ~B) ∪ B ⊇ A.
+        The keys a pattern matches beside the other keys (`additionalProperties` next
+        to `patternProperties`): apart, each leaves out some keys; together, none."""
+        kind, args = self._kind, self._args
+        present = set(exprs)
+        joins = []
+        for e in exprs:
+            head, tail = args[e] if kind[e] == _CONCAT else (e, 1)
+            if kind[head] != _AND:
+                continue
+            for m in args[head]:
+                if kind[m] == _NOT and self._concat2(args[m][0], tail) in present:
+                    rest = [x for x in args[head] if x != m]
+                    joins.append(self._concat2(self.and_(*rest), tail))
+        return joins
+
     def _finitely_excluded_from(self, lang: int) -> int | None:
         """R where `lang` is R minus a finite set of words (R \\ W, or R & ~E with E of
         bounded length), else None."""

@@ -846,3 +846,29 @@ def test_a_key_beside_the_listed_ones_is_sliced_and_its_masks_equal_whole_walks(
         whole.consume_token(t)
     assert sliced.is_accepting()
     assert sliced_at_key >= 1
+
+
+@pytest.mark.parametrize("pattern", ["^.*$", "^abc.+$", "^fritzbox(\\..*)?$"])
+def test_pattern_keys_beside_the_other_keys_are_sliced_together_and_masks_equal_whole_walks(pattern):
+    # Apart, neither the keys the pattern matches nor the other keys hold every string
+    # text slice among their prefixes (`.` leaves out U+2028); together they are any key.
+    from midword.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained("llama3")
+    schema = {"type": "object", "patternProperties": {pattern: {"type": "integer"}}}
+    text = '{"abcd": 1, "fritzbox.x": 2, "any\u2028key": 3, "fritz": 4}'
+    g = Grammar.from_json_schema(schema)
+    sliced = Matcher(tok, g)
+    whole = Matcher(tok, g)
+    whole.walker = MaskWalker(whole.trie, whole.rec, sliced=None, cache=None)
+    sliced.walker.cache = None
+    sliced_with_two_keys = 0
+    for t in tok.encode(text):
+        assert np.array_equal(sliced.compute_mask(), whole.compute_mask())
+        lexer = sliced.rec.lexer
+        two = sum(i != lexer.start_marker for i, _ in lexer.pairs_of(sliced._state[0])) >= 2
+        sliced_with_two_keys += two and sliced.walker.last_sliced
+        sliced.consume_token(t)
+        whole.consume_token(t)
+    assert sliced.is_accepting()
+    assert sliced_with_two_keys >= 1

@@ -781,6 +781,57 @@ def test_prefix_contains_beside_excluded_words_is_sound(pieces, excluded, tail, 
             assert state != 0, (pattern, slice_, w)
 
 
+def test_complement_joins_find_the_union_of_pattern_keys_and_the_other_keys():
+    # `patternProperties` beside `additionalProperties`: the keys a pattern matches, and
+    # the others. Apart, neither has every slice word among its prefixes (`.` leaves out
+    # U+2028; "ab" goes on only as a matched key); together they are any key.
+    es = ExprSet()
+    s10 = es.parse(JSON_CHAR + "{1,10}")
+    for pattern in (r"[^\n\r\u2028\u2029]*", "ab[a-z]+"):
+        matched = es.parse(f'({pattern})"')
+        others = es.parse(f'({JSON_CHAR}*&~({pattern}))"', extended=True)
+        assert not es.prefix_contains(s10, matched) or not es.prefix_contains(s10, others)
+        joins = es.complement_joins([matched, others])
+        assert joins == [es.parse(JSON_CHAR + '*"')]
+        assert es.prefix_contains(s10, joins[0])
+    # Unrelated lexemes join nothing.
+    assert es.complement_joins([es.parse('a"'), es.parse('([a-z]*&~(b))"', extended=True)]) == []
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    a=st.sampled_from(("[abc]*", "[ab]*", "a[abc]*", "[abc]{0,3}")),
+    b=st.sampled_from(("a*", "ab[abc]*", "[ab]*c", "b", "(ab)*")),
+    tail=st.sampled_from(['"', "", "c"]),
+    slice_=st.sampled_from(("[ab]{1,3}", "a{1,2}", "[abc]+", "[abc]{1,4}")),
+    partner=st.sampled_from((None, "c", "a*")),
+)
+def test_a_complement_join_holds_only_prefixes_of_the_pair(a, b, tail, slice_, partner):
+    """Where a join has the slice among its prefixes, every slice word (all of them up to
+    four bytes) leaves one of the two lexemes alive; the second lexeme is the excluded
+    part's own, or (`partner`) another."""
+    es = ExprSet()
+    kept = es.parse(f"({partner or b}){tail}")
+    others = es.parse(f"(({a})&~({b})){tail}", extended=True)
+    s = es.parse(slice_)
+    joins = [j for j in es.complement_joins([kept, others]) if es.prefix_contains(s, j)]
+    if not joins:
+        return
+    sl, dfas = LazyDFA(es, s), (LazyDFA(es, kept), LazyDFA(es, others))
+    for n in range(1, 5):
+        for chars in itertools.product("abc", repeat=n):
+            w = "".join(chars).encode()
+            if not sl.matches(w):
+                continue
+            alive = False
+            for dfa in dfas:
+                state = dfa.initial
+                for byte in w:
+                    state = dfa.step(state, byte)
+                alive = alive or state != 0
+            assert alive, (a, b, tail, slice_, w)
+
+
 def test_prefix_contains_looks_into_a_partly_matched_pattern():
     """A JSON string with an unanchored pattern, partly matched, is `(rest·C* | C*·match)"`:
     the slice is among the prefixes of the second branch, though not of the first."""
