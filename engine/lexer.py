@@ -109,6 +109,8 @@ def hash_states_py(first, last, st_ptr, comp_lex, comp_expr, st_keys, st_vals):
 # A table moves into a _TableSpace when it would grow past this size: below numpy's own
 # huge-page threshold (4 MiB), whose first touch cost 6 ms in a mask.
 _SPACE_FROM_BYTES = 2 << 20
+# The fewest free rows a table in a _TableSpace keeps for the compiled step.
+_SPACE_ROOM = 512
 
 
 class _TableSpace:
@@ -118,7 +120,7 @@ class _TableSpace:
     the one mask that met it: a new map filled with UNKNOWN, then the old rows copied.
     From _SPACE_FROM_BYTES the table is instead a prefix view of a map sized for the state
     limit: memory the kernel backs only where it is touched, so growing fills just the
-    new rows, a quarter of the table at a time."""
+    new rows, a sixteenth of the table at a time."""
 
     def __init__(self, rows: int, width: int):
         import mmap
@@ -719,7 +721,10 @@ class Lexer:
         nothing, which would leave it full for good."""
         core = self.core
         n, comps = int(core[CORE_STATES]), int(core[CORE_COMPS])
-        room = max(32, n // 4)
+        # A table in a _TableSpace grows in place by the rows it fills, inside the mask
+        # that needed them: small steps keep that fill short (a quarter of a large
+        # schema's table was a slowest mask of its own).
+        room = max(32, n // 4) if self._space is None else max(_SPACE_ROOM, n // 16)
         if n + room > self.table.shape[0]:
             self._grow_table(n + room)
         self._hold(n + room + 1, comps + max(2048, comps // 4))
@@ -733,12 +738,12 @@ class Lexer:
 
     def _grow_table(self, need: int) -> None:
         """Grows the table (and `accept`) to at least `need` rows: doubling while small,
-        by a quarter in place once it lives in a _TableSpace."""
+        by a sixteenth in place once it lives in a _TableSpace."""
         old = self.table.shape[0]
         if self._space is None and 2 * old * self.table.shape[1] * self.table.itemsize >= _SPACE_FROM_BYTES:
             self._space = _TableSpace(self.limits.max_lexer_states * 5 // 4 + 1024, self.table.shape[1])
         if self._space is not None:
-            self.table = self._space.grown(self.table, max(need, old + old // 4))
+            self.table = self._space.grown(self.table, max(need, old + old // 16))
         else:
             self.table = grown(self.table, max(need, 2 * old), UNKNOWN)
         self.accept = grown(self.accept, self.table.shape[0], NO_ACCEPT)

@@ -514,3 +514,30 @@ def test_a_byte_chain_is_the_byte_heads_taken_one_by_one(pattern, stop_at):
             break
         e = tail
     assert es.byte_chain(expr, stop) == plain
+
+
+def test_a_large_table_grows_in_place_in_small_steps_and_keeps_its_rows(monkeypatch):
+    # Past _SPACE_FROM_BYTES the table lives in a map and grows in place, filling only
+    # its new rows, inside the mask that needed them: a sixteenth of the table at a time.
+    import midword.engine.lexer as lexer_module
+
+    monkeypatch.setattr(lexer_module, "_SPACE_FROM_BYTES", 1 << 16)  # 64 rows of 256
+    g = Grammar.from_lark("start: W\nW: /[a-z]{0,6000}q/")
+    lx = Lexer(g, limits=Limits(max_lexer_states=20_000))
+    s = lx.initial_state(frozenset([0]))
+    path = [s]
+    sizes = [lx.table.shape[0]]
+    for _ in range(5000):
+        s = lx.step(s, ord("a"))
+        path.append(s)
+        lx.step_arrays()  # the compiled walk's reserve, which grows the table
+        if lx.table.shape[0] != sizes[-1]:
+            sizes.append(lx.table.shape[0])
+    assert lx._space is not None and len(lx.states) > 5000
+    in_space = [(a, b) for a, b in zip(sizes, sizes[1:], strict=False) if a * 256 * 4 >= 1 << 16]
+    assert len(in_space) > 10
+    for old, new in in_space:
+        assert new - old <= max(lexer_module._SPACE_ROOM, old // 16) + lexer_module._SPACE_ROOM, (old, new)
+    # Every row filled on the way is still there: each state steps to the next.
+    for a, b in zip(path, path[1:], strict=False):
+        assert int(lx.table[a, ord("a")]) == b
