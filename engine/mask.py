@@ -549,7 +549,8 @@ def step_child_py(
     """The step table's child of `row` after lexeme set `lexset`, built and entered by
     `scan_in_walk` where missing: what the walk does at a lexeme's end, for a caller
     outside the walk (fast-forward, consuming). NO_ROW if nothing scans; SCAN_IN_PYTHON
-    where Python must build it."""
+    where Python must build it. The walk keeps its own inline copy of this probe: a
+    call to this function from its loop made every walk slower (docs/optimizations.md)."""
     key = (row << LEXSET_BITS) | lexset
     slot_mask = step_keys.shape[0] - 1
     slot = (row * 1000003 + lexset * 7919) & slot_mask

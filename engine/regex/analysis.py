@@ -1004,14 +1004,7 @@ class _Analysis(_Derivatives):
             x, n_l = head, 1
         if longest_excluded >= 0:
             # P(X{m,n} & ~E) = P(X{m,n}) when n > max|E| and X has a non-empty word.
-            if n_l is not None and n_l <= longest_excluded:
-                return False
-            try:
-                if not self.next_bytes(x).any():
-                    return False
-            except BUDGET_ERRORS:
-                raise
-            except LimitExceeded:
+            if (n_l is not None and n_l <= longest_excluded) or not self._has_a_nonempty_word(x):
                 return False
         if not self._surely_nonempty(x):
             return False
@@ -1073,14 +1066,16 @@ class _Analysis(_Derivatives):
             return False
         x = args[head][0]
         y = args[s][0] if kind[s] == _REPEAT else s
+        return self._has_a_nonempty_word(x) and self._subset(y, x)
+
+    def _has_a_nonempty_word(self, x: int) -> bool:
+        """Whether X surely has a non-empty word (False when unsure)."""
         try:
-            if not self.next_bytes(x).any():
-                return False
+            return bool(self.next_bytes(x).any())
         except BUDGET_ERRORS:
             raise
         except LimitExceeded:
             return False
-        return self._subset(y, x)
 
 
 # most_chained's derivative table: entries not worked out yet, and derivatives that are ∅.

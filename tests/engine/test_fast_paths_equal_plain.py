@@ -815,60 +815,54 @@ def test_a_full_array_is_grown_and_the_walk_builds_the_step_itself(monkeypatch):
     assert not any(full_at_python_scan)
 
 
+def _sliced_masks_at(schema: dict, text: str, where) -> int:
+    """Walks `text` with a sliced walker and an unsliced one, asserting equal masks; returns
+    how many masks were sliced at a lexer state `where(lexer, state)` picks."""
+    from midword.engine.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_pretrained("llama3")
+    g = Grammar.from_json_schema(schema)
+    sliced = Matcher(tok, g)
+    whole = Matcher(tok, g)
+    whole.walker = MaskWalker(whole.trie, whole.rec, sliced=None, cache=None)
+    sliced.walker.cache = None
+    count = 0
+    for t in tok.encode(text):
+        assert np.array_equal(sliced.compute_mask(), whole.compute_mask())
+        count += bool(where(sliced.rec.lexer, sliced._state[0]) and sliced.walker.last_sliced)
+        sliced.consume_token(t)
+        whole.consume_token(t)
+    assert sliced.is_accepting()
+    return count
+
+
 def test_a_key_beside_the_listed_ones_is_sliced_and_its_masks_equal_whole_walks():
     # After `{"` in an object that allows other keys, nearly every token is allowed: the
     # string-text slices apply wholesale (a string minus the listed keys), so the walk
     # skips them. Masks with and without slices must be equal, at the listed keys'
-    # prefixes too.
-    from midword.engine.tokenizer import Tokenizer
-
-    tok = Tokenizer.from_pretrained("llama3")
-    # An unanchored key pattern, as real schemas write them: a key is `[a-zA-Z0-9_]*`
-    # then any text, beside the listed ones.
+    # prefixes too. An unanchored key pattern, as real schemas write them: a key is
+    # `[a-zA-Z0-9_]*` then any text, beside the listed ones.
     schema = {
         "type": "object",
         "properties": {"by": {"type": "array", "maxItems": 2}, "photos_by": {"type": "array"}},
         "patternProperties": {"^[a-zA-Z0-9_]*": {"type": "array", "items": {"type": "integer"}}},
     }
     text = '{"by": [1], "photos_by": [3], "other é": [1], "bystander": [2, 3], "b": []}'
-    g = Grammar.from_json_schema(schema)
-    sliced = Matcher(tok, g)
-    whole = Matcher(tok, g)
-    whole.walker = MaskWalker(whole.trie, whole.rec, sliced=None, cache=None)
-    sliced.walker.cache = None
-    sliced_at_key = 0
-    for t in tok.encode(text):
-        assert np.array_equal(sliced.compute_mask(), whole.compute_mask())
-        lexer = sliced.rec.lexer
-        in_key = any(lexer.exprs.emptiness_is_trivial(e) is False for _, e in lexer.pairs_of(sliced._state[0]))
-        sliced_at_key += in_key and sliced.walker.last_sliced
-        sliced.consume_token(t)
-        whole.consume_token(t)
-    assert sliced.is_accepting()
-    assert sliced_at_key >= 1
+
+    def in_key(lexer, state):
+        return any(not lexer.exprs.emptiness_is_trivial(e) for _, e in lexer.pairs_of(state))
+
+    assert _sliced_masks_at(schema, text, in_key) >= 1
 
 
 @pytest.mark.parametrize("pattern", ["^.*$", "^abc.+$", "^fritzbox(\\..*)?$"])
 def test_pattern_keys_beside_the_other_keys_are_sliced_together_and_masks_equal_whole_walks(pattern):
     # Apart, neither the keys the pattern matches nor the other keys hold every string
     # text slice among their prefixes (`.` leaves out U+2028); together they are any key.
-    from midword.engine.tokenizer import Tokenizer
-
-    tok = Tokenizer.from_pretrained("llama3")
     schema = {"type": "object", "patternProperties": {pattern: {"type": "integer"}}}
     text = '{"abcd": 1, "fritzbox.x": 2, "any\u2028key": 3, "fritz": 4}'
-    g = Grammar.from_json_schema(schema)
-    sliced = Matcher(tok, g)
-    whole = Matcher(tok, g)
-    whole.walker = MaskWalker(whole.trie, whole.rec, sliced=None, cache=None)
-    sliced.walker.cache = None
-    sliced_with_two_keys = 0
-    for t in tok.encode(text):
-        assert np.array_equal(sliced.compute_mask(), whole.compute_mask())
-        lexer = sliced.rec.lexer
-        two = sum(i != lexer.start_marker for i, _ in lexer.pairs_of(sliced._state[0])) >= 2
-        sliced_with_two_keys += two and sliced.walker.last_sliced
-        sliced.consume_token(t)
-        whole.consume_token(t)
-    assert sliced.is_accepting()
-    assert sliced_with_two_keys >= 1
+
+    def two_keys(lexer, state):
+        return sum(i != lexer.start_marker for i, _ in lexer.pairs_of(state)) >= 2
+
+    assert _sliced_masks_at(schema, text, two_keys) >= 1
