@@ -208,6 +208,8 @@ class DerivativeRows:
         cmap_of, bases = self.cmap_of, self.base
         index = self._cmap_index
         for k, (e, byte_set, _, _) in enumerate(links):
+            # `_classes_of`'s own lookup, inline: a call per link was a good part of a
+            # chain's cost, and nearly every byte set has its classes already.
             info = index.get(byte_set)
             if info is None:
                 info = self._classes_of(byte_set, None)
