@@ -174,18 +174,15 @@ def _literal_run_of(rec: Recognizer, lexstate: int, budget: int) -> tuple[bytes,
             if lexeme >= 0:
                 return None  # two lexemes: stepped a byte at a time
             lexeme, expr = i, e
-    exprs = lexer.exprs
     out = bytearray()
-    while len(out) < budget:
-        head = exprs.byte_head(expr)
-        if head is None:
-            break
-        byte_set, tail = head
-        if byte_set & (byte_set - 1) or exprs.is_empty(tail):
+    # The links of the literal's chain, read off at once; the run stops before a byte
+    # set of two or more bytes or an empty tail, and after a tail that may end.
+    for _, byte_set, tail, ends in lexer.exprs.byte_chain(expr, ()):
+        if len(out) >= budget or byte_set & (byte_set - 1) or not tail:
             break
         out.append(byte_set.bit_length() - 1)
         expr = tail
-        if exprs.nullable(expr):
+        if ends:
             break  # the lexeme may end here: what comes next is the parser's to say
     if not out:
         return None

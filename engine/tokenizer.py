@@ -166,6 +166,8 @@ class _Backend(abc.ABC):
     # Matches, in a surrogateescape-decoded string, the runs that must bypass the
     # library's text encoder.
     opaque: re.Pattern = re.compile("[\udc80-\udcff]+")
+    # Whether `opaque` can match valid UTF-8 text too (not only escaped bytes).
+    text_opaque = False
 
     @abc.abstractmethod
     def encode_texts(self, texts: list[str]) -> list[list[int]]: ...
@@ -197,6 +199,7 @@ class _HFBackend(_Backend):
             # SentencePiece turns spaces into ▁, so a literal ▁ in the input would come
             # back as a space; spell it with byte-fallback pieces instead.
             self.opaque = re.compile("[\udc80-\udcff\u2581]+")
+            self.text_opaque = True
         self._regex = regex
         self._compiled = None
         self._exact_pretok = regex is not None and tok.normalizer is None and tok.pre_tokenizer is not None
@@ -901,6 +904,20 @@ class Tokenizer:
         """Tokens spelling `text` exactly: no BOS, no prefix space, special-token text as
         plain text. Bytes that are not UTF-8 are encoded with byte-level BPE or
         byte-fallback pieces."""
+        if isinstance(text, bytes):
+            # Valid UTF-8 with nothing the backend spells apart, the usual case, goes to
+            # the backend in one call: fast-forward encodes a few bytes at a time, right
+            # after a mask walk has pushed this path's objects out of the CPU caches.
+            try:
+                s = text.decode("utf-8")
+            except UnicodeDecodeError:
+                s = None
+            if s is not None:
+                backend = self._backend
+                if not (backend.text_opaque and backend.opaque.search(s)):
+                    ids = backend.encode_texts([s])[0] if s else []
+                    self._check_spelling(text, ids)
+                    return ids
         return self._encode_many([text])[0]
 
     def decode(self, ids: Iterable[int]) -> bytes:
