@@ -63,6 +63,11 @@ NARROW_BYTES_MASK = (1 << NARROW_SHIFT) - 1
 COUNT_UNKNOWN = -1
 COUNT_ROW_SHIFT = 16
 COUNT_LEFT_MASK = (1 << COUNT_ROW_SHIFT) - 1
+# The rows of char_next, all codes together: the walk keeps a row in 13 bits.
+COUNT_ROW_LIMIT = 1 << 13
+# Lexer.floor: for a state with a length floor the walk counts (`narrowing`), the
+# characters to go | their automaton's row << COUNT_ROW_SHIFT; NO_FLOOR for others.
+NO_FLOOR = -1
 # char_next's last column: 1 on each automaton's start row, where a character ends.
 CHAR_START = 256
 
@@ -551,12 +556,15 @@ class Lexer:
         self.accept = filled(64, NO_ACCEPT, dtype=np.int32)
         self.narrow = filled(64, NO_NARROWING, dtype=np.int64)
         self.counted = filled(64, COUNT_UNKNOWN, dtype=np.int64)
+        self.floor = filled(64, NO_FLOOR, dtype=np.int64)
         # The automata of the character codes counted (`count_entry`), by code.
         self.char_next = np.zeros((1, CHAR_START + 1), dtype=np.int32)
         self._char_rows: dict[int, int | None] = {}
         # Exact states whose limit the walk may count, and those it may not.
         self._count_tails: dict[int, int] = {}
         self._count_checked: set[int] = set()
+        # States whose floor the walk counts (`_count_floor`).
+        self._floors: set[int] = set()
         # States whose narrowing (`narrowing`) was worked out.
         self._narrowed: set[int] = set()
         # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
@@ -751,6 +759,7 @@ class Lexer:
         self.accept = grown(self.accept, self.table.shape[0], NO_ACCEPT)
         self.narrow = grown(self.narrow, self.table.shape[0], NO_NARROWING)
         self.counted = grown(self.counted, self.table.shape[0], COUNT_UNKNOWN)
+        self.floor = grown(self.floor, self.table.shape[0], NO_FLOOR)
 
     def _hold(self, states: int, pairs: int) -> None:
         """Grows st_ptr and the pair arrays (doubling) to hold this many states and pairs."""
@@ -811,8 +820,29 @@ class Lexer:
             twin = self._intern(tuple([(i, exprs.without_windows(e)) for i, e in pairs]))
             if twin != state:
                 self.narrow[state] = (twin << NARROW_SHIFT) | min(reach, NARROW_BYTES_MASK)
+        elif len(pairs) == 1 and pairs[0][0] != self.start_marker:
+            self._count_floor(state, pairs[0])
         self._narrowed.add(state)
         return int(self.narrow[state])
+
+    def _count_floor(self, state: int, pair: tuple[int, int]) -> None:
+        """Marks `state` in `floor` where its one lexeme is a length floor the walk counts
+        (`ExprSet.count_floor`, `C{lo,hi}·T`): its narrowing is then the state after the
+        floor, `C{0,hi-lo}·T`, with no bytes of reach, and `floor` holds lo and C's row in
+        `char_next`. A walk from it reads C's words only, counting them, and after lo of
+        them goes on from that state: no lexer state per count to go."""
+        lexeme, expr = pair
+        found = self.exprs.count_floor(expr)
+        if found is None:
+            return
+        chars, lo, rest = found
+        row = self._character_row(chars)
+        if row is None or lo >= COUNT_LEFT_MASK:
+            return
+        after = self._intern(((lexeme, rest),))
+        self.floor[state] = lo | (row << COUNT_ROW_SHIFT)
+        self.narrow[state] = after << NARROW_SHIFT
+        self._floors.add(state)
 
     def count_entry(self, state: int) -> bool:
         """Whether the walk may count characters from `state`'s narrower twin
@@ -823,6 +853,8 @@ class Lexer:
         narrow = self.narrowing(state)
         if narrow == NO_NARROWING:
             return False
+        if state in self._floors:
+            return True
         if state not in self._count_checked:
             self._count_checked.add(state)
             pairs = self.pairs_of(state)
@@ -842,7 +874,7 @@ class Lexer:
             return self._char_rows[chars]
         rows = self.exprs.character_rows(chars)
         row = None
-        if rows is not None:
+        if rows is not None and self.char_next.shape[0] + len(rows) <= COUNT_ROW_LIMIT:
             base = self.char_next.shape[0]
             table = np.array(rows, dtype=np.int32)
             table[table >= 0] += base

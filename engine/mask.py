@@ -106,12 +106,15 @@ NEED_SPACE = 3  # the frontier array is full
 NEED_EXIT = 4  # (lexer state, depth): where a counted walk goes on once no character is left
 
 # A walk's stack_lex entry: the lexer state in the low bits; in a counted walk (walk_py)
-# one more than the characters left above them, and the row of the characters'
-# automaton above that.
+# one more than the characters left above them, a bit set while they are a floor's
+# (characters to go), and the row of the characters' automaton above that.
 STACK_LEFT_SHIFT = 32
 STACK_STATE_MASK = (1 << STACK_LEFT_SHIFT) - 1
-STACK_ROW_SHIFT = 49
-STACK_LEFT_MASK = (1 << (STACK_ROW_SHIFT - STACK_LEFT_SHIFT)) - 1
+STACK_FLOOR_SHIFT = 49
+STACK_FLOOR_BIT = 1 << STACK_FLOOR_SHIFT
+STACK_ROW_SHIFT = 50
+STACK_LEFT_MASK = (1 << (STACK_FLOOR_SHIFT - STACK_LEFT_SHIFT)) - 1
+assert lexer_module.COUNT_ROW_LIMIT <= 1 << (63 - STACK_ROW_SHIFT)
 
 
 def walk_py(
@@ -124,6 +127,7 @@ def walk_py(
     lex_accept,
     lex_narrow,
     lex_counted,
+    lex_floor,
     char_next,
     row_lexstate,
     step_keys,
@@ -180,6 +184,11 @@ def walk_py(
     from the exact state, `lex_counted` of the twin's state there (Lexer.count_exit;
     NEED_EXIT while not worked out). So a string's count left takes no lexer state of
     its own down a vocabulary's long runs.
+
+    A state with a floor (`lex_floor[s]`, see Lexer.narrowing: `C{lo,hi}·T`, t the
+    state `C{0,hi-lo}·T` after it) is walked by C's automaton alone, counting the
+    characters to go (a byte that starts none ends the path: nothing else may come
+    yet), and from t once the last of them is read.
     """
     slot_mask = step_keys.shape[0] - 1
     n_ranges = ranges.shape[0]
@@ -197,118 +206,146 @@ def walk_py(
             depth = (record >> RECORD_DEPTH_SHIFT) & RECORD_DEPTH_MASK
             lexstate = stack_lex[at(depth - 1)]
             left = -1
+            floor = False
             if lexstate <= STACK_STATE_MASK:
                 narrow = lex_narrow[at(lexstate)]
                 if narrow != NO_NARROWING and deepest_below[at(node)] - depth + 1 <= (narrow & NARROW_BYTES_MASK):
                     lexstate = narrow >> NARROW_SHIFT
-                elif narrow != NO_NARROWING and lex_counted[at(lexstate)] >= 0:
-                    count = lex_counted[at(lexstate)]
-                    left = count & COUNT_LEFT_MASK
-                    crow = count >> COUNT_ROW_SHIFT
-                    lexstate = narrow >> NARROW_SHIFT
+                elif narrow != NO_NARROWING:
+                    count = lex_floor[at(lexstate)]
+                    if count >= 0:
+                        floor = True
+                    else:
+                        count = lex_counted[at(lexstate)]
+                    if count >= 0:
+                        left = count & COUNT_LEFT_MASK
+                        crow = count >> COUNT_ROW_SHIFT
+                        lexstate = narrow >> NARROW_SHIFT
             else:
                 left = ((lexstate >> STACK_LEFT_SHIFT) & STACK_LEFT_MASK) - 1
+                floor = (lexstate & STACK_FLOOR_BIT) != 0
                 crow = lexstate >> STACK_ROW_SHIFT
                 lexstate &= STACK_STATE_MASK
             byte = record & 0xFF
             visited += 1
-            nxt = lex_table[at(lexstate), at(byte)]
-            if nxt == UNKNOWN:
-                # np.int64: the state's type at every call (one compiled lex_step).
-                nxt = lex_step(np.int64(lexstate), byte, lex_table, lex_accept, lex_arrays)
-                if nxt == UNKNOWN:
-                    stats[0] += visited
-                    return NEED_LEXER, range_idx, node, lexstate, byte
-            if nxt == DEAD:
-                accepted = lex_accept[at(lexstate)]
-                if accepted == NO_ACCEPT:
+            if floor:
+                # Characters to go: C's automaton alone says what may come, and the
+                # state after the last of them is `lexstate`.
+                following = char_next[at(crow), at(byte)]
+                if following < 0:
                     node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
                     continue
-                if record_frontier:
-                    c = frontier_count[0]
-                    if c >= frontier.shape[0]:
-                        stats[0] += visited - 1
-                        return NEED_SPACE, range_idx, node, 0, 0
-                    frontier[c, 0] = node
-                    frontier[c, 1] = node + ((record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK)
-                    frontier[c, 2] = lexstate
-                    frontier_count[0] = c + 1
-                    node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
-                    continue
-                row = stack_row[at(depth - 1)]
-                if accepted != IGNORE_ONLY:
-                    key = (row << LEXSET_BITS) | accepted
-                    slot = (row * 1000003 + accepted * 7919) & slot_mask
-                    while True:
-                        found = step_keys[at(slot)]
-                        if found == key:
-                            row = step_vals[at(slot)]
-                            break
-                        if found == STEP_EMPTY:
-                            child = scan_in_walk(
-                                row,
-                                accepted,
-                                key,
-                                slot,
-                                step_keys,
-                                step_vals,
-                                row_lexstate,
-                                parser_arrays,
-                                scan_arrays,
-                                lex_table,
-                                lex_accept,
-                                lex_arrays,
-                            )
-                            if child == SCAN_IN_PYTHON:
-                                stats[0] += visited
-                                return NEED_PARSER, range_idx, node, row, accepted
-                            row = child
-                            break
-                        slot = (slot + 1) & slot_mask
-                    if row < 0:
-                        node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
-                        continue
-                start = row_lexstate[at(row)]
-                nxt = lex_table[at(start), at(byte)]
+                crow = following
+                if char_next[at(crow), CHAR_START] == 1:
+                    left -= 1
+                stack_row[at(depth)] = stack_row[at(depth - 1)]
+                if left == 0:
+                    stack_lex[at(depth)] = lexstate
+                else:
+                    stack_lex[at(depth)] = (
+                        np.int64(lexstate)
+                        | (np.int64(left + 1) << STACK_LEFT_SHIFT)
+                        | np.int64(STACK_FLOOR_BIT)
+                        | (np.int64(crow) << STACK_ROW_SHIFT)
+                    )
+            else:
+                nxt = lex_table[at(lexstate), at(byte)]
                 if nxt == UNKNOWN:
-                    nxt = lex_step(np.int64(start), byte, lex_table, lex_accept, lex_arrays)
+                    # np.int64: the state's type at every call (one compiled lex_step).
+                    nxt = lex_step(np.int64(lexstate), byte, lex_table, lex_accept, lex_arrays)
                     if nxt == UNKNOWN:
                         stats[0] += visited
-                        return NEED_LEXER, range_idx, node, start, byte
+                        return NEED_LEXER, range_idx, node, lexstate, byte
                 if nxt == DEAD:
-                    node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
-                    continue
-                stack_row[at(depth)] = row
-                left = -1
-            else:
-                stack_row[at(depth)] = stack_row[at(depth - 1)]
-                if left >= 0:
-                    following = char_next[at(crow), at(byte)]
-                    if following < 0:
-                        left = -1  # no character: past the limit's part, twin and exact agree
-                    else:
-                        crow = following
-                        if char_next[at(crow), CHAR_START] == 1:
-                            left -= 1
-                            if left == 0:
-                                # The last character allowed: on from the exact state,
-                                # which is DEAD where the pattern cannot end here.
-                                exact = lex_counted[at(nxt)]
-                                if exact == COUNT_UNKNOWN:
+                    accepted = lex_accept[at(lexstate)]
+                    if accepted == NO_ACCEPT:
+                        node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
+                        continue
+                    if record_frontier:
+                        c = frontier_count[0]
+                        if c >= frontier.shape[0]:
+                            stats[0] += visited - 1
+                            return NEED_SPACE, range_idx, node, 0, 0
+                        frontier[c, 0] = node
+                        frontier[c, 1] = node + ((record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK)
+                        frontier[c, 2] = lexstate
+                        frontier_count[0] = c + 1
+                        node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
+                        continue
+                    row = stack_row[at(depth - 1)]
+                    if accepted != IGNORE_ONLY:
+                        key = (row << LEXSET_BITS) | accepted
+                        slot = (row * 1000003 + accepted * 7919) & slot_mask
+                        while True:
+                            found = step_keys[at(slot)]
+                            if found == key:
+                                row = step_vals[at(slot)]
+                                break
+                            if found == STEP_EMPTY:
+                                child = scan_in_walk(
+                                    row,
+                                    accepted,
+                                    key,
+                                    slot,
+                                    step_keys,
+                                    step_vals,
+                                    row_lexstate,
+                                    parser_arrays,
+                                    scan_arrays,
+                                    lex_table,
+                                    lex_accept,
+                                    lex_arrays,
+                                )
+                                if child == SCAN_IN_PYTHON:
                                     stats[0] += visited
-                                    return NEED_EXIT, range_idx, node, nxt, depth
-                                nxt = exact
-                                left = -1
-                                if nxt == DEAD:
-                                    node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
-                                    continue
-            if left < 0:
-                stack_lex[at(depth)] = nxt
-            else:
-                # In int64: the plain twin's numpy int32 would overflow.
-                stack_lex[at(depth)] = (
-                    np.int64(nxt) | (np.int64(left + 1) << STACK_LEFT_SHIFT) | (np.int64(crow) << STACK_ROW_SHIFT)
-                )
+                                    return NEED_PARSER, range_idx, node, row, accepted
+                                row = child
+                                break
+                            slot = (slot + 1) & slot_mask
+                        if row < 0:
+                            node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
+                            continue
+                    start = row_lexstate[at(row)]
+                    nxt = lex_table[at(start), at(byte)]
+                    if nxt == UNKNOWN:
+                        nxt = lex_step(np.int64(start), byte, lex_table, lex_accept, lex_arrays)
+                        if nxt == UNKNOWN:
+                            stats[0] += visited
+                            return NEED_LEXER, range_idx, node, start, byte
+                    if nxt == DEAD:
+                        node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
+                        continue
+                    stack_row[at(depth)] = row
+                    left = -1
+                else:
+                    stack_row[at(depth)] = stack_row[at(depth - 1)]
+                    if left >= 0:
+                        following = char_next[at(crow), at(byte)]
+                        if following < 0:
+                            left = -1  # no character: past the limit's part, twin and exact agree
+                        else:
+                            crow = following
+                            if char_next[at(crow), CHAR_START] == 1:
+                                left -= 1
+                                if left == 0:
+                                    # The last character allowed: on from the exact state,
+                                    # which is DEAD where the pattern cannot end here.
+                                    exact = lex_counted[at(nxt)]
+                                    if exact == COUNT_UNKNOWN:
+                                        stats[0] += visited
+                                        return NEED_EXIT, range_idx, node, nxt, depth
+                                    nxt = exact
+                                    left = -1
+                                    if nxt == DEAD:
+                                        node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
+                                        continue
+                if left < 0:
+                    stack_lex[at(depth)] = nxt
+                else:
+                    # In int64: the plain twin's numpy int32 would overflow.
+                    stack_lex[at(depth)] = (
+                        np.int64(nxt) | (np.int64(left + 1) << STACK_LEFT_SHIFT) | (np.int64(crow) << STACK_ROW_SHIFT)
+                    )
             token = (record >> RECORD_TOKEN_SHIFT) & RECORD_TOKEN_MASK
             if token:
                 if token != RECORD_SEVERAL:
@@ -659,7 +696,7 @@ walk_jit = njit_calling(
 # (Lexer.step_arrays). The dtypes are what walk_packed reads them as; `pack` refuses
 # arrays of other types.
 _TRIE_DTYPES = (np.int64, np.int32, np.int32, np.int32, np.int32)
-_TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32) + (np.int64,) * 7 + (np.int32,)
+_TABLE_DTYPES = (np.int32, np.int32, np.int32, np.int64, np.int32) + (np.int64,) * 7 + (np.int32, np.int64)
 # The groups' dtypes, and their scalars' places (which follow the arrays when packed).
 _PARSER_DTYPES, _PARSER_SCALARS = _views.spec_dtypes(PARSER_GROUP_SPEC)
 _SCAN_DTYPES, _SCAN_SCALARS = _views.spec_dtypes(SCAN_GROUP_SPEC)
@@ -726,6 +763,7 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
         view_1d(w, 1, np.int32),
         view_1d(w, 10, np.int64),
         view_1d(w, 11, np.int64),
+        view_1d(w, 13, np.int64),
         view_2d(w, 12, np.int32),
         view_1d(w, 2, np.int32),
         view_1d(w, 3, np.int64),
@@ -1025,6 +1063,7 @@ class MaskWalker:
             and sources[10] is lexer.narrow
             and sources[11] is lexer.counted
             and sources[12] is lexer.char_next
+            and sources[13] is lexer.floor
             and sources[6] is rec.row_lexstate
             and sources[7] is rec.step_keys
             and sources[8] is rec.step_vals
@@ -1069,6 +1108,7 @@ class MaskWalker:
                 or cached[0][10] is not lexer.narrow
                 or cached[0][11] is not lexer.counted
                 or cached[0][12] is not lexer.char_next
+                or cached[0][13] is not lexer.floor
             ):
                 tables = (
                     lexer.table,
@@ -1084,6 +1124,7 @@ class MaskWalker:
                     lexer.narrow,
                     lexer.counted,
                     lexer.char_next,
+                    lexer.floor,
                 )
                 cached = space.table_pack = _repack(cached, tables, (), _TABLE_DTYPES)
             table_packed = cached[1]
@@ -1123,6 +1164,7 @@ class MaskWalker:
             lexer.narrow,
             lexer.counted,
             lexer.char_next,
+            lexer.floor,
         )
         return space.book
 
@@ -1165,6 +1207,7 @@ class MaskWalker:
                     lexer.accept,
                     lexer.narrow,
                     lexer.counted,
+                    lexer.floor,
                     lexer.char_next,
                     rec.row_lexstate,
                     rec.step_keys,

@@ -300,6 +300,33 @@ class _Analysis(_Derivatives):
             return None
         return twin, chars, hi, tail
 
+    # Fewer characters to go than this are left to the lexer states of each count.
+    _COUNT_FLOOR_FROM = 4
+
+    def count_floor(self, expr: int) -> tuple[int, int, int] | None:
+        """(C, lo, rest) for a length floor the mask walk can count exactly: `C{lo,hi}·T`
+        (hi unbounded or not, T anything) with C a prefix code (no & or ~, not
+        nullable) and lo at least _COUNT_FLOOR_FROM; `rest` is `C{0,hi-lo}·T`. Until
+        lo words of C are read nothing else may come, not even T: a byte is allowed
+        exactly where C's own automaton goes on (`character_rows`), and C's words split
+        one way only, so after w, lo words and nothing more, the state is `rest`. A
+        `minLength` string is such a floor, each count to go a lexer state of its own
+        otherwise. None for other expressions."""
+        kind = self._kind[expr]
+        if kind == _CONCAT:
+            head, tail = self._args[expr]
+        else:
+            head, tail = expr, 1
+        if self._kind[head] != _REPEAT:
+            return None
+        chars, lo, hi = self._args[head]
+        if lo < self._COUNT_FLOOR_FROM or self._has_bool[chars] or self._nullable[chars]:
+            return None
+        if not self.is_prefix_code(chars):
+            return None
+        rest = self._concat2(self.repeat(chars, 0, None if hi is None else hi - lo), tail)
+        return chars, lo, rest
+
     def _windowless_for_good(self, expr: int) -> bool:
         """Whether neither `expr` nor any of its derivatives holds a window: no & or ~,
         and every bounded repetition below _REPEAT_WINDOW_FROM (a derivative only lowers

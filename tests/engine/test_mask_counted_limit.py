@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from midword.engine.grammar import Grammar
 from midword.engine.limits import DEFAULT_LIMITS
+from midword.engine.mask import MaskWalker
 from midword.engine.matcher import Matcher
 from midword.engine.regex import ExprSet
 
@@ -237,3 +238,154 @@ def _agrees(es: ExprSet, exact: int, counted: int, w: bytes) -> bool:
     for b in w:
         d = es.derivative(d, b)
     return (es.nullable(counted), es.is_empty(counted)) == (es.nullable(d), es.is_empty(d))
+
+
+# Floors: (string schema, most lexer states the first mask inside may make, the body).
+FLOORS = [
+    # An exact length, as in a schema's ids: a floor that leaves nothing after it.
+    ({"type": "string", "minLength": 36, "maxLength": 36}, "0f8b3c1e-" + "é" * 6 + "日本" + " " * 19),
+    # A floor under a limit: the limit's own count follows the floor's.
+    ({"type": "string", "minLength": 20, "maxLength": 60}, "Über 40 neue Radwege  " + '\\"x' + " " * 30),
+    # A floor alone: after it, any number of characters.
+    ({"type": "string", "minLength": 24}, "𝄞" + "-" * 30 + "ü" * 4 + " " * 70),
+]
+
+
+@pytest.mark.parametrize("string,body", FLOORS, ids=["exact-length", "floor-and-limit", "floor-only"])
+def test_a_floor_is_counted_not_a_state_per_character_to_go(llama3, string, body):
+    # Before the floor was counted, the first mask inside `C{36}"` made a lexer state per
+    # character to go (`C{35}"` ... `C{1}"`), each with the derivatives of every class of
+    # byte the walk met: over a hundred returns to Python.
+    tok = llama3
+    own = 20 + [f[0] for f in FLOORS].index(string)
+    split, whole = _matchers(tok, _schema(string), '{"note": "', own)
+    before = len(split.rec.lexer.states)
+    got = split.compute_mask()
+    assert len(split.rec.lexer.states) - before < 12
+    assert np.array_equal(got, split.reference_mask())
+    assert np.array_equal(got, whole.compute_mask())
+    # The closing quote is refused until the floor is read, and allowed after it.
+    _check_along(tok, split, whole, body + '", "id": 3}')
+    assert split.is_accepting()
+
+
+def test_a_floor_refuses_the_tail_before_its_last_character(llama3):
+    tok = llama3
+    split, whole = _matchers(tok, _schema({"type": "string", "minLength": 16, "maxLength": 16}), '{"note": "', 30)
+    quote = tok.encode('"')[0]
+    for i, t in enumerate(tok.encode("a" * 16)):
+        mask = split.compute_mask()
+        assert np.array_equal(mask, split.reference_mask()), i
+        assert not mask[quote >> 5] >> (quote & 31) & 1, i
+        split.consume_token(t)
+    mask = split.compute_mask()
+    assert np.array_equal(mask, split.reference_mask())
+    assert mask[quote >> 5] >> (quote & 31) & 1
+
+
+def test_count_floor_reads_only_the_shapes_it_counts_exactly():
+    es = ExprSet()
+    char = r'([^"\\\x00-\x1f]|\\["\\/bfnrt]|\\u[0-9a-fA-F]{4})'
+    found = es.count_floor(es.parse(char + '{36}"'))
+    assert found is not None
+    chars, lo, rest = found
+    assert lo == 36 and rest == es.parse('"')
+    found = es.count_floor(es.parse(char + '{20,60}"'))
+    assert found is not None and found[1] == 20 and found[2] == es.parse(char + '{0,40}"')
+    found = es.count_floor(es.parse(char + '{24,}"'))
+    assert found is not None and found[2] == es.parse(char + '*"')
+    # A floor too low to be worth counting, a code whose words split two ways, a
+    # nullable code and a floor that is not the expression's head are not counted.
+    assert es.count_floor(es.parse('[a-z]{3}"')) is None
+    assert es.count_floor(es.parse("(a|ab|b){8}c")) is None
+    assert es.count_floor(es.parse("(a?){8}c")) is None
+    assert es.count_floor(es.parse("x[a-z]{8}c")) is None
+
+
+@settings(max_examples=150, deadline=None)
+@given(data=st.data())
+def test_counting_a_floor_matches_its_repetition(data):
+    # The walk's floor (mask.walk_py: C's automaton alone while characters are to go, and
+    # on from `rest` once they are read) accepts exactly the words of `C{lo,hi}·T`.
+    code = data.draw(st.sampled_from(_CODES))
+    tail_src = data.draw(st.sampled_from(_TAILS + ["(a|b)*c"]))
+    lo = data.draw(st.integers(4, 7))
+    hi = data.draw(st.one_of(st.none(), st.integers(lo, lo + 3)))
+    words = code.split("|")
+    es = ExprSet()
+    chars = es.parse(f"({code})")
+    tail = es.parse(tail_src) if tail_src else ExprSet.EPSILON
+    expr = es.concat(es.repeat(chars, lo, hi), tail)
+    found = es.count_floor(expr)
+    if found is None:
+        # `concat` may have merged the tail into the repetition (`a{4}a` is `a{5}`).
+        assert es._kind[expr] != 3 or es.repeat(chars, lo, hi) != es._args[expr][0]
+        return
+    got_chars, got_lo, rest = found
+    assert got_chars == chars and got_lo == lo
+    rows = es.character_rows(chars)
+    assert rows is not None
+    pieces = st.lists(st.sampled_from(words), min_size=lo - 2, max_size=lo + 4)
+    for _ in range(12):
+        text = "".join(data.draw(pieces)) + data.draw(st.sampled_from(["", "d", "de", "a", "c", "dd"]))
+        w = text.encode()
+        assert _agrees(es, expr, _floor_match(es, rest, rows, lo, w), w), (code, tail_src, lo, hi, text)
+    for n in range(5):
+        for letters in itertools.product(b"abcd", repeat=n):
+            w = bytes(letters)
+            assert _agrees(es, expr, _floor_match(es, rest, rows, lo, w), w)
+
+
+def _floor_match(es: ExprSet, rest: int, rows: list[list[int]], lo: int, w: bytes) -> int:
+    """The walk's floor, byte by byte: C's automaton with lo characters to go, then the
+    derivatives of `rest` (NOTHING where it dies). While characters are to go the state
+    stands for one that neither takes the empty word nor is empty."""
+    left, row = lo, 0
+    state = None
+    for b in w:
+        if state is None:
+            row = rows[row][b]
+            if row < 0:
+                return ExprSet.NOTHING
+            if row == 0:
+                left -= 1
+                if left == 0:
+                    state = rest
+            continue
+        state = es.derivative(state, b)
+        if state == ExprSet.NOTHING:
+            return state
+    if state is None:
+        # Mid-floor: alive, and not accepting.
+        return es.parse("zz")
+    return state
+
+
+def test_the_plain_walk_counts_a_floor_as_the_compiled_one(llama3):
+    """walk_py, the compiled walk's twin, along an exact-length string; both counted the
+    floor (a state marked in `Lexer.floor`)."""
+    tok = llama3
+    schema = _schema({"type": "string", "minLength": 18, "maxLength": 18})
+    # Recognizers of their own (limits of their own), and no mask cache for the twin:
+    # each mask below is walked, none read back.
+    compiled = Matcher(
+        tok,
+        Grammar.from_json_schema(schema, key_order="schema"),
+        limits=dataclasses.replace(DEFAULT_LIMITS, lexer_fuel=DEFAULT_LIMITS.lexer_fuel + 40),
+    )
+    plain = Matcher(
+        tok,
+        Grammar.from_json_schema(schema, key_order="schema"),
+        limits=dataclasses.replace(DEFAULT_LIMITS, lexer_fuel=DEFAULT_LIMITS.lexer_fuel + 41),
+    )
+    plain.walker = MaskWalker(plain.trie, plain.rec, use_jit=False, sliced=plain.walker.sliced, cache=None)
+    compiled.walker.cache = None
+    assert plain.rec is not compiled.rec
+    for i, t in enumerate(tok.encode('{"note": "' + "日本 " * 4 + "ab" * 3 + '", "id": 4}')):
+        assert np.array_equal(compiled.compute_mask(), plain.compute_mask()), i
+        compiled.consume_token(t)
+        plain.consume_token(t)
+    assert plain.is_accepting()
+    for m in (compiled, plain):
+        lexer = m.walker.rec.lexer
+        assert np.count_nonzero(lexer.floor[: len(lexer.states)] >= 0) > 0
