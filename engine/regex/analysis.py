@@ -846,6 +846,11 @@ class _Analysis(_Derivatives):
         for body, heads, chars, lo, hi in self._limits_of(expr):
             if lo != 0 or hi is None:
                 continue
+            if not heads and self._min_len[body] <= hi and self._made_of(body, chars):
+                # B's shortest word is a sequence of words of C, each a byte at least, so
+                # of at most hi of them: the limit keeps it. No search, and a string's
+                # first mask need not wait for one.
+                return True
             fewest = self.fewest_repeats(body, self.concat(*heads), chars)
             if fewest is None:
                 continue

@@ -109,6 +109,10 @@ PATTERNS = [
     r"(?:ab|c)+",
     r"x(?:yz)*",
     r"é+a?",
+    # Shortest words longer than some limits below, in bytes and in characters.
+    r"[a-z]{3,}(?:-[a-z]+)*",
+    r"(?:ab){2}c+",
+    r"é{3}x?",
 ]
 # The bytes a short walk tries: ASCII, a backslash and a quote, UTF-8 lead and
 # continuation bytes, and a byte no UTF-8 text holds.
