@@ -65,9 +65,12 @@ COUNT_ROW_SHIFT = 16
 COUNT_LEFT_MASK = (1 << COUNT_ROW_SHIFT) - 1
 # The rows of char_next, all codes together: the walk keeps a row in 13 bits.
 COUNT_ROW_LIMIT = 1 << 13
-# Lexer.floor: for a state with a length floor the walk counts (`narrowing`), the
-# characters to go | their automaton's row << COUNT_ROW_SHIFT; NO_FLOOR for others.
+# Lexer.floor: for a counted repetition `C{lo,hi}·T` the walk counts (`narrowing`), lo
+# | the row of C's automaton << COUNT_ROW_SHIFT | hi << FLOOR_HI_SHIFT, hi NO_CEILING
+# where the walk counts only up to lo; NO_FLOOR for other states.
 NO_FLOOR = -1
+FLOOR_HI_SHIFT = 32
+NO_CEILING = COUNT_LEFT_MASK
 # char_next's last column: 1 on each automaton's start row, where a character ends.
 CHAR_START = 256
 
@@ -563,7 +566,7 @@ class Lexer:
         # Exact states whose limit the walk may count, and those it may not.
         self._count_tails: dict[int, int] = {}
         self._count_checked: set[int] = set()
-        # States whose floor the walk counts (`_count_floor`).
+        # States whose repetition the walk counts (`_count_bounds`).
         self._floors: set[int] = set()
         # States whose narrowing (`narrowing`) was worked out.
         self._narrowed: set[int] = set()
@@ -821,26 +824,28 @@ class Lexer:
             if twin != state:
                 self.narrow[state] = (twin << NARROW_SHIFT) | min(reach, NARROW_BYTES_MASK)
         elif len(pairs) == 1 and pairs[0][0] != self.start_marker:
-            self._count_floor(state, pairs[0])
+            self._count_bounds(state, pairs[0])
         self._narrowed.add(state)
         return int(self.narrow[state])
 
-    def _count_floor(self, state: int, pair: tuple[int, int]) -> None:
-        """Marks `state` in `floor` where its one lexeme is a length floor the walk counts
-        (`ExprSet.count_floor`, `C{lo,hi}·T`): its narrowing is then the state after the
-        floor, `C{0,hi-lo}·T`, with no bytes of reach, and `floor` holds lo and C's row in
-        `char_next`. A walk from it reads C's words only, counting them, and after lo of
-        them goes on from that state: no lexer state per count to go."""
+    def _count_bounds(self, state: int, pair: tuple[int, int]) -> None:
+        """Marks `state` in `floor` where its one lexeme is a repetition the walk counts
+        (`ExprSet.count_bounds`, `C{lo,hi}·T`): `floor` holds lo, C's row in `char_next`
+        and hi (NO_CEILING where only the floor is counted), and the narrowing is the
+        state the walk goes on from once the count is done, with no bytes of reach: T's
+        where the walk counts up to hi, else `C{0,hi-lo}·T`. A walk from it reads C's
+        words, counting them: no lexer state per count."""
         lexeme, expr = pair
-        found = self.exprs.count_floor(expr)
+        found = self.exprs.count_bounds(expr)
         if found is None:
             return
-        chars, lo, rest = found
+        chars, lo, hi, after_expr = found
         row = self._character_row(chars)
-        if row is None or lo >= COUNT_LEFT_MASK:
+        if row is None or lo >= NO_CEILING or (hi is not None and hi >= NO_CEILING):
             return
-        after = self._intern(((lexeme, rest),))
-        self.floor[state] = lo | (row << COUNT_ROW_SHIFT)
+        after = self._intern(((lexeme, after_expr),))
+        ceiling = NO_CEILING if hi is None else hi
+        self.floor[state] = lo | (row << COUNT_ROW_SHIFT) | (ceiling << FLOOR_HI_SHIFT)
         self.narrow[state] = after << NARROW_SHIFT
         self._floors.add(state)
 

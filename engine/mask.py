@@ -52,10 +52,12 @@ from .lexer import (
     COUNT_ROW_SHIFT,
     COUNT_UNKNOWN,
     DEAD,
+    FLOOR_HI_SHIFT,
     IGNORE_ONLY,
     NARROW_BYTES_MASK,
     NARROW_SHIFT,
     NO_ACCEPT,
+    NO_CEILING,
     NO_NARROWING,
     UNKNOWN,
     lex_step_py,
@@ -106,15 +108,18 @@ NEED_SPACE = 3  # the frontier array is full
 NEED_EXIT = 4  # (lexer state, depth): where a counted walk goes on once no character is left
 
 # A walk's stack_lex entry: the lexer state in the low bits; in a counted walk (walk_py)
-# one more than the characters left above them, a bit set while they are a floor's
-# (characters to go), and the row of the characters' automaton above that.
+# one more than the characters left above them, the phase of a counted repetition's
+# walk (PHASE_FLOOR, PHASE_CEILING; 0 for a length limit's), and the row of the
+# characters' automaton above that.
 STACK_LEFT_SHIFT = 32
 STACK_STATE_MASK = (1 << STACK_LEFT_SHIFT) - 1
-STACK_FLOOR_SHIFT = 49
-STACK_FLOOR_BIT = 1 << STACK_FLOOR_SHIFT
+STACK_PHASE_SHIFT = 48
 STACK_ROW_SHIFT = 50
-STACK_LEFT_MASK = (1 << (STACK_FLOOR_SHIFT - STACK_LEFT_SHIFT)) - 1
+STACK_LEFT_MASK = (1 << (STACK_PHASE_SHIFT - STACK_LEFT_SHIFT)) - 1
+PHASE_FLOOR = 1  # characters to go before anything else may come
+PHASE_CEILING = 2  # characters still allowed; the tail may start between them
 assert lexer_module.COUNT_ROW_LIMIT <= 1 << (63 - STACK_ROW_SHIFT)
+assert lexer_module.COUNT_LEFT_MASK <= STACK_LEFT_MASK
 
 
 def walk_py(
@@ -185,10 +190,13 @@ def walk_py(
     NEED_EXIT while not worked out). So a string's count left takes no lexer state of
     its own down a vocabulary's long runs.
 
-    A state with a floor (`lex_floor[s]`, see Lexer.narrowing: `C{lo,hi}·T`, t the
-    state `C{0,hi-lo}·T` after it) is walked by C's automaton alone, counting the
-    characters to go (a byte that starts none ends the path: nothing else may come
-    yet), and from t once the last of them is read.
+    A counted repetition (`lex_floor[s]`, see Lexer.narrowing: `C{lo,hi}·T`) is walked
+    by C's automaton, counting characters with s itself on the stack: first the lo to
+    go, where a byte that starts no character ends the path, then (where the floor
+    holds a ceiling) the hi - lo still allowed, where a byte that starts no character
+    at a character's end starts T instead, from T's state. Once the last character is
+    read the walk goes on from t (`lex_narrow[s]`): T's state, or `C{0,hi-lo}·T` after
+    a floor without a ceiling.
     """
     slot_mask = step_keys.shape[0] - 1
     n_ranges = ranges.shape[0]
@@ -206,7 +214,7 @@ def walk_py(
             depth = (record >> RECORD_DEPTH_SHIFT) & RECORD_DEPTH_MASK
             lexstate = stack_lex[at(depth - 1)]
             left = -1
-            floor = False
+            phase = 0
             if lexstate <= STACK_STATE_MASK:
                 narrow = lex_narrow[at(lexstate)]
                 if narrow != NO_NARROWING and deepest_below[at(node)] - depth + 1 <= (narrow & NARROW_BYTES_MASK):
@@ -214,41 +222,57 @@ def walk_py(
                 elif narrow != NO_NARROWING:
                     count = lex_floor[at(lexstate)]
                     if count >= 0:
-                        floor = True
+                        crow = (count >> COUNT_ROW_SHIFT) & COUNT_LEFT_MASK
+                        left = count & COUNT_LEFT_MASK
+                        phase = PHASE_FLOOR
+                        if left == 0:
+                            left = (count >> FLOOR_HI_SHIFT) & COUNT_LEFT_MASK
+                            phase = PHASE_CEILING
                     else:
                         count = lex_counted[at(lexstate)]
-                    if count >= 0:
-                        left = count & COUNT_LEFT_MASK
-                        crow = count >> COUNT_ROW_SHIFT
-                        lexstate = narrow >> NARROW_SHIFT
+                        if count >= 0:
+                            left = count & COUNT_LEFT_MASK
+                            crow = count >> COUNT_ROW_SHIFT
+                            lexstate = narrow >> NARROW_SHIFT
             else:
                 left = ((lexstate >> STACK_LEFT_SHIFT) & STACK_LEFT_MASK) - 1
-                floor = (lexstate & STACK_FLOOR_BIT) != 0
+                phase = (lexstate >> STACK_PHASE_SHIFT) & 3
                 crow = lexstate >> STACK_ROW_SHIFT
                 lexstate &= STACK_STATE_MASK
             byte = record & 0xFF
             visited += 1
-            if floor:
-                # Characters to go: C's automaton alone says what may come, and the
-                # state after the last of them is `lexstate`.
+            stepped = False
+            if phase != 0:
                 following = char_next[at(crow), at(byte)]
-                if following < 0:
+                if following >= 0:
+                    crow = following
+                    if char_next[at(crow), CHAR_START] == 1:
+                        left -= 1
+                    stack_row[at(depth)] = stack_row[at(depth - 1)]
+                    if left == 0:
+                        count = lex_floor[at(lexstate)]
+                        hi = (count >> FLOOR_HI_SHIFT) & COUNT_LEFT_MASK
+                        if phase == PHASE_FLOOR and hi != NO_CEILING and hi > (count & COUNT_LEFT_MASK):
+                            left = hi - (count & COUNT_LEFT_MASK)
+                            phase = PHASE_CEILING
+                    if left == 0:
+                        stack_lex[at(depth)] = lex_narrow[at(lexstate)] >> NARROW_SHIFT
+                    else:
+                        stack_lex[at(depth)] = (
+                            np.int64(lexstate)
+                            | (np.int64(left + 1) << STACK_LEFT_SHIFT)
+                            | (np.int64(phase) << STACK_PHASE_SHIFT)
+                            | (np.int64(crow) << STACK_ROW_SHIFT)
+                        )
+                    stepped = True
+                elif phase == PHASE_CEILING and char_next[at(crow), CHAR_START] == 1:
+                    # Between characters, a byte that starts none starts the tail.
+                    lexstate = lex_narrow[at(lexstate)] >> NARROW_SHIFT
+                    left = -1
+                else:
                     node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
                     continue
-                crow = following
-                if char_next[at(crow), CHAR_START] == 1:
-                    left -= 1
-                stack_row[at(depth)] = stack_row[at(depth - 1)]
-                if left == 0:
-                    stack_lex[at(depth)] = lexstate
-                else:
-                    stack_lex[at(depth)] = (
-                        np.int64(lexstate)
-                        | (np.int64(left + 1) << STACK_LEFT_SHIFT)
-                        | np.int64(STACK_FLOOR_BIT)
-                        | (np.int64(crow) << STACK_ROW_SHIFT)
-                    )
-            else:
+            if not stepped:
                 nxt = lex_table[at(lexstate), at(byte)]
                 if nxt == UNKNOWN:
                     # np.int64: the state's type at every call (one compiled lex_step).

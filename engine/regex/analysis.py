@@ -300,17 +300,21 @@ class _Analysis(_Derivatives):
             return None
         return twin, chars, hi, tail
 
-    # Fewer characters to go than this are left to the lexer states of each count.
-    _COUNT_FLOOR_FROM = 4
+    # Fewer counts than this are left to the lexer states of each count.
+    _COUNT_BOUNDS_FROM = 4
 
-    def count_floor(self, expr: int) -> tuple[int, int, int] | None:
-        """(C, lo, rest) for a length floor the mask walk can count exactly: `C{lo,hi}·T`
-        (hi unbounded or not, T anything) with C a prefix code (no & or ~, not
-        nullable) and lo at least _COUNT_FLOOR_FROM; `rest` is `C{0,hi-lo}·T`. Until
-        lo words of C are read nothing else may come, not even T: a byte is allowed
-        exactly where C's own automaton goes on (`character_rows`), and C's words split
-        one way only, so after w, lo words and nothing more, the state is `rest`. A
-        `minLength` string is such a floor, each count to go a lexer state of its own
+    def count_bounds(self, expr: int) -> tuple[int, int, int | None, int] | None:
+        """(C, lo, hi, after) for a repetition the mask walk can count exactly: `C{lo,hi}·T`
+        with C a prefix code (no & or ~, not nullable), so that C's words split one way
+        only and C's own automaton (`character_rows`) tells where each ends.
+
+        Until lo words of C are read nothing else may come, not even T: a byte is allowed
+        exactly where C's automaton goes on. Where hi is bounded, T takes no empty word
+        and starts unlike any word of C, the walk counts on up to hi: between two words
+        a byte that starts none starts T, and after hi words only T is left; then
+        `after` is T. Otherwise, with lo at least _COUNT_BOUNDS_FROM, it counts the floor
+        only and `after` is `C{0,hi-lo}·T`, hi None. A `minLength` or a short
+        `maxLength` string is such a repetition, each count a lexer state of its own
         otherwise. None for other expressions."""
         kind = self._kind[expr]
         if kind == _CONCAT:
@@ -320,12 +324,23 @@ class _Analysis(_Derivatives):
         if self._kind[head] != _REPEAT:
             return None
         chars, lo, hi = self._args[head]
-        if lo < self._COUNT_FLOOR_FROM or self._has_bool[chars] or self._nullable[chars]:
+        if self._has_bool[chars] or self._nullable[chars]:
+            return None
+        ceiling = (
+            hi is not None
+            and hi >= self._COUNT_BOUNDS_FROM
+            and not self._nullable[tail]
+            and not self._has_bool[tail]
+            and not self.first_bytes(chars) & self.first_bytes(tail)
+        )
+        if not ceiling and lo < self._COUNT_BOUNDS_FROM:
             return None
         if not self.is_prefix_code(chars):
             return None
+        if ceiling:
+            return chars, lo, hi, tail
         rest = self._concat2(self.repeat(chars, 0, None if hi is None else hi - lo), tail)
-        return chars, lo, rest
+        return chars, lo, None, rest
 
     def _windowless_for_good(self, expr: int) -> bool:
         """Whether neither `expr` nor any of its derivatives holds a window: no & or ~,
