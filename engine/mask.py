@@ -241,14 +241,12 @@ def walk_py(
                 lexstate &= STACK_STATE_MASK
             byte = record & 0xFF
             visited += 1
-            stepped = False
             if phase != 0:
                 following = char_next[at(crow), at(byte)]
                 if following >= 0:
                     crow = following
                     if char_next[at(crow), CHAR_START] == 1:
                         left -= 1
-                    stack_row[at(depth)] = stack_row[at(depth - 1)]
                     if left == 0:
                         count = lex_floor[at(lexstate)]
                         hi = (count >> FLOOR_HI_SHIFT) & COUNT_LEFT_MASK
@@ -264,15 +262,25 @@ def walk_py(
                             | (np.int64(phase) << STACK_PHASE_SHIFT)
                             | (np.int64(crow) << STACK_ROW_SHIFT)
                         )
-                    stepped = True
                 elif phase == PHASE_CEILING and char_next[at(crow), CHAR_START] == 1:
-                    # Between characters, a byte that starts none starts the tail.
-                    lexstate = lex_narrow[at(lexstate)] >> NARROW_SHIFT
-                    left = -1
+                    # Between characters, a byte that starts none starts the tail, from its
+                    # state, which takes no empty word: no lexeme ends here.
+                    tail = lex_narrow[at(lexstate)] >> NARROW_SHIFT
+                    nxt = lex_table[at(tail), at(byte)]
+                    if nxt == UNKNOWN:
+                        nxt = lex_step(np.int64(tail), byte, lex_table, lex_accept, lex_arrays)
+                        if nxt == UNKNOWN:
+                            stats[0] += visited
+                            return NEED_LEXER, range_idx, node, tail, byte
+                    if nxt == DEAD:
+                        node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
+                        continue
+                    stack_lex[at(depth)] = nxt
                 else:
                     node += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
                     continue
-            if not stepped:
+                stack_row[at(depth)] = stack_row[at(depth - 1)]
+            else:
                 nxt = lex_table[at(lexstate), at(byte)]
                 if nxt == UNKNOWN:
                     # np.int64: the state's type at every call (one compiled lex_step).
