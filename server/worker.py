@@ -40,7 +40,7 @@ from concurrent.futures import Future, InvalidStateError
 from dataclasses import dataclass, field
 from typing import Any, Callable, Protocol
 
-from midword.collector import settle_after_start
+from midword.collector import collect_when_idle, settle_after_start
 from midword.completion.types import Completion, CompletionRequest
 
 log = logging.getLogger(__name__)
@@ -389,6 +389,9 @@ class ModelWorker:
                     idle = self._pending is None
                 if idle:
                     self._emit(Event("idle"))
+                    # Between requests: an older collector pass due soon runs now, not
+                    # inside the next completion's masks.
+                    collect_when_idle()
 
     def _run_beside(self, job: Job) -> None:
         try:

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..collector import settle_after_start
+from ..collector import collect_when_idle, settle_after_start
 from .masks_dataset import BenchInputError, Case, Instance
 from .peers import CompileFailed, EngineAdapter, EngineUnavailable, TokenizerSpec, token_allowed
 
@@ -92,6 +92,9 @@ class MidwordAdapter(EngineAdapter):
         # grammar again); each MaskBench file has its own schema, so it is released
         # here rather than evicted, and freed, during a later file's first mask.
         self._recognizer.release(compiled)
+        # Between files, as a server between requests: an older collector pass due soon
+        # runs here, untimed, not inside the next file's masks.
+        collect_when_idle()
 
     def fill_mask(self, matcher) -> np.ndarray:
         return matcher.compute_mask()

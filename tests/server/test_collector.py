@@ -45,3 +45,35 @@ def test_cycles_made_after_settling_are_still_collected_without_an_explicit_call
         print("collected" if alive() is None else "leaked")
     """)
     assert out == "collected"
+
+
+def test_an_idle_moment_takes_an_older_pass_only_when_it_is_due_soon():
+    out = _run("""
+        import gc
+        from midword.collector import (
+            settle_after_start, collect_when_idle, OLDER_THRESHOLDS, YOUNG_PASSES_MARGIN, MIDDLE_PASSES_MARGIN,
+        )
+        settle_after_start()
+        young_every, middle_every = OLDER_THRESHOLDS
+        # Far from due: nothing runs, the counts stay.
+        for _ in range(3):
+            gc.collect(0)
+        assert collect_when_idle() is None
+        assert gc.get_count()[1] == 3, gc.get_count()
+        # Due soon: the middle pass runs now, and the count of young passes starts over.
+        for _ in range(young_every - YOUNG_PASSES_MARGIN - 3):
+            gc.collect(0)
+        assert collect_when_idle() == 1
+        assert gc.get_count()[1] == 0, gc.get_count()
+        # A full pass due soon goes first.
+        for _ in range(middle_every - MIDDLE_PASSES_MARGIN - 1):
+            gc.collect(1)
+        assert collect_when_idle() == 2
+        assert gc.get_count()[2] == 0, gc.get_count()
+        gc.disable()
+        for _ in range(young_every):
+            gc.collect(0)
+        assert collect_when_idle() is None  # the collector is off: left alone
+        print("ok")
+    """)
+    assert out == "ok"
