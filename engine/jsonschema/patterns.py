@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from ..limits import DEFAULT_LIMITS, GrammarError, LimitExceeded, Limits
 from ..regex import charset
@@ -167,6 +168,11 @@ _NAMED_ESCAPES = {0x08: "b", 0x09: "t", 0x0A: "n", 0x0C: "f", 0x0D: "r"}
 
 def _json_set(s: tuple) -> T.Term | None:
     """Canonical JSON-encoded text of one character from `s` (None: `s` is empty)."""
+    if len(s) == 1 and s[0][0] == s[0][1]:
+        cp = s[0][0]
+        if cp >= 0x20 and cp != 0x22 and cp != 0x5C:
+            # One character that needs no escape, as most of a pattern's are: its UTF-8.
+            return T.lit(chr(cp).encode("utf-8"))
     alts = []
     plain = charset.intersect(s, _NOT_SPECIAL)
     if plain:
@@ -195,12 +201,16 @@ def _json_term(node: tuple) -> T.Term | None:
     if kind == "set":
         return _json_set(node[1]) if node[1] else None
     if kind == "seq":
-        parts = []
+        parts: list[T.Term] = []
         for it in node[1]:
             r = _json_term(it)
             if r is None:
                 return None
-            parts.append(r)
+            if r[0] == "lit" and parts and parts[-1][0] == "lit":
+                # A run of characters is one literal: one chain in the expression set.
+                parts[-1] = T.lit(parts[-1][1] + r[1])
+            else:
+                parts.append(r)
         return T.seq(*parts)
     if kind == "alt":
         alts = [r for r in (_json_term(it) for it in node[1]) if r is not None]
@@ -315,7 +325,7 @@ class _Pattern:
         self,
         expr: T.Term | None,
         extended: bool,
-        py_source: str | None,
+        py_source: str | Callable[[], str] | None,
         char_set: charset.CharSet | None = None,
         fewest_chars: int | None = None,
     ):
@@ -338,6 +348,8 @@ class _Pattern:
         # Compiled on first use: only tests and checks of literal values need it, and
         # Python's re compiler costs as much as the rest of a schema's compile.
         if self._py is None and self._py_source is not None:
+            if callable(self._py_source):
+                self._py_source = self._py_source()
             try:
                 self._py = re.compile(self._py_source, re.DOTALL)
             except re.error as e:  # pragma: no cover - our own output; a bug if reached
@@ -347,6 +359,22 @@ class _Pattern:
     def matches(self, text: str) -> bool:
         py = self.py
         return py is not None and py.fullmatch(text) is not None
+
+
+def _py_source(branches: list) -> str:
+    """The Python regex of the branches `pattern_to_regex` kept, over the decoded text."""
+    alts = []
+    for start, end, looks, body in branches:
+        pcore = ("" if start else _ANY_PY) + _py_regex(body) + ("" if end else _ANY_PY)
+        for cond in looks:
+            cond_py = _py_regex(cond[-1])
+            if cond_py is None:
+                continue  # a negative lookahead of nothing, which always holds
+            negative = cond[0] == "avoid" or cond[1]
+            lead = cond[0] == "avoid"
+            pcore = "(?" + ("!" if negative else "=") + (_ANY_PY if lead else "") + cond_py + ")" + pcore
+        alts.append(pcore)
+    return "(?:" + "|".join(alts) + ")"
 
 
 # (pattern) -> (translation, its term's size).
@@ -366,16 +394,16 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
     ast = parse_ecma(pattern, where)
     branches = _branches(ast, where, pattern)
     json_alts = []
-    py_alts = []
     extended = False
     # The union of the branches' `_one_character_of` sets: empty until a branch is read,
     # None once one branch is of another shape.
     char_set: charset.CharSet | None = ()
     fewest: int | None = None
+    kept = []
     for start, end, looks, body in branches:
+        # `_py_regex` is None exactly where `_json_term` is: both follow the parse.
         core = _json_term(body)
-        pcore = _py_regex(body)
-        if core is None or pcore is None:
+        if core is None:
             continue
         if not looks:
             shortest = _fewest_chars(body)
@@ -384,14 +412,12 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
         one = None if (start or end or looks) else _one_character_of(body)
         char_set = None if one is None or char_set is None else charset.normalize(char_set + one)
         core = T.seq(*([] if start else [_ANY_JSON]), core, *([] if end else [_ANY_JSON]))
-        pcore = ("" if start else _ANY_PY) + pcore + ("" if end else _ANY_PY)
         conj = [core]
         dead = False
         for cond in looks:
             negative = cond[0] == "avoid" or cond[1]
             cond_term = _json_term(cond[-1])
-            cond_py = _py_regex(cond[-1])
-            if cond_term is None or cond_py is None:
+            if cond_term is None:
                 if negative:
                     continue  # (?!nothing) always holds
                 dead = True
@@ -400,11 +426,10 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
             looked = T.seq(*([_ANY_JSON] if lead else []), cond_term, _ANY_JSON)
             conj.append(T.not_(looked) if negative else looked)
             extended = True
-            pcore = "(?" + ("!" if negative else "=") + (_ANY_PY if lead else "") + cond_py + ")" + pcore
         if dead:
             continue
         json_alts.append(T.and_(*conj))
-        py_alts.append(pcore)
+        kept.append((start, end, looks, body))
     size = 0
     if not json_alts:
         result = _Pattern(None, False, None)
@@ -413,7 +438,8 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
         size = T.size(expr)
         if size > limits.max_regex_chars:
             raise LimitExceeded("max_regex_chars", limits.max_regex_chars, f"pattern {pattern!r} at {where}")
-        result = _Pattern(expr, extended, "(?:" + "|".join(py_alts) + ")", char_set or None, fewest)
+        # The Python regex serves tests and literal checks only: spelled when first asked.
+        result = _Pattern(expr, extended, lambda: _py_source(kept), char_set or None, fewest)
     if len(_pattern_cache) > 4096:
         _pattern_cache.clear()
     _pattern_cache[pattern] = (result, size)
