@@ -365,7 +365,9 @@ def _py_source(branches: list) -> str:
     """The Python regex of the branches `pattern_to_regex` kept, over the decoded text."""
     alts = []
     for start, end, looks, body in branches:
-        pcore = ("" if start else _ANY_PY) + _py_regex(body) + ("" if end else _ANY_PY)
+        core = _py_regex(body)
+        assert core is not None  # a kept branch has a term, and so a regex
+        pcore = ("" if start else _ANY_PY) + core + ("" if end else _ANY_PY)
         for cond in looks:
             cond_py = _py_regex(cond[-1])
             if cond_py is None:
