@@ -70,6 +70,7 @@ COUNT_ROW_LIMIT = 1 << 13
 # where the walk counts only up to lo; NO_FLOOR for other states.
 NO_FLOOR = -1
 FLOOR_HI_SHIFT = 32
+FLOOR_ROW_MASK = (1 << (FLOOR_HI_SHIFT - COUNT_ROW_SHIFT)) - 1
 NO_CEILING = COUNT_LEFT_MASK
 # char_next's last column: 1 on each automaton's start row, where a character ends.
 CHAR_START = 256
@@ -566,8 +567,6 @@ class Lexer:
         # Exact states whose limit the walk may count, and those it may not.
         self._count_tails: dict[int, int] = {}
         self._count_checked: set[int] = set()
-        # States whose repetition the walk counts (`_count_bounds`).
-        self._floors: set[int] = set()
         # States whose narrowing (`narrowing`) was worked out.
         self._narrowed: set[int] = set()
         # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
@@ -847,7 +846,6 @@ class Lexer:
         ceiling = NO_CEILING if hi is None else hi
         self.floor[state] = lo | (row << COUNT_ROW_SHIFT) | (ceiling << FLOOR_HI_SHIFT)
         self.narrow[state] = after << NARROW_SHIFT
-        self._floors.add(state)
 
     def count_entry(self, state: int) -> bool:
         """Whether the walk may count characters from `state`'s narrower twin
@@ -858,7 +856,7 @@ class Lexer:
         narrow = self.narrowing(state)
         if narrow == NO_NARROWING:
             return False
-        if state in self._floors:
+        if self.floor[state] != NO_FLOOR:
             return True
         if state not in self._count_checked:
             self._count_checked.add(state)

@@ -53,6 +53,7 @@ from .lexer import (
     COUNT_UNKNOWN,
     DEAD,
     FLOOR_HI_SHIFT,
+    FLOOR_ROW_MASK,
     IGNORE_ONLY,
     NARROW_BYTES_MASK,
     NARROW_SHIFT,
@@ -222,7 +223,7 @@ def walk_py(
                 elif narrow != NO_NARROWING:
                     count = lex_floor[at(lexstate)]
                     if count >= 0:
-                        crow = (count >> COUNT_ROW_SHIFT) & COUNT_LEFT_MASK
+                        crow = (count >> COUNT_ROW_SHIFT) & FLOOR_ROW_MASK
                         left = count & COUNT_LEFT_MASK
                         phase = PHASE_FLOOR
                         if left == 0:
