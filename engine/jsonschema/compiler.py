@@ -93,6 +93,10 @@ class _Compiler:
         self._dfas: dict[str, Any] = {}
         schema_uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
         self.honor_id = not isinstance(schema_uri, str) or "draft-04" in schema_uri or "draft-03" in schema_uri
+        # Before draft-06 an integer is spelled without a fraction: `1.0` is not one.
+        self.zero_fraction_integers = not (
+            isinstance(schema_uri, str) and ("draft-04" in schema_uri or "draft-03" in schema_uri)
+        )
         # Resource URIs (no fragment) and anchors -> (schema, base, path).
         self.resources: dict[str, tuple[Any, str, tuple]] = {}
         self.anchors: dict[str, tuple[Any, str, tuple]] = {}
@@ -752,7 +756,7 @@ class _Compiler:
 
     def _check_num(self, n: _Num, where: str | _Where) -> None:
         """Fail early (with the pointer) where a number lexeme cannot be built."""
-        _num_regex(n, where, self.limits)
+        _num_regex(n, where, self.limits, self.zero_fraction_integers)
 
     def _check_value_count(self, values: list, const: Any, path: tuple) -> None:
         """Refuse (before building anything) an enum/const bigger than Limits allow: the
@@ -1017,7 +1021,7 @@ class _Compiler:
             a.integer or b.integer, lo, lox, hi, hix, mult, "allOf", a.fractional or b.fractional, not_mult, excluded
         )
         if isinstance(n, _Num):
-            _num_regex(n, "allOf")
+            _num_regex(n, "allOf", self.limits, self.zero_fraction_integers)
         return n
 
     def _meet_obj(self, a: _Obj, b: _Obj) -> _Node:

@@ -245,7 +245,7 @@ class _Generator:
         if isinstance(node, _Const):
             return self.const(node.value)
         if isinstance(node, _Num):
-            lx = _num_regex(node, "#")
+            lx = _num_regex(node, "#", self.c.limits, self.c.zero_fraction_integers)
             if lx is None or (lx[1] and self.c.regex_empty(T.src(lx[0]))):
                 return self.nothing()
             return self.regex_lexeme("integer" if node.integer else "number", lx[0], lx[1])

@@ -455,10 +455,18 @@ def multiple_of_regex(k: int, max_states: int = DEFAULT_LIMITS.max_multiple_of_s
     return "(?:0|-?(?:" + body + "))"
 
 
-def _num_regex(n: _Num, where: str | _Where, limits: Limits = DEFAULT_LIMITS) -> tuple[str, bool] | None:
-    """(regex, extended) of the lexeme for a number schema; None if no number fits."""
-    if n in _num_cache:
-        return _num_cache[n]
+def _num_regex(
+    n: _Num, where: str | _Where, limits: Limits = DEFAULT_LIMITS, zero_fraction_integers: bool = True
+) -> tuple[str, bool] | None:
+    """(regex, extended) of the lexeme for a number schema; None if no number fits.
+
+    `zero_fraction_integers`: whether `1.0` is an integer, as from draft-06 on ("any
+    number with a zero fractional part"); draft-03 and draft-04 say an integer has no
+    fraction part, so there `{"type": "integer"}` refuses `1.0`. A multiple of an
+    integer is a matter of value in every draft: `4.0` is a multiple of 2."""
+    key = (n, zero_fraction_integers)
+    if key in _num_cache:
+        return _num_cache[key]
     bounded = n.lo is not None or n.hi is not None
     conj: list[str] = []
     suffix = ""
@@ -480,14 +488,14 @@ def _num_regex(n: _Num, where: str | _Where, limits: Limits = DEFAULT_LIMITS) ->
                 if not any(v % int(m) == 0 for m in n.not_mult) and Decimal(v) not in n.excluded
             ]
             result = (_enum_numbers(values), False) if values else None
-            if result is not None:
+            if result is not None and (zero_fraction_integers or not n.integer):
                 # An integer may carry a zero fraction: 1.0 is the integer 1.
                 result = (result[0] + _ZERO_FRACTION, False)
-            _num_cache[n] = result
+            _num_cache[key] = result
             return result
         rng = integer_range_regex(lo, hi) if bounded else INTEGER_REGEX
         if rng is None:
-            _num_cache[n] = None
+            _num_cache[key] = None
             return None
         conj.append(rng)
         for m in [k] if k != 1 else []:
@@ -500,11 +508,11 @@ def _num_regex(n: _Num, where: str | _Where, limits: Limits = DEFAULT_LIMITS) ->
                 )
             conj.append(mre)
         # An integer (or an integer multiple) may carry a zero fraction: 1.0 is 1.
-        suffix = _ZERO_FRACTION
+        suffix = _ZERO_FRACTION if zero_fraction_integers or not n.integer else ""
     else:
         rng = number_range_regex(n.lo, n.lox, n.hi, n.hix)
         if rng is None:
-            _num_cache[n] = None
+            _num_cache[key] = None
             return None
         conj.append(rng)
         if n.fractional:
@@ -540,7 +548,7 @@ def _num_regex(n: _Num, where: str | _Where, limits: Limits = DEFAULT_LIMITS) ->
         result = ("(?:" + "&".join(["(?:" + c + ")" for c in conj] + negs) + ")" + suffix, True)
     if len(_num_cache) > 4096:
         _num_cache.clear()
-    _num_cache[n] = result
+    _num_cache[key] = result
     return result
 
 
@@ -578,4 +586,4 @@ _FRACTIONAL_REGEX = (
 )
 
 
-_num_cache: dict[_Num, tuple[str, bool] | None] = {}
+_num_cache: dict[tuple[_Num, bool], tuple[str, bool] | None] = {}

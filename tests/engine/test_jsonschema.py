@@ -372,6 +372,40 @@ def test_integer_bounds():
     check({"type": "integer", "maximum": 5, "exclusiveMaximum": True}, valid=[4], invalid=[5])
 
 
+@pytest.mark.parametrize(
+    "dialect, zero_fraction_is_integer",
+    [
+        (None, True),
+        ("https://json-schema.org/draft/2020-12/schema", True),
+        ("http://json-schema.org/draft-07/schema#", True),
+        ("http://json-schema.org/draft-06/schema#", True),
+        ("http://json-schema.org/draft-04/schema#", False),
+        ("http://json-schema.org/draft-03/schema#", False),
+    ],
+)
+def test_an_integer_with_a_zero_fraction_follows_the_dialect(dialect, zero_fraction_is_integer):
+    # From draft-06 on an integer is any number with a zero fractional part; draft-03 and
+    # draft-04 say an integer has no fraction part (MaskBench's Github_easy---o24544, a
+    # draft-04 schema, lists `"id": 12345.0` as invalid). A multiple of an integer is a
+    # matter of value in every draft.
+    head = {} if dialect is None else {"$schema": dialect}
+    shapes = [
+        {"type": "integer"},
+        {"type": "integer", "minimum": 0, "maximum": 99999},
+        {"type": "integer", "minimum": 0},
+        {"type": "integer", "multipleOf": 5},
+        {"type": "object", "properties": {"id": {"type": "integer"}}},
+    ]
+    for shape in shapes:
+        g = compile_json_schema({**head, **shape})
+        whole, fraction = ("12345", "12345.0") if "properties" not in shape else ('{"id":12345}', '{"id":12345.0}')
+        assert accepts(g, whole)
+        assert accepts(g, fraction) == zero_fraction_is_integer, (dialect, shape)
+    g = compile_json_schema({**head, "type": "number", "multipleOf": 5})
+    assert accepts(g, "12345.0") and accepts(g, "12345.00")
+    assert not accepts(g, "12346.0")
+
+
 def test_number_bounds():
     check({"type": "number", "minimum": 0}, valid=[0, 0.5, 1e-6, 1e16, 3], invalid=[-0.5, -1, -1e-6])
     check({"type": "number", "exclusiveMinimum": 0, "maximum": 1}, valid=[0.5, 1, 1e-6], invalid=[0, 1.01, -0.5])
