@@ -815,6 +815,9 @@ class _Analysis(_Derivatives):
             if fits is not None:
                 empty[expr] = not fits
                 return not fits
+            if self._a_conjunct_word_fits(expr):
+                empty[expr] = False
+                return False
         if kind == _EXCL:
             inner = self._args[expr][0]
             if not has_bool[inner] and self.max_length(inner) is None:
@@ -850,6 +853,63 @@ class _Analysis(_Derivatives):
         for x in seen:
             empty[x] = True
         return True
+
+    # The longest candidate word `_a_conjunct_word_fits` tries: each byte of it is a
+    # derivative of the whole intersection.
+    _WITNESS_BYTES = 64
+
+    def _a_conjunct_word_fits(self, expr: int) -> bool:
+        """Whether the shortest word of one of `expr`'s plain conjuncts (no & or ~) is a
+        word of the whole intersection. A `oneOf` of unanchored patterns makes each
+        branch `P_i & ~P_j & ...`, "contains NEW and none of the others", whose search
+        walks thousands of states before it meets `NEW` itself; the pattern's own
+        shortest word most often fits, and trying it costs a derivative per byte.
+        False means "not known": the search decides."""
+        for conjunct in self._args[expr]:
+            if self._has_bool[conjunct]:
+                continue
+            word = self._shortest_word(conjunct, self._WITNESS_BYTES)
+            if word is None:
+                continue
+            x = expr
+            for byte in word:
+                x = self.derivative(x, byte)
+                if x == 0:
+                    break
+            else:
+                if self._nullable[x]:
+                    return True
+        return False
+
+    def _shortest_word(self, expr: int, budget: int) -> bytes | None:
+        """A shortest word of `expr` (which has no & or ~), or None past `budget` bytes;
+        each byte the smallest of its set."""
+        kind, args = self._kind[expr], self._args[expr]
+        if kind == _EPS:
+            return b""
+        if kind == _BYTES:
+            return bytes([(args[0] & -args[0]).bit_length() - 1]) if budget >= 1 else None
+        if kind == _CONCAT:
+            out = bytearray()
+            x = expr
+            while self._kind[x] == _CONCAT:
+                h, x = self._args[x]
+                w = self._shortest_word(h, budget - len(out))
+                if w is None:
+                    return None
+                out += w
+            w = self._shortest_word(x, budget - len(out))
+            return None if w is None else bytes(out + w)
+        if kind == _OR:
+            member = min(args, key=lambda m: self._min_len[m])
+            return self._shortest_word(member, budget)
+        if kind == _REPEAT:
+            body, lo, _ = args
+            if lo == 0:
+                return b""
+            w = self._shortest_word(body, budget)
+            return None if w is None or len(w) * lo > budget else w * lo
+        return None
 
     def _window_fits(self, expr: int) -> bool | None:
         """Whether `B & Q·C{0,n}` (B and Q without & or ~) has a word, decided by
