@@ -43,7 +43,11 @@ def _string_body(node: _Str, depth: int = 0) -> tuple[T.Term, bool] | None:
     if negs:
         if not conj:
             conj.append(T.rep(char, 0, None))
-        conj += [T.not_(n) for n in negs]
+        # One complement of the union, not a complement per exclusion: the same
+        # language, and a derivative normalizes one alternation instead of comparing
+        # every pair of complements in the intersection (a oneOf of k overlapping
+        # patterns excludes k - 1 of them from each branch).
+        conj.append(T.not_(negs[0] if len(negs) == 1 else T.alt(*negs)))
         extended = True
     if not conj:
         return T.rep(char, 0, None), False
