@@ -69,6 +69,10 @@ from .strings import _string_body, quoted
 # --------------------------------------------------------------------------------------
 
 
+
+# Meets `Compiler.intersect` keeps per compilation before it starts over.
+_MAX_MEETS_KEPT = 100_000
+
 class _Compiler:
     def __init__(self, schema: Any, *, strict: bool, limits: Limits, lenient: bool = False, formats: str = "assert"):
         self.doc = schema
@@ -90,6 +94,9 @@ class _Compiler:
         self._exprs = None
         # A term, or a pair of terms (a pair's first item is a tuple, a term's a str).
         self._empty_cache: dict[Term | tuple[Term, Term], bool] = {}
+        # Meets of reference-free nodes: the complements of overlapping oneOf branches
+        # meet the same pairs of subschemas many times over.
+        self._meets: dict[tuple[_Node, _Node], _Node] = {}
         self._dfas: dict[str, Any] = {}
         schema_uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
         self.honor_id = not isinstance(schema_uri, str) or "draft-04" in schema_uri or "draft-03" in schema_uri
@@ -930,7 +937,17 @@ class _Compiler:
                 raise LimitExceeded(
                     "max_schema_depth", self.limits.max_schema_depth, "allOf/$ref intersection nested too deeply"
                 )
-            return self._intersect(a, b)
+            if isinstance(a, _Ref) or isinstance(b, _Ref):
+                # A reference's meet depends on which references are being unfolded.
+                return self._intersect(a, b)
+            key = (a, b)
+            met = self._meets.get(key)
+            if met is None:
+                met = self._intersect(a, b)
+                if len(self._meets) >= _MAX_MEETS_KEPT:
+                    self._meets.clear()
+                self._meets[key] = met
+            return met
         finally:
             self.depth -= 1
 
