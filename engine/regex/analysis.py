@@ -492,6 +492,13 @@ class _Analysis(_Derivatives):
         got = memo.get(key)
         if got is not None:
             return got
+        # The same question of `body` with its repeat counts unbounded first: a larger
+        # language, so a yes holds for `body` too, and its derivatives carry no counts.
+        # A word-count limit (`(\S+\s+){0,49}\S+`) made a pair per count left.
+        relaxed = self._repeats_unbounded(body)
+        if relaxed != body and self.within_repeats(relaxed, head, chars):
+            memo[key] = True
+            return True
         nullable = self._nullable
         got = True
         seen = {(body, head)}
@@ -526,6 +533,33 @@ class _Analysis(_Derivatives):
         else:
             memo[key] = False
         return got
+
+    # Repeat counts up to this stay in `_repeats_unbounded`: a character's own
+    # structure (three continuation bytes, four hex digits of an escape) keeps its shape.
+    _COUNTS_KEPT = 8
+
+    def _repeats_unbounded(self, expr: int) -> int:
+        """`expr` (no & or ~) with the upper bound of each repeat above _COUNTS_KEPT
+        dropped: its words and more, and the same least length."""
+        if self._max_count[expr] <= self._COUNTS_KEPT:
+            return expr
+        memo = self._unbounded
+        r = memo.get(expr)
+        if r is not None:
+            return r
+        kind = self._kind[expr]
+        if kind in (_CONCAT, _OR):
+            r = self._with_parts(expr, self._repeats_unbounded)
+        elif kind == _REPEAT:
+            inner, lo, hi = self._args[expr]
+            if hi is not None and hi <= self._COUNTS_KEPT:
+                r = self.repeat(self._repeats_unbounded(inner), lo, hi)
+            else:
+                r = self.repeat(self._repeats_unbounded(inner), lo, None)
+        else:
+            r = expr
+        memo[expr] = r
+        return r
 
     # The longest piece `_made_of` checks against one character (a UTF-8 sequence is at
     # most 4 bytes, a JSON escape of a surrogate pair 12).

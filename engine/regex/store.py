@@ -77,6 +77,8 @@ class _Store:
         self._fewest: dict[tuple[int, int, int], int | None] = {}
         # (body, head, characters) -> see `within_repeats`.
         self._within: dict[tuple[int, int, int], bool] = {}
+        # Expression -> itself with unbounded repeats: see `_repeats_unbounded`.
+        self._unbounded: dict[int, int] = {}
         # An intersection -> (pattern, bytes) when it is a length limit a walk of that
         # many bytes cannot see, or None: see `window_parts`.
         self._windows: dict[int, tuple[int, int] | None] = {}
