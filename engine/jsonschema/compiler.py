@@ -100,6 +100,12 @@ class _Compiler:
         self._dfas: dict[str, Any] = {}
         schema_uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
         self.honor_id = not isinstance(schema_uri, str) or "draft-04" in schema_uri or "draft-03" in schema_uri
+        # Up to draft-07 a `$ref` stands for the whole schema object: its siblings are
+        # ignored ("All other properties in a $ref object MUST be ignored"); from
+        # 2019-09 on `$ref` is one applicator beside the others.
+        self.ref_overrides_siblings = isinstance(schema_uri, str) and any(
+            f"draft-0{n}" in schema_uri for n in (3, 4, 6, 7)
+        )
         # Before draft-06 an integer is spelled without a fraction: `1.0` is not one.
         self.zero_fraction_integers = not (
             isinstance(schema_uri, str) and ("draft-04" in schema_uri or "draft-03" in schema_uri)
@@ -387,6 +393,8 @@ class _Compiler:
             raise GrammarError(f"schema at {_ptr(path)} must be an object or a boolean, not {type(s).__name__}")
         known = self.base_of.get(path)
         base = known if known is not None else self._own_id(s, base)
+        if self.ref_overrides_siblings and isinstance(s.get("$ref"), str) and len(s) > 1:
+            s = {"$ref": s["$ref"]}
         if not UNSUPPORTED_KEYWORDS.isdisjoint(s):
             for key in s:
                 if key in UNSUPPORTED_KEYWORDS:
@@ -638,6 +646,8 @@ class _Compiler:
         if not isinstance(s, dict) or id(s) in seen or len(seen) > 200:
             return _ALL_KINDS
         seen.add(id(s))
+        if self.ref_overrides_siblings and isinstance(s.get("$ref"), str):
+            s = {"$ref": s["$ref"]}
         acc = _ALL_KINDS
         t = s.get("type")
         if isinstance(t, str):

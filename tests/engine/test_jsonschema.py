@@ -767,6 +767,48 @@ def test_not_if_then_else():
 # --------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize(
+    "dialect, siblings_apply",
+    [
+        ("http://json-schema.org/draft-04/schema#", False),
+        ("http://json-schema.org/draft-06/schema#", False),
+        ("http://json-schema.org/draft-07/schema#", False),
+        ("https://json-schema.org/draft/2019-09/schema", True),
+        ("https://json-schema.org/draft/2020-12/schema", True),
+        (None, True),
+    ],
+)
+def test_ref_siblings_follow_the_dialect(dialect, siblings_apply):
+    # Up to draft-07 a $ref object's other keywords are ignored; from 2019-09 on they
+    # apply beside it. MaskBench's WashingtonPost---wp_105 (draft-04, outside the dev
+    # set) writes {"$ref": <no type>, "type": "object"} and a string instance.
+    schema = {
+        "definitions": {"dictionary": {"properties": {"basic": {"type": "string"}}, "required": ["basic"]}},
+        "type": "object",
+        "properties": {"description": {"$ref": "#/definitions/dictionary", "type": "object", "maxProperties": 1}},
+    }
+    if dialect is not None:
+        schema["$schema"] = dialect
+    g = compile_json_schema(schema)
+    assert accepts(g, '{"description": {"basic": "x"}}')
+    assert not accepts(g, '{"description": {"other": "x"}}')  # the referenced schema holds
+    assert accepts(g, '{"description": "Image description"}') != siblings_apply
+    assert accepts(g, '{"description": {"basic": "x", "more": "y"}}') != siblings_apply
+    # In a oneOf, whose branches are told apart by their kinds.
+    one_of = {
+        "definitions": schema["definitions"],
+        "oneOf": [{"$ref": "#/definitions/dictionary", "type": "object"}, {"type": "string"}],
+    }
+    if dialect is not None:
+        one_of["$schema"] = dialect
+    g = compile_json_schema(one_of)
+    # Where the siblings are ignored both branches take a string, so oneOf refuses it,
+    # and a number fits the referenced schema alone.
+    assert accepts(g, '"text"') == siblings_apply
+    assert accepts(g, "5") != siblings_apply
+    assert accepts(g, '{"basic": "x"}')
+
+
 def test_refs_defs_definitions_and_pointer_escapes():
     schema = {
         "$defs": {"a/b": {"type": "integer"}, "t~x": {"type": "string"}, "a b": {"type": "integer"}},
