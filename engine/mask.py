@@ -1063,6 +1063,13 @@ class MaskWalker:
         # (compiled scan, token heads, their lengths), made at the first call: the scan is
         # compiled for the argument types it meets then.
         self._tokens_part: tuple | None = None
+        # The state whose mask, the last asked for, holds tokens of two first bytes, known
+        # without a scan (a sliced mask: `_slices_part`), or None. Nothing is forced
+        # there, and the fast-forward call after the mask (half of them) is answered by
+        # one comparison. A reader without the lock may see a later state's: it compares
+        # the state object, and a state's answer never changes.
+        self.last_parted: tuple | None = None
+        self._slices_part_known: bool | None = None
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)
         self._range_cache: dict[tuple[bool, ...], np.ndarray] = {}
         self.limits_items = rec.limits.max_items_per_row
@@ -1296,6 +1303,7 @@ class MaskWalker:
             mask, self.last_sliced = self._compute(state)
             mask.flags.writeable = False
             self.last_mask = (key, mask, state)
+            self.last_parted = state if self.last_sliced and self._slices_part() else None
             return mask
         hit = self.cache.get(key)
         if hit is None:
@@ -1306,6 +1314,7 @@ class MaskWalker:
             mask, sliced = hit
         self.last_sliced = sliced
         self.last_mask = (key, mask, state)
+        self.last_parted = state if sliced and self._slices_part() else None
         return mask
 
     @property
@@ -1346,6 +1355,8 @@ class MaskWalker:
         one of their first `depth` bytes (at most HEAD_BYTES are looked at). Every
         allowed token goes on through the forced bytes, so then fewer than `depth` bytes
         are forced, and a token spans them and more. False means "not known"."""
+        if self.last_parted is state:
+            return True
         last = self.last_mask
         if last is None or (last[2] is not state and last[0] != self._state_key(state)):
             return False
@@ -1357,6 +1368,18 @@ class MaskWalker:
             part = self._tokens_part = (fn, heads, lengths)
         fn, heads, lengths = part
         return fn(last[1], heads, lengths, depth)
+
+    def _slices_part(self) -> bool:
+        """Whether every slice's tokens start with two different bytes (a string body's
+        do): then so do a sliced mask's, as it holds a whole slice."""
+        got = self._slices_part_known
+        if got is None:
+            heads, lengths = self.trie.token_heads
+            got = self.sliced is not None and all(
+                tokens_part_within_py(slice_mask, heads, lengths, 1) for slice_mask in self.sliced.masks
+            )
+            self._slices_part_known = got
+        return got
 
     def step_child(self, row: int, lexset: int) -> int:
         """The recognizer's step from `row` after lexeme set `lexset`, built where missing

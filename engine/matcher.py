@@ -277,7 +277,7 @@ class Matcher:
 
     def compute_ff_tokens(self) -> list[int]:
         """Forced tokens, canonically tokenized (token healing at the end)."""
-        if self._stopped:
+        if self._stopped or (self.walker.last_parted is self._state and self._error is None):
             return []
         if self._error is None and fastforward.no_forced_tokens(self.rec, self._state, self.walker):
             # The common case, answered without the lock (the mask and the caches are read,

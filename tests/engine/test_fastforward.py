@@ -62,3 +62,32 @@ start: "const config = {" "\"version\"" ":" INT "," "\"description\"" ":" ESCAPE
         m.consume_tokens(step)
         pos += len(step)
     assert m.is_accepting()
+
+
+def test_a_sliced_mask_answers_nothing_forced_as_the_scan_does(llama3):
+    # After a sliced mask the fast-forward call compares one state object
+    # (`MaskWalker.last_parted`); at every position of a JSON text that answer must be
+    # what the scan of the mask says, and the sliced positions must be met.
+    from midword.engine.mask import tokens_part_within_py
+
+    g = Grammar.from_json_schema(
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string"}, "tags": {"type": "array", "items": {"type": "string"}}},
+        }
+    )
+    m = Matcher(llama3, g)
+    heads, lengths = m.trie.token_heads
+    parted = 0
+    for t in llama3.encode('{"name": "a long enough value", "tags": ["x", "yz", "the last one"]}'):
+        mask = m.compute_mask()
+        walker = m.walker
+        if walker.last_parted is m._state:
+            parted += 1
+            assert walker.last_sliced
+            assert tokens_part_within_py(mask, heads, lengths, 1)
+            assert m.compute_ff_tokens() == []
+        else:
+            assert not walker.last_sliced or not walker._slices_part()
+        m.consume_token(t)
+    assert parted >= 10
