@@ -685,6 +685,8 @@ class ExprSet(_Analysis):
             inner, lo, hi = args[expr]
             once = None if hi is None else self._finite_words(inner)
             acc = None
+            if once is not None and self._too_many_repeat_words(once, lo, hi):
+                once = None
             if hi is not None and once is not None:
                 found: set[bytes] = set()
                 run: set[bytes] = {b""}
@@ -708,6 +710,24 @@ class ExprSet(_Analysis):
         r = None if acc is None else tuple(sorted(acc))
         memo[expr] = r
         return r
+
+    @staticmethod
+    def _too_many_repeat_words(once: tuple[bytes, ...], lo: int, hi: int | None) -> bool:
+        """Whether `(once){lo,hi}` surely spells more than _EXCL_MAX_WORDS words, told by
+        arithmetic where the words of `once` are non-empty and of one length (so every
+        sequence of them spells another word): a key pattern's `[a-z0-9_-]{0,250}` is
+        refused at once, where the sets of its words were built up to the bound for every
+        count left."""
+        if hi is None or not once or len({len(w) for w in once}) != 1 or not once[0]:
+            return False
+        total = 0
+        power = len(once) ** lo if lo < 64 else _EXCL_MAX_WORDS + 1
+        for _ in range(lo, hi + 1):
+            total += power
+            if total > _EXCL_MAX_WORDS:
+                return True
+            power *= len(once)
+        return False
 
     @staticmethod
     def _product(left: set[bytes], right: tuple[bytes, ...] | None) -> set[bytes] | None:

@@ -1,0 +1,49 @@
+"""`ExprSet._finite_words` on bounded repeats: the count that refuses a repeat with too
+many words before building them (`_too_many_repeat_words`) says what building them
+would. A key pattern's `[a-zA-Z0-9_-]{0,250}` (MaskBench's Github_easy---o64731,
+outside the dev set) built 4,096 words for every count left in its first mask."""
+
+from __future__ import annotations
+
+import itertools
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from midword.engine.regex import ExprSet
+from midword.engine.regex.nodes import EXCL_MAX_WORDS
+
+
+def _words_of_repeat(once: tuple[bytes, ...], lo: int, hi: int) -> int:
+    found: set[bytes] = set()
+    for n in range(lo, hi + 1):
+        found.update(b"".join(p) for p in itertools.product(once, repeat=n))
+        if len(found) > EXCL_MAX_WORDS:
+            break
+    return len(found)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.binary(min_size=1, max_size=3), min_size=1, max_size=9, unique=True),
+    st.integers(0, 4),
+    st.integers(0, 7),
+)
+def test_the_count_agrees_with_the_words(words, lo, extra):
+    hi = lo + extra
+    once = tuple(sorted(words))
+    told = ExprSet._too_many_repeat_words(once, lo, hi)
+    if told:
+        assert _words_of_repeat(once, lo, hi) > EXCL_MAX_WORDS
+    if len({len(w) for w in once}) == 1 and _words_of_repeat(once, lo, hi) > EXCL_MAX_WORDS:
+        assert told  # words of one length: the arithmetic is exact
+
+
+def test_a_long_key_pattern_has_no_finite_words_and_a_short_one_has():
+    es = ExprSet()
+    assert es._finite_words(es.parse("[a-zA-Z0-9_-]{0,250}", "")) is None
+    assert es._finite_words(es.parse("[ab]{0,3}", "")) == tuple(
+        sorted(b"".join(p) for n in range(4) for p in itertools.product([b"a", b"b"], repeat=n))
+    )
+    assert ExprSet._too_many_repeat_words((b"a",), 0, 10**9)
+    assert not ExprSet._too_many_repeat_words((b"a",), 0, 100)
