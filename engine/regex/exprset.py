@@ -60,6 +60,9 @@ from .term import build as _build_term
 # The branches of a complement whose sequences `_covers_one_of` reads: the shortcut is
 # only sufficient, so past this the search of states decides, as before it.
 _COVER_BRANCHES = 32
+# An exclusion from a finite body is spelled out as an alternation of what is left only
+# where the body has at most this many words.
+_EXCL_SPELLED_OUT = 64
 
 
 class ExprSet(_Analysis):
@@ -616,12 +619,15 @@ class ExprSet(_Analysis):
             return self._exclude(inner, words + more)
         if not words:
             return expr
-        own = self._finite_words(expr)
-        if own is not None or expr == self.ALL:
-            # A finite body leaves a finite set, and ~∅ leaves ~W: plain expressions say
-            # either, so an exclusion node is never the second spelling of one.
-            if own is None:
-                return self.not_(self.alt(*map(self.literal, words)))
+        if expr == self.ALL:
+            # ~∅ leaves ~W, which a plain complement says.
+            return self.not_(self.alt(*map(self.literal, words)))
+        own = self._finite_words(expr) if self._few_words(expr, _EXCL_SPELLED_OUT) else None
+        if own is not None:
+            # A body of few words leaves fewer, which an alternation of literals says. A
+            # body of many (`label(\.[a-z]{2})?`, a key pattern beside its listed key)
+            # stays an exclusion: every derivative of an alternation of hundreds of
+            # literals was an alternation of hundreds, where the body's is one node.
             return self.alt(*map(self.literal, sorted(set(own).difference(words))))
         key = (_EXCL, expr, words)
         i = self._ids.get(key)
@@ -635,6 +641,53 @@ class ExprSet(_Analysis):
                 True,
             )
         return i
+
+    def _few_words(self, expr: int, most: int) -> bool:
+        """Whether `expr` surely matches at most `most` strings, from a bound on their
+        number (byte sets, sequences, alternations and bounded repeats; & and ~ count as
+        many)."""
+        return self._word_count_bound(expr, most) <= most
+
+    def _word_count_bound(self, expr: int, most: int) -> int:
+        """An upper bound on the strings `expr` matches, or most + 1 where it is above most."""
+        kind, args = self._kind, self._args
+        k = kind[expr]
+        if k == _NOTHING:
+            return 0
+        if k == _EPS:
+            return 1
+        if k == _BYTES:
+            return min(bin(args[expr][0]).count("1"), most + 1)
+        if k == _CONCAT:
+            n = 1
+            x = expr
+            while kind[x] == _CONCAT:
+                h, x = args[x]
+                n = min(n * self._word_count_bound(h, most), most + 1)
+            return min(n * self._word_count_bound(x, most), most + 1)
+        if k == _OR:
+            n = 0
+            for m in args[expr]:
+                n += self._word_count_bound(m, most)
+                if n > most:
+                    return most + 1
+            return n
+        if k == _REPEAT:
+            inner, lo, hi = args[expr]
+            if hi is None:
+                return most + 1
+            once = self._word_count_bound(inner, most)
+            if once <= 1:
+                return min(hi - lo + 1, most + 1) if once == 1 else int(lo == 0)
+            n = 0
+            power = once ** lo if lo < 64 else most + 1
+            for _ in range(lo, hi + 1):
+                n += power
+                if n > most:
+                    return most + 1
+                power *= once
+            return n
+        return most + 1
 
     def _finite_words(self, expr: int) -> tuple[bytes, ...] | None:
         """Every string `expr` matches, sorted, when they are few and short (at most
