@@ -56,6 +56,11 @@ NO_NARROWING = -1
 NARROW_SHIFT = 16
 NARROW_BYTES_MASK = (1 << NARROW_SHIFT) - 1
 
+# The rows a literal's chain makes at once (`DerivativeRows._make_chain`). A state of an
+# object's keys holds every key, and its first visit made every key's rows to the end:
+# a walk enters a key a token's length at most, and comes back for the rest.
+_CHAIN_LINKS = 16
+
 # Lexer.counted: for a state with a length limit the walk counts (`count_entry`), its
 # count left | the row of its characters' automaton in `char_next` << COUNT_ROW_SHIFT;
 # for a state of a counted walk, the exact state once no character is left (the tail's,
@@ -208,7 +213,7 @@ class DerivativeRows:
         (two classes, complete at once), with one growth check and one pool write for
         the chain. A new schema's keys make thousands of such rows in its first masks."""
         rows = self._rows
-        links = self.exprs.byte_chain(expr, rows)
+        links = self.exprs.byte_chain(expr, rows, _CHAIN_LINKS)
         values: list[int] = []
         for _, _, tail, nullable in links:
             values += (0, 2 * tail + nullable)

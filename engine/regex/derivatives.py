@@ -118,11 +118,12 @@ class _Derivatives(_Store):
                 return self._args[h][0], t
         return None
 
-    def byte_chain(self, expr: int, stop) -> list[tuple[int, int, int, bool]]:
+    def byte_chain(self, expr: int, stop, most: int | None = None) -> list[tuple[int, int, int, bool]]:
         """(link, byte set, tail, whether the tail is nullable) along `expr`'s chain of
         byte heads (`byte_head` of each tail in turn), the tail 0 where it is empty: down
         to a tail that is ∅, in `stop`, or without a byte head (which ends the chain
-        but is not a link). A key's or keyword's rows are made from it at once."""
+        but is not a link), and at most `most` links. A key's or keyword's rows are made
+        from it at once."""
         kind, args, has_bool, nullable = self._kind, self._args, self._has_bool, self._nullable
         links = []
         e = expr
@@ -140,7 +141,7 @@ class _Derivatives(_Store):
             if has_bool[tail] and self.is_empty(tail):
                 tail = 0
             links.append((e, byte_set, tail, nullable[tail]))
-            if not tail or tail in stop:
+            if not tail or tail in stop or len(links) == most:
                 break
             e = tail
         return links
