@@ -56,10 +56,12 @@ NO_NARROWING = -1
 NARROW_SHIFT = 16
 NARROW_BYTES_MASK = (1 << NARROW_SHIFT) - 1
 
-# The rows a literal's chain makes at once (`DerivativeRows._make_chain`). A state of an
-# object's keys holds every key, and its first visit made every key's rows to the end:
-# a walk enters a key a token's length at most, and comes back for the rest.
+# The rows a literal's chain makes at once (`DerivativeRows._make_chain`) for a state of
+# more than _MANY_LEXEMES lexemes: an object's keys, whose first visit made every key's
+# rows to the end. A walk enters a key a token's length at most, and comes back for the
+# rest. Other states make whole chains: a return to Python costs more than the rows.
 _CHAIN_LINKS = 16
+_MANY_LEXEMES = 64
 
 # Lexer.counted: for a state with a length limit the walk counts (`count_entry`), its
 # count left | the row of its characters' automaton in `char_next` << COUNT_ROW_SHIFT;
@@ -195,25 +197,26 @@ class DerivativeRows:
     def __contains__(self, expr: int) -> bool:
         return expr in self._rows
 
-    def row(self, expr: int) -> tuple[int, bytes]:
+    def row(self, expr: int, most_links: int | None = None) -> tuple[int, bytes]:
         """(base, class index per byte) of the expression's row, made if needed. The rows
         of a byte-headed expression's tails come with it, down to the end of the chain
         (the rest of a key or keyword): a walk that enters a literal steps through it, and
-        each row it met missing would cost it a return to Python."""
+        each row it met missing would cost it a return to Python. `most_links` caps the
+        chain made now (the rest is made when a walk reaches it)."""
         got = self._rows.get(expr)
         if got is not None:
             return got
         if self.exprs.byte_head(expr) is not None:
-            return self._make_chain(expr)
+            return self._make_chain(expr, most_links)
         return self._make_row(expr)
 
-    def _make_chain(self, expr: int) -> tuple[int, bytes]:
+    def _make_chain(self, expr: int, most_links: int | None = None) -> tuple[int, bytes]:
         """The rows of a byte-headed expression and of its byte-headed tails, down to
         the first tail that has a row or no byte head, made together: `_make_row`'s rows
         (two classes, complete at once), with one growth check and one pool write for
         the chain. A new schema's keys make thousands of such rows in its first masks."""
         rows = self._rows
-        links = self.exprs.byte_chain(expr, rows, _CHAIN_LINKS)
+        links = self.exprs.byte_chain(expr, rows, most_links)
         values: list[int] = []
         for _, _, tail, nullable in links:
             values += (0, 2 * tail + nullable)
@@ -1124,7 +1127,9 @@ class Lexer:
             row = self.rows.row
             # States often hold dozens of lexemes (every key of an object) of which a
             # byte keeps a few: first-byte masks skip the others without a derivative.
-            live = tuple((i, e, first_bytes(e)) + row(e) for i, e in self._states[state] if i != self.start_marker)
+            pairs = self._states[state]
+            links = _CHAIN_LINKS if len(pairs) > _MANY_LEXEMES else None
+            live = tuple((i, e, first_bytes(e)) + row(e, links) for i, e in pairs if i != self.start_marker)
             starts = 0
             for _, _, first, _, _ in live:
                 starts |= first
