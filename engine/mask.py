@@ -1065,9 +1065,9 @@ class MaskWalker:
         self._tokens_part: tuple | None = None
         # The state whose mask, the last asked for, holds tokens of two first bytes, known
         # without a scan (a sliced mask: `_slices_part`), or None. Nothing is forced
-        # there, and the fast-forward call after the mask (half of them) is answered by
-        # one comparison. A reader without the lock may see a later state's: it compares
-        # the state object, and a state's answer never changes.
+        # there, and the fast-forward call after such a mask (inside a string, mostly) is
+        # answered by one comparison. A reader without the lock may see a later state's: it
+        # compares the state object, and a state's answer never changes.
         self.last_parted: tuple | None = None
         self._slices_part_known: bool | None = None
         self._full_range = np.array([[1, trie.num_nodes, -1]], dtype=np.int64)

@@ -69,9 +69,9 @@ from .strings import _string_body, quoted
 # --------------------------------------------------------------------------------------
 
 
-
-# Meets `Compiler.intersect` keeps per compilation before it starts over.
+# Meets `_Compiler.intersect` keeps per compilation before it starts over.
 _MAX_MEETS_KEPT = 100_000
+
 
 class _Compiler:
     def __init__(self, schema: Any, *, strict: bool, limits: Limits, lenient: bool = False, formats: str = "assert"):

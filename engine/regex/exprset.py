@@ -680,7 +680,7 @@ class ExprSet(_Analysis):
             if once <= 1:
                 return min(hi - lo + 1, most + 1) if once == 1 else int(lo == 0)
             n = 0
-            power = once ** lo if lo < 64 else most + 1
+            power = once**lo if lo < 64 else most + 1
             for _ in range(lo, hi + 1):
                 n += power
                 if n > most:
