@@ -23,3 +23,26 @@ def most_chained(es, e: int, strings) -> int:
             chain[i] = max([chain[j] + 1 for j in range(i) if matches(es, e, s[j:i])], default=0)
         best = max([best, *chain])
     return best
+
+
+def random_patterns(atoms, depth: int = 2):
+    """A hypothesis strategy of regex texts: sequences, alternations and bounded or open
+    repeats of `atoms`, nested `depth` deep."""
+    from hypothesis import strategies as st
+
+    @st.composite
+    def pattern(draw, depth):
+        if depth == 0:
+            return draw(st.sampled_from(atoms))
+        kind = draw(st.sampled_from(["atom", "seq", "alt", "rep"]))
+        if kind == "atom":
+            return draw(st.sampled_from(atoms))
+        if kind == "seq":
+            return draw(pattern(depth - 1)) + draw(pattern(depth - 1))
+        if kind == "alt":
+            return "(?:" + draw(pattern(depth - 1)) + "|" + draw(pattern(depth - 1)) + ")"
+        lo = draw(st.integers(0, 2))
+        hi = draw(st.one_of(st.none(), st.integers(lo, 3)))
+        return "(?:" + draw(pattern(depth - 1)) + ")" + ("{%d,}" % lo if hi is None else "{%d,%d}" % (lo, hi))
+
+    return pattern(depth)

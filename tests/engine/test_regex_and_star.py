@@ -7,7 +7,7 @@ import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from regex_reference import matches
+from regex_reference import matches, random_patterns
 
 from midword.engine.regex import ExprSet
 from midword.engine.regex.nodes import AND
@@ -15,20 +15,8 @@ from midword.engine.regex.nodes import AND
 _ATOMS = ["a", "b", "c", "[ab]", "(?:ab)", "x", "(?:xy)", "(?:zz)", "(?:zy|a)"]
 
 
-@st.composite
-def patterns(draw, depth=2):
-    if depth == 0:
-        return draw(st.sampled_from(_ATOMS))
-    kind = draw(st.sampled_from(["atom", "seq", "alt", "rep"]))
-    if kind == "atom":
-        return draw(st.sampled_from(_ATOMS))
-    if kind == "seq":
-        return draw(patterns(depth - 1)) + draw(patterns(depth - 1))
-    if kind == "alt":
-        return "(?:" + draw(patterns(depth - 1)) + "|" + draw(patterns(depth - 1)) + ")"
-    lo = draw(st.integers(0, 2))
-    hi = draw(st.one_of(st.none(), st.integers(lo, 3)))
-    return "(?:" + draw(patterns(depth - 1)) + ")" + ("{%d,}" % lo if hi is None else "{%d,%d}" % (lo, hi))
+def patterns():
+    return random_patterns(_ATOMS)
 
 
 _STARS = ["(?:[abc]|xy)*", "(?:[abc]|xy)+", "(?:[ab]|c|xy)*", "[abc]*", "(?:[abx]|y)*", "(?:[abc]|xy){0,3}"]

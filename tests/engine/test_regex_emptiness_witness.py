@@ -10,6 +10,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from regex_reference import random_patterns
 
 from midword.engine.jsonschema.keywords import CANON_CHAR
 from midword.engine.limits import LimitExceeded
@@ -18,20 +19,8 @@ from midword.engine.regex import ExprSet
 _ATOMS = ["a", "b", "c", "[ab]", "(?:ab)", "x", "(?:xy)", "(?:zz)", "(?:zy|a)", "[a-z]"]
 
 
-@st.composite
-def patterns(draw, depth=2):
-    if depth == 0:
-        return draw(st.sampled_from(_ATOMS))
-    kind = draw(st.sampled_from(["atom", "seq", "alt", "rep"]))
-    if kind == "atom":
-        return draw(st.sampled_from(_ATOMS))
-    if kind == "seq":
-        return draw(patterns(depth - 1)) + draw(patterns(depth - 1))
-    if kind == "alt":
-        return "(?:" + draw(patterns(depth - 1)) + "|" + draw(patterns(depth - 1)) + ")"
-    lo = draw(st.integers(0, 2))
-    hi = draw(st.one_of(st.none(), st.integers(lo, 3)))
-    return "(?:" + draw(patterns(depth - 1)) + ")" + ("{%d,}" % lo if hi is None else "{%d,%d}" % (lo, hi))
+def patterns():
+    return random_patterns(_ATOMS)
 
 
 def _searched_only(regex: str) -> bool:
