@@ -5,12 +5,13 @@ The compiler works in two stages, like llguidance's JSON front end.
 1. *Normalise* (`compiler`). Every subschema becomes a small immutable IR (`ir`): a
    union of typed parts (`_Str`, `_Num`, `_Arr`, `_Obj`, `_Const`, ...) with all the
    keywords of one type folded into one node. Keywords at one level are a
-   conjunction, so `allOf`, `$ref` siblings, `enum`, `anyOf`, `not`, `if`/`then`/`else`
-   and `dependencies` are *intersected* into that form (types intersect, bounds
-   tighten, properties merge). The root's `$schema` decides two rules: up to draft-07
-   a `$ref` stands for its whole object (its siblings are ignored), and in draft-03
-   and draft-04 an integer has no fraction part (`1.0` is one from draft-06 on); `not` uses the IR's complement where it can be
-   expressed. `$ref` stays a lazy reference, so recursive schemas become recursive
+   conjunction, so `allOf`, `$ref` siblings, `enum`, `anyOf`, `not`,
+   `if`/`then`/`else` and `dependencies` are *intersected* into that form (types
+   intersect, bounds tighten, properties merge). The root's `$schema` decides two
+   rules: up to draft-07 a `$ref` stands for its whole object (its siblings are
+   ignored), and in draft-03 and draft-04 an integer has no fraction part (`1.0` is
+   one from draft-06 on). `not` uses the IR's complement where it can be expressed.
+   `$ref` stays a lazy reference, so recursive schemas become recursive
    nonterminals. `oneOf` equals `anyOf` where its branches are provably disjoint (by
    type, constants, a required discriminator, string regexes); otherwise it is
    compiled exactly as the union of "branch i and no other branch" where those

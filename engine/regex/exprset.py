@@ -663,7 +663,9 @@ class ExprSet(_Analysis):
             x = expr
             while kind[x] == _CONCAT:
                 h, x = args[x]
-                n = min(n * self._word_count_bound(h, most), most + 1)
+                n *= self._word_count_bound(h, most)
+                if n > most:
+                    return most + 1  # no factor is ∅: a sequence with one is ∅ itself
             return min(n * self._word_count_bound(x, most), most + 1)
         if k == _OR:
             n = 0
