@@ -41,6 +41,7 @@ from .masks import (
     run_file,
     warmup_case,
 )
+from .masks_dataset import add_sample_arguments
 
 
 def source_root() -> Path:
@@ -157,7 +158,7 @@ def format_ab(new: dict[str, Any], old: dict[str, Any], new_label: str, old_labe
 
 def run_ab(args: argparse.Namespace) -> int:
     try:
-        files = list_files(args.paths, args.limit)
+        files = list_files(args.paths, args.limit, args.sample, args.seed, args.exclude)
         spec = resolve_tokenizer(args.tokenizer)
         other = prepare_revision(args.against)
     except BenchInputError as e:
@@ -203,6 +204,7 @@ def add_ab_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--against", required=True, help="git revision to compare with (HEAD, a commit, a branch)")
     parser.add_argument("--tokenizer", default="llama3", help="tokenizer name or tokenizer.json path (default llama3)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N files in name order")
+    add_sample_arguments(parser)
     parser.add_argument("--max-tests", type=int, default=0, help="instances per file, 0 for all")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per file per engine, 0 for none")
     parser.add_argument("--json", action="store_true", help="print one JSON object keyed by engine")

@@ -52,7 +52,16 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from .masks_dataset import BenchInputError, Case, Instance, list_files, load_case, resolve_tokenizer, warmup_case
+from .masks_dataset import (
+    BenchInputError,
+    Case,
+    Instance,
+    add_sample_arguments,
+    list_files,
+    load_case,
+    resolve_tokenizer,
+    warmup_case,
+)
 from .masks_report import WorstMasks, format_table
 from .masks_runner import (
     BUILTIN_ENGINES,
@@ -119,6 +128,7 @@ def add_masks_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object keyed by engine")
     parser.add_argument("--limit", type=int, default=None, help="only the first N files in name order")
+    add_sample_arguments(parser)
     parser.add_argument(
         "--timeout", type=float, default=60.0, help="seconds per file per engine, 0 for none (default 60)"
     )
@@ -214,7 +224,9 @@ def _inputs(args: argparse.Namespace):
     """(MaskBench files, tokenizer spec) named by the arguments, or None once the problem
     is printed."""
     try:
-        return list_files(args.paths, args.limit), resolve_tokenizer(args.tokenizer)
+        return list_files(args.paths, args.limit, args.sample, args.seed, args.exclude), resolve_tokenizer(
+            args.tokenizer
+        )
     except BenchInputError as e:
         print(f"maskbench: {e}", file=sys.stderr)
         return None

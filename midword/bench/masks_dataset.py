@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import dataclass
 from importlib import util
 from pathlib import Path
@@ -149,19 +150,57 @@ class Case:
     total_tests: int  # before --max-tests
 
 
-def list_files(paths: Sequence[str], limit: int | None = None) -> list[Path]:
+def list_files(
+    paths: Sequence[str],
+    limit: int | None = None,
+    sample: int | None = None,
+    seed: int = 0,
+    exclude: Sequence[str] = (),
+) -> list[Path]:
+    """The MaskBench files under `paths`, in name order: without the names found under
+    `exclude` (a development set, say), then `sample` of them drawn with `seed`, then the
+    first `limit`. The same arguments draw the same files on any machine."""
+    files = _json_files(paths)
+    if exclude:
+        excluded = {f.name for f in _json_files(exclude)}
+        files = [f for f in files if f.name not in excluded]
+    if sample is not None:
+        if sample <= 0:
+            raise BenchInputError(f"--sample {sample}: give a positive number of files")
+        files = sorted(random.Random(seed).sample(files, min(sample, len(files))), key=lambda f: f.name)
+    if limit is not None and limit > 0:
+        files = files[:limit]
+    return files
+
+
+def add_sample_arguments(parser) -> None:
+    """`--sample`, `--seed` and `--exclude`, read by `list_files`."""
+    parser.add_argument(
+        "--sample", type=int, default=None, help="a random sample of N of the files (drawn with --seed)"
+    )
+    parser.add_argument("--seed", type=int, default=0, help="the seed --sample draws with (default 0)")
+    parser.add_argument(
+        "--exclude",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="leave out files whose names are in DIR (a development set, say); may be repeated",
+    )
+
+
+def _json_files(paths: Sequence[str]) -> list[Path]:
     files: list[Path] = []
     for raw in paths:
         p = Path(raw)
         if p.is_dir():
-            files.extend(sorted(p.glob("*.json"), key=lambda f: f.name))
+            files.extend(p.glob("*.json"))
         elif p.is_file():
             files.append(p)
         else:
             raise BenchInputError(f"{raw}: no such file or folder")
-    files.sort(key=lambda f: f.name)
-    if limit is not None and limit > 0:
-        files = files[:limit]
+    # Ties by name (two folders) are broken by path, so a draw does not depend on the
+    # order the folders list their files in.
+    files.sort(key=lambda f: (f.name, str(f)))
     return files
 
 

@@ -377,6 +377,29 @@ def test_list_files_sorted_and_limited(tmp_path):
         list_files([str(tmp_path / "nope")])
 
 
+def test_a_sample_outside_a_dev_set_is_the_same_draw_everywhere(tmp_path):
+    # `--sample N --seed S --exclude DEV`: files outside the development set, drawn so that
+    # a figure in docs/benchmarks.md is one command on any machine.
+    data, dev = tmp_path / "data", tmp_path / "dev"
+    data.mkdir()
+    dev.mkdir()
+    for i in range(40):
+        (data / f"f{i:02d}.json").write_text("{}")
+    for i in range(0, 40, 4):
+        (dev / f"f{i:02d}.json").write_text("{}")
+    picked = list_files([str(data)], sample=12, seed=5, exclude=[str(dev)])
+    names = [f.name for f in picked]
+    assert len(names) == 12 and names == sorted(names)
+    assert not {f.name for f in dev.iterdir()} & set(names)
+    assert names == [f.name for f in list_files([str(data)], sample=12, seed=5, exclude=[str(dev)])]
+    assert names != [f.name for f in list_files([str(data)], sample=12, seed=6, exclude=[str(dev)])]
+    # A sample larger than what is left takes it all; --limit applies after the draw.
+    assert len(list_files([str(data)], sample=100, exclude=[str(dev)])) == 30
+    assert [f.name for f in list_files([str(data)], limit=3, sample=12, seed=5, exclude=[str(dev)])] == names[:3]
+    with pytest.raises(BenchInputError, match="--sample 0"):
+        list_files([str(data)], sample=0)
+
+
 @pytest.fixture(scope="module")
 def spec():
     return resolve_tokenizer("llama3")
