@@ -1299,17 +1299,12 @@ class MaskWalker:
         that meets the state (copy it to change it). A hit is then a lookup; a copy of a
         128k vocabulary's mask from a cache of thousands costs more than the lookup."""
         key = self._state_key(state)
-        if self.cache is None:
-            mask, self.last_sliced = self._compute(state)
-            mask.flags.writeable = False
-            self.last_mask = (key, mask, state)
-            self.last_parted = state if self.last_sliced and self._slices_part() else None
-            return mask
-        hit = self.cache.get(key)
+        hit = None if self.cache is None else self.cache.get(key)
         if hit is None:
             mask, sliced = self._compute(state)
             mask.flags.writeable = False
-            self.cache.put(key, mask, sliced)
+            if self.cache is not None:
+                self.cache.put(key, mask, sliced)
         else:
             mask, sliced = hit
         self.last_sliced = sliced

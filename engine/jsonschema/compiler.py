@@ -69,6 +69,16 @@ from .strings import _string_body, quoted
 # --------------------------------------------------------------------------------------
 
 
+def _numbered_draft(schema_uri: Any) -> int | None:
+    """3, 4, 6 or 7 for a `$schema` naming draft-03 to draft-07; None for the drafts
+    named by year (2019-09, 2020-12) and for a schema that names none."""
+    if isinstance(schema_uri, str):
+        for n in (3, 4, 6, 7):
+            if f"draft-0{n}" in schema_uri:
+                return n
+    return None
+
+
 # Meets `_Compiler.intersect` keeps per compilation before it starts over.
 _MAX_MEETS_KEPT = 100_000
 
@@ -99,17 +109,14 @@ class _Compiler:
         self._meets: dict[tuple[_Node, _Node], _Node] = {}
         self._dfas: dict[str, Any] = {}
         schema_uri = schema.get("$schema", "") if isinstance(schema, dict) else ""
-        self.honor_id = not isinstance(schema_uri, str) or "draft-04" in schema_uri or "draft-03" in schema_uri
+        draft = _numbered_draft(schema_uri)
+        self.honor_id = not isinstance(schema_uri, str) or draft in (3, 4)
         # Up to draft-07 a `$ref` stands for the whole schema object: its siblings are
         # ignored ("All other properties in a $ref object MUST be ignored"); from
         # 2019-09 on `$ref` is one applicator beside the others.
-        self.ref_overrides_siblings = isinstance(schema_uri, str) and any(
-            f"draft-0{n}" in schema_uri for n in (3, 4, 6, 7)
-        )
+        self.ref_overrides_siblings = draft is not None
         # Before draft-06 an integer is spelled without a fraction: `1.0` is not one.
-        self.zero_fraction_integers = not (
-            isinstance(schema_uri, str) and ("draft-04" in schema_uri or "draft-03" in schema_uri)
-        )
+        self.zero_fraction_integers = draft not in (3, 4)
         # Resource URIs (no fragment) and anchors -> (schema, base, path).
         self.resources: dict[str, tuple[Any, str, tuple]] = {}
         self.anchors: dict[str, tuple[Any, str, tuple]] = {}
@@ -393,8 +400,7 @@ class _Compiler:
             raise GrammarError(f"schema at {_ptr(path)} must be an object or a boolean, not {type(s).__name__}")
         known = self.base_of.get(path)
         base = known if known is not None else self._own_id(s, base)
-        if self.ref_overrides_siblings and isinstance(s.get("$ref"), str) and len(s) > 1:
-            s = {"$ref": s["$ref"]}
+        s = self._in_force(s)
         if not UNSUPPORTED_KEYWORDS.isdisjoint(s):
             for key in s:
                 if key in UNSUPPORTED_KEYWORDS:
@@ -639,6 +645,13 @@ class _Compiler:
             return acc
         return frozenset([_kind(node)])
 
+    def _in_force(self, s: dict) -> dict:
+        """The keywords of schema object `s` that apply: its `$ref` alone where the dialect
+        says a `$ref` stands for its whole object (up to draft-07)."""
+        if self.ref_overrides_siblings and isinstance(s.get("$ref"), str) and len(s) > 1:
+            return {"$ref": s["$ref"]}
+        return s
+
     def _raw_kinds(self, s: Any, seen: set) -> frozenset:
         """Kinds of a schema read off its type/enum/const/$ref/allOf/anyOf/oneOf (over-approximation)."""
         if s is False:
@@ -646,8 +659,7 @@ class _Compiler:
         if not isinstance(s, dict) or id(s) in seen or len(seen) > 200:
             return _ALL_KINDS
         seen.add(id(s))
-        if self.ref_overrides_siblings and isinstance(s.get("$ref"), str):
-            s = {"$ref": s["$ref"]}
+        s = self._in_force(s)
         acc = _ALL_KINDS
         t = s.get("type")
         if isinstance(t, str):

@@ -60,6 +60,23 @@ from .term import build as _build_term
 # The branches of a complement whose sequences `_covers_one_of` reads: the shortcut is
 # only sufficient, so past this the search of states decides, as before it.
 _COVER_BRANCHES = 32
+
+
+def _repetitions(words: int, lo: int, hi: int, most: int) -> int:
+    """words**lo + ... + words**hi, the sequences of lo to hi words out of `words`, or
+    most + 1 where that is above most."""
+    if words == 0:
+        return int(lo == 0)  # only the empty sequence
+    total = 0
+    power = words**lo if lo < 64 else most + 1
+    for _ in range(lo, hi + 1):
+        total += power
+        if total > most:
+            return most + 1
+        power *= words
+    return total
+
+
 # An exclusion from a finite body is spelled out as an alternation of what is left only
 # where the body has at most this many words.
 _EXCL_SPELLED_OUT = 64
@@ -678,17 +695,7 @@ class ExprSet(_Analysis):
             inner, lo, hi = args[expr]
             if hi is None:
                 return most + 1
-            once = self._word_count_bound(inner, most)
-            if once <= 1:
-                return min(hi - lo + 1, most + 1) if once == 1 else int(lo == 0)
-            n = 0
-            power = once**lo if lo < 64 else most + 1
-            for _ in range(lo, hi + 1):
-                n += power
-                if n > most:
-                    return most + 1
-                power *= once
-            return n
+            return _repetitions(self._word_count_bound(inner, most), lo, hi, most)
         return most + 1
 
     def _finite_words(self, expr: int) -> tuple[bytes, ...] | None:
@@ -775,14 +782,7 @@ class ExprSet(_Analysis):
         count left."""
         if hi is None or not once or len({len(w) for w in once}) != 1 or not once[0]:
             return False
-        total = 0
-        power = len(once) ** lo if lo < 64 else _EXCL_MAX_WORDS + 1
-        for _ in range(lo, hi + 1):
-            total += power
-            if total > _EXCL_MAX_WORDS:
-                return True
-            power *= len(once)
-        return False
+        return _repetitions(len(once), lo, hi, _EXCL_MAX_WORDS) > _EXCL_MAX_WORDS
 
     @staticmethod
     def _product(left: set[bytes], right: tuple[bytes, ...] | None) -> set[bytes] | None:
