@@ -195,7 +195,7 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
     if by_regexes is None:
         by_regexes = _answers_by_expr[exprs] = {}
     # (each slice's expression and first bytes, bitmask -> tuple, expression -> bitmask)
-    known: tuple[tuple[tuple[int, int], ...], dict[int, tuple[bool, ...]], dict[int, int]] | None
+    known: tuple[tuple[tuple[int, int, int], ...], dict[int, tuple[bool, ...]], dict[int, int]] | None
     known = by_regexes.get(sliced.regexes)
     if known is None:
         # Each slice with the bytes its words begin with (exactly): a regex whose first
@@ -204,6 +204,11 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
         for rx in sliced.regexes:
             s = exprs.parse(rx)
             parsed.append((s, sum(1 << b for b in np.flatnonzero(exprs.next_bytes(s)).tolist())))
+        # Each slice with the slices its language holds: a lexeme that allows the
+        # larger whole allows them too, unasked (`{1,10}` and `{1,30}` inside `+`).
+        parsed = [
+            (s, starts, sum(1 << j for j, (t, _) in enumerate(parsed) if exprs.subset(t, s))) for s, starts in parsed
+        ]
         # An answer is a bitmask (bit k: slice k), so a state's is an OR of ints; the
         # tuples callers get are made once per bitmask.
         known = (tuple(parsed), {}, {})
@@ -231,9 +236,11 @@ def _allowed_by(exprs: ExprSet, slices, answers: dict[int, int], e: int) -> int:
     if allowed is None:
         first = exprs.first_bytes(e)
         allowed = 0
-        for k, (s, starts) in enumerate(slices):
-            if not starts & ~first and exprs.prefix_contains(s, e):
-                allowed |= 1 << k
+        # Largest first, by the number of slices each holds.
+        for k in sorted(range(len(slices)), key=lambda k: -slices[k][2].bit_count()):
+            s, starts, held = slices[k]
+            if not allowed >> k & 1 and not starts & ~first and exprs.prefix_contains(s, e):
+                allowed |= held
         if len(answers) >= _MAX_ANSWERS:
             answers.clear()
         answers[e] = allowed

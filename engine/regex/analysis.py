@@ -20,6 +20,11 @@ from .nodes import REPEAT as _REPEAT
 from .nodes import SUBSET_STATES as _SUBSET_STATES
 from .store import NO_LEN as _NO_LEN
 
+# Pairs of derivatives a slice's search in a lexeme visits before it gives up (the
+# slice is then walked token by token, as before the search): it runs at a mask, on
+# lexemes whose shape alone does not settle it.
+_PREFIX_PAIRS = 256
+
 
 class _Analysis(_Derivatives):
     # Properties ------------------------------------------------------------------------
@@ -598,18 +603,22 @@ class _Analysis(_Derivatives):
         memo[expr] = got
         return got
 
-    def _plain_inclusion(self, y: int, x: int, bound: int) -> bool | None:
+    def _plain_inclusion(self, y: int, x: int, bound: int, prefixes: bool = False) -> bool | None:
         """Y ⊆ X for expressions without & or ~: a search over pairs of their
         derivatives, byte class by byte class, for a word of Y that X lacks. It builds
-        no intersection or complement, as the search of `Y & ~X` does. None when the
-        pairs pass `bound`, or when an expression has & or ~."""
+        no intersection or complement, as the search of `Y & ~X` does. With `prefixes`,
+        Y ⊆ P(X) instead: the word of Y missing is one that starts no word of X, so only
+        an empty derivative of X fails. None when the pairs pass `bound`, or when an
+        expression has & or ~."""
         if self._has_bool[y] or self._has_bool[x]:
             return None
+        if x == 0:
+            return y == 0
         seen = {(y, x)}
         todo = [(y, x)]
         while todo:
             a, b = todo.pop()
-            if self._nullable[a] and not self._nullable[b]:
+            if not prefixes and self._nullable[a] and not self._nullable[b]:
                 return False
             if a == b:
                 continue
@@ -1044,6 +1053,10 @@ class _Analysis(_Derivatives):
         except LimitExceeded:
             return False
 
+    def subset(self, y: int, x: int) -> bool:
+        """Y ⊆ X; False when unsure (the check has a budget)."""
+        return self._subset(y, x)
+
     def _subset(self, y: int, x: int) -> bool:
         """Y ⊆ X, or False when the check runs out of budget."""
         if y == x or y == 0:
@@ -1075,7 +1088,17 @@ class _Analysis(_Derivatives):
         key = (s, lang)
         r = self._prefix_cache.get(key)
         if r is None:
-            r = self._prefix_contains(s, lang)
+            # The reading of the expressions' shapes first; where it is unsure, a bounded
+            # search over pairs of derivatives (a string with one character the slice
+            # does not hold, `(\n)*·[^\n]·C*·"`, is beyond the shapes). Only for an
+            # endless S in an endless L: a bounded L cannot hold an endless S, and the
+            # shapes settle a bounded S's counts; the slicer asks for the bounded slices
+            # inside an endless one no more once that one is held.
+            r = self._prefix_contains(s, lang) or (
+                self.max_length(s) is None
+                and self.max_length(lang) is None
+                and self._plain_inclusion(s, lang, _PREFIX_PAIRS, prefixes=True) is True
+            )
             self._prefix_cache[key] = r
         return r
 

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
+from regex_reference import random_patterns
 
 from midword.engine.limits import GrammarError, LimitExceeded, Limits
 from midword.engine.regex import ExprSet, LazyDFA, _class_map, _split_class_map, refine_byte_sets, term, utf8_sequences
@@ -743,6 +744,48 @@ def test_prefix_contains_beside_finitely_many_excluded_words():
     # Excluded words of unbounded length, or a bounded string: unsure, so no.
     assert not es.prefix_contains(es.parse("[a-z]{1,3}"), es.parse('([a-z]*&~(a[a-z]*))"', extended=True))
     assert not es.prefix_contains(es.parse("[a-z]{1,3}"), es.parse('([a-z]{0,4}[0-9]&~(ab0))"', extended=True))
+
+
+def test_prefix_contains_past_a_character_the_slice_lacks():
+    """A key that a pattern `.{1,}` matches (MaskBench `Github_medium---o45263`): line
+    breaks, then one other character, then any. The slice holds U+2028, which `.` does
+    not: no shape of the expression settles it, the search over pairs of derivatives
+    does, since every slice word goes on to a match."""
+    es = ExprSet()
+    line_break = "(?:\\\\[nr]|\u2028|\u2029)"
+    not_line_break = r'[^"\\\x00-\x1F\x7F\u2028\u2029]'
+    key = es.parse(f'{line_break}*{not_line_break}{JSON_CHAR}*"')
+    assert es.prefix_contains(es.parse(JSON_CHAR + "+"), key)
+    # Not where some slice word starts no key: a `\` after a character (`a\`), or a
+    # word past a bounded key.
+    assert not es.prefix_contains(es.parse(r'[^"\x00-\x1F\x7F]+'), key)
+    bounded = es.parse(f'{line_break}*{not_line_break}{JSON_CHAR}{{0,5}}"')
+    assert not es.prefix_contains(es.parse(JSON_CHAR + "+"), bounded)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    pattern=random_patterns(("a", "b", "[ab]", "[abc]", "c*", "[ab]*", "(?:ab)?")),
+    slice_=st.sampled_from(("[ab]{1,3}", "a+", "[abc]{1,2}", "b", "[ab]+")),
+)
+def test_prefix_contains_is_sound_on_random_plain_expressions(pattern, slice_):
+    """Every word of S up to five bytes that prefix_contains lets through leaves the
+    lexeme alive: the search over pairs of derivatives answers yes only when it is so."""
+    es = ExprSet()
+    lang = es.parse(pattern + 'c"')
+    s = es.parse(slice_)
+    if not es.prefix_contains(s, lang):
+        return
+    sl, dfa = LazyDFA(es, s), LazyDFA(es, lang)
+    for n in range(1, 6):
+        for chars in itertools.product("abc", repeat=n):
+            w = "".join(chars).encode()
+            if not sl.matches(w):
+                continue
+            state = dfa.initial
+            for b in w:
+                state = dfa.step(state, b)
+            assert state != 0, (pattern, slice_, w)
 
 
 _PIECES = ("[ab]*", "a*", "[abc]*", "[ab]{0,2}", "c", "b?", "[abc]{1,3}")
