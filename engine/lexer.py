@@ -58,9 +58,10 @@ NARROW_BYTES_MASK = (1 << NARROW_SHIFT) - 1
 
 # The rows a literal's chain makes at once (`DerivativeRows._make_chain`) for a state of
 # more than _MANY_LEXEMES lexemes: an object's keys, whose first visit made every key's
-# rows to the end. A walk enters a key a token's length at most, and comes back for the
-# rest. Other states make whole chains: a return to Python costs more than the rows.
-_CHAIN_LINKS = 16
+# rows to the end. The state after `{` needs one row per key to step `"`, and after
+# that the keys a token's bytes keep are few: a walk comes back for their rest. Other
+# states make whole chains: a return to Python costs more than the rows.
+_CHAIN_LINKS = 1
 _MANY_LEXEMES = 64
 
 # Lexer.counted: for a state with a length limit the walk counts (`count_entry`), its
@@ -158,6 +159,19 @@ class _TableSpace:
         return self.full[:size]
 
 
+class _RowsOrLinked:
+    """`rows` and `linked` as one container for `ExprSet.byte_chain`'s stop test."""
+
+    __slots__ = ("rows", "linked")
+
+    def __init__(self, rows: dict, linked: set[int]):
+        self.rows = rows
+        self.linked = linked
+
+    def __contains__(self, expr: int) -> bool:
+        return expr in self.rows or expr in self.linked
+
+
 class DerivativeRows:
     """The lexer's derivatives, as the compiled step reads them: for an expression `e`,
     `pool[base[e] + cmaps[cmap_of[e], byte]]` is its derivative by `byte` (NOTHING when
@@ -210,6 +224,29 @@ class DerivativeRows:
             return self._make_chain(expr, most_links)
         return self._make_row(expr)
 
+    def make_rows(self, exprs: list[int], most_links: int | None = None) -> None:
+        """The rows of `exprs` made where missing (as `row`), the chains of byte-headed
+        ones with one pool write for them all: the first visit of an object's key state
+        makes one per key, hundreds in a large object."""
+        rows = self._rows
+        byte_chain, byte_head = self.exprs.byte_chain, self.exprs.byte_head
+        links: list[tuple[int, int, int, bool]] = []
+        linked: set[int] = set()
+        # A chain stops at a tail that has a row or is a link of an earlier chain here
+        # (keys that end alike share their tails' nodes).
+        made = _RowsOrLinked(rows, linked)
+        for e in exprs:
+            if e in made:
+                continue
+            if byte_head(e) is None:
+                self._make_row(e)
+            else:
+                chain = byte_chain(e, made, most_links)
+                links += chain
+                linked.update(link[0] for link in chain)
+        if links:
+            self._enter_links(links)
+
     def _make_chain(self, expr: int, most_links: int | None = None) -> tuple[int, bytes]:
         """The rows of a byte-headed expression and of its byte-headed tails, down to
         the first tail that has a row or no byte head, made together: `_make_row`'s rows
@@ -217,6 +254,11 @@ class DerivativeRows:
         the chain. A new schema's keys make thousands of such rows in its first masks."""
         rows = self._rows
         links = self.exprs.byte_chain(expr, rows, most_links)
+        self._enter_links(links)
+        return rows[expr]
+
+    def _enter_links(self, links: list[tuple[int, int, int, bool]]) -> None:
+        rows = self._rows
         values: list[int] = []
         for _, _, tail, nullable in links:
             values += (0, 2 * tail + nullable)
@@ -233,7 +275,6 @@ class DerivativeRows:
             cmap_of[e] = info[0]
             bases[e] = base + 2 * k
             rows[e] = (base + 2 * k, info[1])
-        return rows[expr]
 
     def _make_row(self, expr: int) -> tuple[int, bytes]:
         """The row of `expr`, an expression without a byte head (see `_make_chain`)."""
@@ -1129,6 +1170,8 @@ class Lexer:
             # byte keeps a few: first-byte masks skip the others without a derivative.
             pairs = self._states[state]
             links = _CHAIN_LINKS if len(pairs) > _MANY_LEXEMES else None
+            if links is not None:
+                self.rows.make_rows([e for i, e in pairs if i != self.start_marker], links)
             live = tuple((i, e, first_bytes(e)) + row(e, links) for i, e in pairs if i != self.start_marker)
             starts = 0
             for _, _, first, _, _ in live:

@@ -204,6 +204,26 @@ def test_hundreds_of_optional_and_dozens_of_required_keys_stay_linear(llama3):
     assert not grammar_accepts(g, ("{" + ", ".join(missing) + "}").encode())
 
 
+def test_the_first_mask_of_a_large_object_makes_one_row_per_key(llama3):
+    # The first mask steps `{"`: one derivative row per key, not each key's chain of rows
+    # to its end (Kubernetes---kb_1161: 588 keys, thousands of rows made in Python).
+    # Deeper rows come as a walk narrows the keys, and every mask stays right.
+    n = 400
+    keys = [f"property_number_{i}" for i in range(n)]
+    schema = {"type": "object", "properties": {k: {"type": "integer"} for k in keys}}
+    g = compile_json_schema(schema)
+    m = Matcher(llama3, g)
+    rows = m.rec.lexer.rows
+    before = len(rows)
+    m.compute_mask()
+    assert len(rows) - before < n + 64
+    doc = "{" + ", ".join(f'"{k}": {i}' for i, k in enumerate(keys[::37])) + "}"
+    for t in llama3.encode(doc):
+        assert int(m.compute_mask()[t >> 5]) >> (t & 31) & 1
+        m.consume_token(t)
+    assert m.is_accepting()
+
+
 def test_the_builder_construct_is_a_linear_grammar_with_roles():
     b = GrammarBuilder()
     start = b.nonterminal("start")

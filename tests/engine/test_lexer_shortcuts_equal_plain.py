@@ -308,6 +308,38 @@ def test_a_literal_row_comes_with_the_rows_of_its_tails():
     assert int(rows.pool[base + classes[ord("5")]]) == -1
 
 
+@pytest.mark.parametrize("most_links", [None, 1, 2])
+def test_rows_made_together_equal_rows_made_one_by_one(most_links):
+    # Keys that end alike share their tails' nodes: made together, each shared tail is
+    # made once, and every row holds the plain derivatives, as made one chain at a time.
+    from midword.engine.lexer import DerivativeRows
+
+    es = ExprSet()
+    words = [b'"alpha"', b'"beta"', b'"zeta"', b'"eta"', b'"a"', b"x"]
+    exprs = [es.literal(w) for w in words] + [es.parse("[0-9]+")]
+    together = DerivativeRows.of(es)
+    together.make_rows(exprs + exprs[:2], most_links)
+    made = set(together._rows)
+    for e in exprs:
+        assert e in together
+    for e in made:
+        base, classes = together.row(e)
+        for byte in range(256):
+            got = int(together.pool[base + classes[byte]])
+            if got == -1:
+                continue  # left to compute (a row without a byte head)
+            d = es.derivative(e, byte)
+            assert got == 2 * d + es.nullable(d), (e, byte)
+    # The same rows as chains made one at a time, each once: a chain stops after
+    # `most_links` links, or at a tail another chain of the call made.
+    apart = DerivativeRows(es)
+    for e in exprs:
+        apart.row(e, most_links)
+    assert set(apart._rows) == made and apart.pool_used == together.pool_used
+    if most_links is None:
+        assert es.literal(b'eta"') in together and es.literal(b'ta"') in together
+
+
 def test_a_key_state_row_takes_the_entries_of_the_string_it_shadows():
     from midword.engine.lexer import DerivativeRows
 
