@@ -295,6 +295,12 @@ class ExprSet(_Analysis):
                 return items.pop()
             if self.ALL in items:
                 return self.ALL
+        if len(rest) >= 2:
+            absorbed = self._absorbed_runs(rest, items)
+            if absorbed:
+                items.difference_update(absorbed)
+                if len(items) == 1:
+                    return items.pop()
         nullable = self._nullable
         if 1 in items and any(nullable[x] for x in items if x != 1):
             items.discard(1)
@@ -316,6 +322,48 @@ class ExprSet(_Analysis):
                 any(self._has_bool[x] for x in members),
             )
         return i
+
+    def _absorbed_runs(self, members: list[int], items: set[int]) -> list[int]:
+        """Members of an alternation that another one holds, among runs `X{lo,hi}·T`
+        where T takes X in front of itself (T = Y*·T' with X ⊆ Y): then X{k}·T ⊆ X{j}·T
+        for k ≥ j, so of runs of one X and T only the one of least `lo` counts, and none
+        beside T itself. An unanchored run (`.*X{162}.*`) has a derivative of one run
+        per position it may have started at; these keep it to two members."""
+        kind, args = self._kind, self._args
+        least: dict[tuple[int, int], tuple[int, int]] = {}
+        absorbed: list[int] = []
+        for e in members:
+            if kind[e] != _CONCAT:
+                continue
+            head, tail = args[e]
+            if kind[head] != _REPEAT:
+                continue
+            x, lo, _ = args[head]
+            key = (x, tail)
+            seen = least.get(key)
+            if seen is None and tail not in items:
+                least[key] = (lo, e)
+                continue
+            if not self._takes_in_front(tail, x):
+                least[key] = (lo, e) if seen is None or lo < seen[0] else seen
+                continue
+            if tail in items:
+                absorbed.append(e)
+            elif lo < seen[0]:
+                absorbed.append(seen[1])
+                least[key] = (lo, e)
+            else:
+                absorbed.append(e)
+        return absorbed
+
+    def _takes_in_front(self, tail: int, x: int) -> bool:
+        """X·T ⊆ T, seen in T's shape: T = Y*·T' (or Y*) with X ⊆ Y."""
+        kind, args = self._kind, self._args
+        head = args[tail][0] if kind[tail] == _CONCAT else tail
+        if kind[head] != _REPEAT:
+            return False
+        y, lo, hi = args[head]
+        return lo == 0 and hi is None and self._subset(x, y)
 
     def and_(self, *exprs: int) -> int:
         kind, args = self._kind, self._args
