@@ -969,11 +969,30 @@ class _Analysis(_Derivatives):
                 # of at most hi of them: the limit keeps it. No search, and a string's
                 # first mask need not wait for one.
                 return True
+            if len(heads) <= 1 and self._shortest_word_in_window(body, heads, chars, hi):
+                return True
             fewest = self.fewest_repeats(body, self.concat(*heads), chars)
             if fewest is None:
                 continue
             return fewest <= hi
         return None
+
+    def _shortest_word_in_window(self, body: int, heads: list[int], chars: int, hi: int) -> bool:
+        """Whether B's shortest word is a word of `Q·C{0,hi}`: a word of Q·C* at most hi
+        bytes long is one, as its repetitions of C, the empty ones left out, take a
+        byte each. A yes costs a derivative of one plain expression per byte, shared
+        by every count left (a length limit beside an email pattern: each position
+        in the string is a count of its own), where `fewest_repeats` searches pairs.
+        False means "not known"."""
+        word = self._shortest_word(body, min(hi, self._WITNESS_BYTES))
+        if word is None:
+            return False
+        x = self.concat(*heads, self.repeat(chars, 0, None))
+        for byte in word:
+            x = self.derivative(x, byte)
+            if x == 0:
+                return False
+        return self._nullable[x]
 
     # States `fewest_repeats` explores before it gives up.
     _FEWEST_REPEATS_STATES = 4096

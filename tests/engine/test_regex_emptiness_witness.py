@@ -76,3 +76,27 @@ def test_one_exact_branch_of_seven_unanchored_patterns_needs_no_search():
         es._a_conjunct_word_fits = lambda expr: False
         with pytest.raises(LimitExceeded):
             es.is_empty(es.parse(regex, "", extended=True), 1)
+
+
+def test_a_length_limit_beside_a_pattern_takes_its_shortest_word_first():
+    # `B & Q·C{0,n}`: a `maxLength` beside an email pattern, in the middle of a
+    # character (MaskBench Github_easy---o21456). B's shortest word, a word of Q·C* and
+    # at most n bytes long, settles it without `fewest_repeats`' search over pairs.
+    es = ExprSet()
+    body = es.parse("[a-z]+@[a-z]+\\.gov\\.uk[a-z]*")
+    head = es.parse("[a-z]")
+    chars = es.parse("[a-z@.]")
+    fits = es.and_(body, es.concat(head, es.repeat(chars, 0, 40)))
+    assert not es.is_empty(fits)
+    assert es._fewest == {}
+    # Too short for the shortest word: the search decides, and says empty.
+    short = es.and_(body, es.concat(head, es.repeat(chars, 0, 8)))
+    assert es.is_empty(short)
+    assert list(es._fewest.values()) == [9]
+
+
+@settings(max_examples=150, deadline=None)
+@given(patterns(), st.sampled_from(["", "a", "[ab]", "(?:xy)"]), st.integers(0, 6))
+def test_a_limit_decided_by_a_shortest_word_agrees_with_the_search(body, head, hi):
+    regex = f"(?:{body})&(?:{head})(?:[abcxyz]){{0,{hi}}}"
+    assert _with_witness(regex) == _searched_only(regex)
