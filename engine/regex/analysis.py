@@ -497,6 +497,9 @@ class _Analysis(_Derivatives):
         got = memo.get(key)
         if got is not None:
             return got
+        if self._splits_after_head(body, head, chars):
+            memo[key] = True
+            return True
         # The same question of `body` with its repeat counts unbounded first: a larger
         # language, so a yes holds for `body` too, and its derivatives carry no counts.
         # A word-count limit (`(\S+\s+){0,49}\S+`) made a pair per count left.
@@ -538,6 +541,34 @@ class _Analysis(_Derivatives):
         else:
             memo[key] = False
         return got
+
+    def _splits_after_head(self, body: int, head: int, chars: int) -> bool:
+        """`within_repeats` read from the shapes: each member of `body` a sequence whose
+        first factors, as long as every word of `head` (all of one length), lie in
+        `head`, and whose rest is made of words of `chars` (`_made_of`). A pattern's
+        derivative in the middle of a character is the rest of that character, then
+        the pattern's rest: the search over pairs walked the whole pattern for it.
+        False when unsure."""
+        length = self.max_length(head)
+        if length is None or length != self._min_len[head]:
+            return False
+        kind, args = self._kind, self._args
+        for member in args[body] if kind[body] == _OR else (body,):
+            factors: list[int] = []
+            spelled = 0
+            rest = member
+            while spelled < length and kind[rest] == _CONCAT:
+                factor, rest = args[rest]
+                size = self.max_length(factor)
+                if size is None or size != self._min_len[factor]:
+                    return False
+                factors.append(factor)
+                spelled += size
+            if spelled != length or not self._subset(self.concat(*factors), head):
+                return False
+            if not self._made_of(rest, chars):
+                return False
+        return True
 
     # Repeat counts up to this stay in `_repeats_unbounded`: a character's own
     # structure (three continuation bytes, four hex digits of an escape) keeps its shape.

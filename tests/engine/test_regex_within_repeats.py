@@ -76,3 +76,27 @@ def test_a_word_count_limit_mid_character_needs_no_pair_per_count():
     assert es.within_repeats(body, escape_rest, chars) is True
     # Searched count by count, it made about 8 nodes per count left.
     assert len(es._kind) - before < 100
+
+
+def test_the_rest_of_a_character_then_a_pattern_is_read_from_the_shapes():
+    # A pattern's derivative after the first byte of a two- or three-byte character: the
+    # rest of the character, then the pattern's rest (an email pattern beside a length
+    # limit, MaskBench Github_easy---o21456). The answer comes without the search over
+    # pairs, which walked the whole pattern.
+    es = ExprSet()
+    chars = es.parse(CANON_CHAR, "")
+    pattern = es.parse(f"(?:{CANON_CHAR})+@[a-z]+(?:\\.[a-z]+)*\\.gov\\.uk(?:{CANON_CHAR})*", "")
+
+    def no_search(*_):
+        raise AssertionError("searched pairs")
+
+    continuation = es.byte_set(range(0x80, 0xC0))
+    es._pair_steps = no_search
+    for lead, rest in ((0xC3, continuation), (0xE2, es.repeat(continuation, 2, 2))):
+        body = es.derivative(pattern, lead)
+        assert es.within_repeats(body, rest, chars)
+    # Where the rest is not made of the characters (a lone quote), the shapes are unsure
+    # and the search answers.
+    del es._pair_steps
+    quoted = es.derivative(es.parse(f'(?:{CANON_CHAR})+"', ""), 0xC3)
+    assert not es.within_repeats(quoted, continuation, chars)
