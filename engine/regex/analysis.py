@@ -892,6 +892,9 @@ class _Analysis(_Derivatives):
             if self._a_conjunct_word_fits(expr):
                 empty[expr] = False
                 return False
+            if self._window_too_short(expr):
+                empty[expr] = True
+                return True
         if kind == _EXCL:
             inner = self._args[expr][0]
             if not has_bool[inner] and self.max_length(inner) is None:
@@ -1007,6 +1010,20 @@ class _Analysis(_Derivatives):
                 continue
             return fewest <= hi
         return None
+
+    def _window_too_short(self, expr: int) -> bool:
+        """Whether `B & Q·C{lo,hi}` (B and Q without & or ~) is surely empty because
+        every word of B that the window's side could take holds more than hi
+        repetitions of C (`fewest_repeats`), whatever lo. An unanchored pattern that
+        asks for ten digits in a string of ten characters, after one other character:
+        the search walked every count of the product for it."""
+        for body, heads, chars, _, hi in self._limits_of(expr):
+            if hi is None:
+                continue
+            fewest = self.fewest_repeats(body, self.concat(*heads), chars)
+            if fewest is not None and fewest > hi:
+                return True
+        return False
 
     def _shortest_word_in_window(self, body: int, heads: list[int], chars: int, hi: int) -> bool:
         """Whether B's shortest word is a word of `Q·C{0,hi}`: a word of Q·C* at most hi

@@ -26,6 +26,8 @@ def patterns():
 def _searched_only(regex: str) -> bool:
     es = ExprSet()
     es._a_conjunct_word_fits = lambda expr: False
+    es._window_fits = lambda expr: None
+    es._window_too_short = lambda expr: False
     return es.is_empty(es.parse(regex, "", extended=True))
 
 
@@ -95,8 +97,22 @@ def test_a_length_limit_beside_a_pattern_takes_its_shortest_word_first():
     assert list(es._fewest.values()) == [9]
 
 
-@settings(max_examples=150, deadline=None)
-@given(patterns(), st.sampled_from(["", "a", "[ab]", "(?:xy)"]), st.integers(0, 6))
-def test_a_limit_decided_by_a_shortest_word_agrees_with_the_search(body, head, hi):
-    regex = f"(?:{body})&(?:{head})(?:[abcxyz]){{0,{hi}}}"
+@settings(max_examples=200, deadline=None)
+@given(patterns(), st.sampled_from(["", "a", "[ab]", "(?:xy)"]), st.integers(0, 3), st.integers(0, 6))
+def test_a_limit_decided_by_a_shortest_word_agrees_with_the_search(body, head, lo, hi):
+    regex = f"(?:{body})&(?:{head})(?:[abcxyz]|zy){{{min(lo, hi)},{hi}}}"
     assert _with_witness(regex) == _searched_only(regex)
+
+
+def test_a_window_shorter_than_every_word_is_empty_without_the_search():
+    # An unanchored pattern of ten digits in a string of ten characters, after one other
+    # character (MaskBench Github_medium---o44205): nine characters left, no word fits.
+    es = ExprSet()
+    chars = es.parse(CANON_CHAR, "")
+    body = es.parse(f"(?:{CANON_CHAR})*[0-9]{{10}}(?:{CANON_CHAR})*", "")
+    nine = es.and_(body, es.repeat(chars, 9, 9))
+    es._class_reps = None  # the search would need it
+    assert es.is_empty(nine)
+    ten = es.and_(body, es.repeat(chars, 10, 10))
+    del es._class_reps
+    assert not es.is_empty(ten)
