@@ -207,7 +207,8 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
         # Each slice with the slices its language holds: a lexeme that allows the
         # larger whole allows them too, unasked (`{1,10}` and `{1,30}` inside `+`).
         parsed = [
-            (s, starts, sum(1 << j for j, (t, _) in enumerate(parsed) if exprs.subset(t, s))) for s, starts in parsed
+            (s, starts, sum(1 << j for j, (t, _) in enumerate(parsed) if _repeat_within(exprs, t, s)))
+            for s, starts in parsed
         ]
         # An answer is a bitmask (bit k: slice k), so a state's is an OR of ints; the
         # tuples callers get are made once per bitmask.
@@ -228,6 +229,19 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
         result = as_tuples[bits] = tuple(bool(bits >> k & 1) for k in range(len(slices)))
     cache[key] = result
     return result
+
+
+def _repeat_within(exprs: ExprSet, inner: int, outer: int) -> bool:
+    """inner ⊆ outer read from the shapes, for slices `X{lo,hi}` of one X: a search over
+    derivatives would walk every count of the bounded ones, in the first mask of each
+    new expression set."""
+    if inner == outer:
+        return True
+    got = exprs.repeat_bounds(inner), exprs.repeat_bounds(outer)
+    if got[0] is None or got[1] is None:
+        return False
+    (x, lo, hi), (y, lo_out, hi_out) = got
+    return x == y and lo_out <= lo and (hi_out is None or (hi is not None and hi <= hi_out))
 
 
 def _allowed_by(exprs: ExprSet, slices, answers: dict[int, int], e: int) -> int:

@@ -1120,9 +1120,12 @@ class _Analysis(_Derivatives):
         except LimitExceeded:
             return False
 
-    def subset(self, y: int, x: int) -> bool:
-        """Y ⊆ X; False when unsure (the check has a budget)."""
-        return self._subset(y, x)
+    def repeat_bounds(self, expr: int) -> tuple[int, int, int | None] | None:
+        """(X, lo, hi) when `expr` is `X{lo,hi}` (a plain X is not), else None."""
+        if self._kind[expr] != _REPEAT:
+            return None
+        x, lo, hi = self._args[expr]
+        return x, lo, hi
 
     def _subset(self, y: int, x: int) -> bool:
         """Y ⊆ X, or False when the check runs out of budget."""

@@ -443,7 +443,10 @@ def test_slices_found_through_first_bytes_and_answers_per_expression_equal_the_p
     for state in range(len(lexer.states)):
         live = [e for i, e in lexer.states[state] if i != lexer.start_marker]
         # A slice is held wherever a slice whose language holds it is.
-        plain = tuple(any(exprs.subset(s, t) and exprs.prefix_contains(t, e) for e in live for t in ids) for s in ids)
+        plain = tuple(
+            any(slicer._repeat_within(exprs, s, t) and exprs.prefix_contains(t, e) for e in live for t in ids)
+            for s in ids
+        )
         rec.__dict__.pop("_slice_cache", None)
         assert slicer.applicable_slices(rec, sliced, state) == plain  # expressions' answers kept
         rec.__dict__.pop("_slice_cache", None)
@@ -451,6 +454,24 @@ def test_slices_found_through_first_bytes_and_answers_per_expression_equal_the_p
         assert slicer.applicable_slices(rec, sliced, state) == plain
         answers.add(plain)
     assert len(answers) > 1 and any(any(a) for a in answers)
+
+
+def test_slices_inside_larger_slices_are_read_from_their_counts():
+    # `{1,10}` and `{1,30}` lie inside `+`: a lexeme that holds `+` holds them. Read from
+    # the repeat counts, with no search over derivatives (which walked every count, in
+    # the first mask of each new expression set).
+    from midword.engine.slicer import DEFAULT_SLICES, _repeat_within
+
+    es = ExprSet()
+    ids = [es.parse(rx) for rx in DEFAULT_SLICES]
+    held = [[_repeat_within(es, inner, outer) for inner in ids] for outer in ids]
+    assert held == [
+        [True, False, False, False],
+        [False, True, False, False],
+        [False, True, True, False],
+        [False, True, True, True],
+    ]
+    assert es._subset_cache == {}
 
 
 def test_walk_variants_do_not_share_cache_entries():
