@@ -206,13 +206,13 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
             parsed.append((s, sum(1 << b for b in np.flatnonzero(exprs.next_bytes(s)).tolist())))
         # Each slice with the slices its language holds: a lexeme that allows the
         # larger whole allows them too, unasked (`{1,10}` and `{1,30}` inside `+`).
-        parsed = [
+        held = tuple(
             (s, starts, sum(1 << j for j, (t, _) in enumerate(parsed) if _repeat_within(exprs, t, s)))
             for s, starts in parsed
-        ]
+        )
         # An answer is a bitmask (bit k: slice k), so a state's is an OR of ints; the
         # tuples callers get are made once per bitmask.
-        known = (tuple(parsed), {}, {})
+        known = (held, {}, {})
         by_regexes[sliced.regexes] = known
     slices, as_tuples, answers = known
     marker = lexer.start_marker
@@ -237,10 +237,11 @@ def _repeat_within(exprs: ExprSet, inner: int, outer: int) -> bool:
     new expression set."""
     if inner == outer:
         return True
-    got = exprs.repeat_bounds(inner), exprs.repeat_bounds(outer)
-    if got[0] is None or got[1] is None:
+    within, around = exprs.repeat_bounds(inner), exprs.repeat_bounds(outer)
+    if within is None or around is None:
         return False
-    (x, lo, hi), (y, lo_out, hi_out) = got
+    x, lo, hi = within
+    y, lo_out, hi_out = around
     return x == y and lo_out <= lo and (hi_out is None or (hi is not None and hi <= hi_out))
 
 

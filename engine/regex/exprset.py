@@ -347,8 +347,8 @@ class ExprSet(_Analysis):
             if not self._takes_in_front(tail, x):
                 least[key] = (lo, e) if seen is None or lo < seen[0] else seen
                 continue
-            if tail in items:
-                absorbed.append(e)
+            if seen is None or tail in items:
+                absorbed.append(e)  # T itself is a member, and holds every run before it
             elif lo < seen[0]:
                 absorbed.append(seen[1])
                 least[key] = (lo, e)
