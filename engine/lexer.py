@@ -1172,7 +1172,7 @@ class Lexer:
             links = _CHAIN_LINKS if len(pairs) > _MANY_LEXEMES else None
             if links is not None:
                 self.rows.make_rows([e for i, e in pairs if i != self.start_marker], links)
-            live = tuple((i, e, first_bytes(e)) + row(e, links) for i, e in pairs if i != self.start_marker)
+            live = tuple((i, e, first_bytes(e)) + row(e) for i, e in pairs if i != self.start_marker)
             starts = 0
             for _, _, first, _, _ in live:
                 starts |= first

@@ -195,7 +195,7 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
     if by_regexes is None:
         by_regexes = _answers_by_expr[exprs] = {}
     # (each slice's expression and first bytes, bitmask -> tuple, expression -> bitmask)
-    known: tuple[tuple[tuple[int, int, int], ...], dict[int, tuple[bool, ...]], dict[int, int]] | None
+    known: tuple[tuple[tuple[int, int, int, int], ...], dict[int, tuple[bool, ...]], dict[int, int]] | None
     known = by_regexes.get(sliced.regexes)
     if known is None:
         # Each slice with the bytes its words begin with (exactly): a regex whose first
@@ -206,13 +206,17 @@ def applicable_slices(rec: Recognizer, sliced: SlicedTrie, lexstate: int) -> tup
             parsed.append((s, sum(1 << b for b in np.flatnonzero(exprs.next_bytes(s)).tolist())))
         # Each slice with the slices its language holds: a lexeme that allows the
         # larger whole allows them too, unasked (`{1,10}` and `{1,30}` inside `+`).
-        held = tuple(
-            (s, starts, sum(1 << j for j, (t, _) in enumerate(parsed) if _repeat_within(exprs, t, s)))
-            for s, starts in parsed
+        # Kept largest first, with each slice's bit.
+        held = sorted(
+            (
+                (k, s, starts, sum(1 << j for j, (t, _) in enumerate(parsed) if _repeat_within(exprs, t, s)))
+                for k, (s, starts) in enumerate(parsed)
+            ),
+            key=lambda slice_: -slice_[3].bit_count(),
         )
         # An answer is a bitmask (bit k: slice k), so a state's is an OR of ints; the
         # tuples callers get are made once per bitmask.
-        known = (held, {}, {})
+        known = (tuple(held), {}, {})
         by_regexes[sliced.regexes] = known
     slices, as_tuples, answers = known
     marker = lexer.start_marker
@@ -251,9 +255,7 @@ def _allowed_by(exprs: ExprSet, slices, answers: dict[int, int], e: int) -> int:
     if allowed is None:
         first = exprs.first_bytes(e)
         allowed = 0
-        # Largest first, by the number of slices each holds.
-        for k in sorted(range(len(slices)), key=lambda k: -slices[k][2].bit_count()):
-            s, starts, held = slices[k]
+        for k, s, starts, held in slices:
             if not allowed >> k & 1 and not starts & ~first and exprs.prefix_contains(s, e):
                 allowed |= held
         if len(answers) >= _MAX_ANSWERS:

@@ -1003,7 +1003,7 @@ class _Analysis(_Derivatives):
                 # of at most hi of them: the limit keeps it. No search, and a string's
                 # first mask need not wait for one.
                 return True
-            if len(heads) <= 1 and self._shortest_word_in_window(body, heads, chars, hi):
+            if self._shortest_word_in_window(body, heads, chars, hi):
                 return True
             fewest = self.fewest_repeats(body, self.concat(*heads), chars)
             if fewest is None:
