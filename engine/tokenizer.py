@@ -185,8 +185,152 @@ class _Backend(abc.ABC):
     def id_to_piece(self, i: int) -> str | None: ...
 
 
+# Characters whose class (letter, digit, space) Python's `regex` and the tokenizers
+# library's Oniguruma agree on: outside them (\v, \x1c, non-ASCII) the two libraries'
+# `\s` and `\p{L}` may differ, so such text goes to the library whole.
+_PIECE_SAFE_TEXT = re.compile(r"[\t\n\r\x20-\x7e]*")
+# Longer texts are cheaper in one call into the library than piece by piece in Python.
+_PIECE_TEXT_MAX_CHARS = 512
+_PIECE_MAX_CHARS = 64  # longer pieces are encoded, not kept
+_PIECES_KEPT = 1 << 16  # the piece table is emptied when it grows past this
+
+
+class _PieceEncoder:
+    """Byte-level BPE as the tokenizers library does it when its pre-tokenizer is one
+    regex split: the text cut at the regex's matches (and the gaps between them), each
+    piece encoded on its own. The pieces' ids are kept, so a short text (a forced key,
+    a few words of context) costs a regex scan and table lookups, not a call through
+    the library's whole pipeline, whose cost is mostly fixed per call."""
+
+    def __init__(self, model, pattern: str):
+        ascii_pattern = _ascii_pattern(pattern)
+        if ascii_pattern is not None:
+            # The text is ASCII (`covers`), where the standard library's engine, the faster
+            # one, reads the same classes.
+            self._finditer = re.compile(ascii_pattern).finditer
+        else:
+            import regex  # tiktoken's own dependency; understands \p{L} and possessive quantifiers
+
+            self._finditer = regex.compile(pattern).finditer
+        self._model_tokenize = model.tokenize
+        self._ids: dict[str, tuple[int, ...]] = {}
+        self._to_byte_level = {b: _BYTE_TO_CHAR[b] for b in range(128)}
+
+    def covers(self, text: str) -> bool:
+        return len(text) <= _PIECE_TEXT_MAX_CHARS and _PIECE_SAFE_TEXT.fullmatch(text) is not None
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        pos = 0
+        for m in self._finditer(text):
+            start, end = m.span()
+            if start > pos:
+                out += self._piece(text[pos:start])
+            if end > start:
+                out += self._piece(text[start:end])
+            pos = end
+        if pos < len(text):
+            out += self._piece(text[pos:])
+        return out
+
+    def _piece(self, piece: str) -> tuple[int, ...]:
+        ids = self._ids.get(piece)
+        if ids is None:
+            ids = tuple(t.id for t in self._model_tokenize(piece.translate(self._to_byte_level)))
+            if len(piece) <= _PIECE_MAX_CHARS:
+                if len(self._ids) >= _PIECES_KEPT:
+                    self._ids.clear()
+                self._ids[piece] = ids
+        return ids
+
+
+_ASCII_CLASSES = {"L": "A-Za-z", "N": "0-9"}
+
+
+def _ascii_pattern(pattern: str) -> str | None:
+    r"""`pattern` for ASCII text in the standard library's syntax: `\p{L}` and `\p{N}`
+    (letters and digits, the only Unicode properties pre-tokenizer regexes use) spelled
+    as ASCII ranges. None where the pattern uses another property or does not compile."""
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            pair = pattern[i : i + 2]
+            if pair[1] in "pP":
+                m = re.match(r"\\p\{(\w)\}", pattern[i:])
+                if m is None or m.group(1) not in _ASCII_CLASSES:
+                    return None
+                ranges = _ASCII_CLASSES[m.group(1)]
+                out.append(ranges if in_class else f"[{ranges}]")
+                i += m.end()
+                continue
+            out.append(pair)
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+            out.append(c)
+            # A `]` first in a class, or right after `^`, is a member, not the end.
+            for lead in ("^", "]"):
+                if pattern.startswith(lead, i + 1):
+                    out.append(lead)
+                    i += 1
+        elif c == "]" and in_class:
+            in_class = False
+            out.append(c)
+        else:
+            out.append(c)
+        i += 1
+    text = "".join(out)
+    try:
+        re.compile(text)
+    except re.error:
+        return None
+    return text
+
+
+def _piece_split_regex(j: dict) -> str | None:
+    """The pre-tokenizer's regex where encoding a text is exactly byte-level BPE of each
+    piece that regex splits off (`_PieceEncoder`), else None. `j` is the tokenizer.json
+    as `_neutralise` left it."""
+    model = j.get("model") or {}
+    if j.get("normalizer") is not None or model.get("type") != "BPE":
+        return None
+    if model.get("dropout") or model.get("continuing_subword_prefix") or model.get("end_of_word_suffix"):
+        return None
+    # Non-special added tokens are cut out of the text before the pre-tokenizer runs.
+    if any(not a.get("special") for a in j.get("added_tokens") or []):
+        return None
+    pre = j.get("pre_tokenizer") or {}
+    steps = pre.get("pretokenizers") if pre.get("type") == "Sequence" else [pre]
+    if not isinstance(steps, list) or not steps:
+        return None
+    level = steps[-1]
+    if not isinstance(level, dict) or level.get("type") != "ByteLevel" or level.get("add_prefix_space"):
+        return None
+    if len(steps) == 1:
+        return _GPT2_PATTERN if level.get("use_regex", True) else None
+    split = steps[0]
+    if len(steps) != 2 or level.get("use_regex", True) or not isinstance(split, dict):
+        return None
+    pattern = split.get("pattern")
+    if (
+        split.get("type") != "Split"
+        or split.get("behavior") != "Isolated"
+        or split.get("invert")
+        or not isinstance(pattern, dict)
+        or not isinstance(pattern.get("Regex"), str)
+    ):
+        return None
+    return pattern["Regex"]
+
+
 class _HFBackend(_Backend):
-    def __init__(self, tok, mode: str, byte_ids: Sequence[int] | None, regex: str | None):
+    def __init__(
+        self, tok, mode: str, byte_ids: Sequence[int] | None, regex: str | None, piece_regex: str | None = None
+    ):
         self.tok = tok
         self.mode = mode
         self.byte_ids = list(byte_ids) if byte_ids is not None else None
@@ -203,9 +347,12 @@ class _HFBackend(_Backend):
         self._regex = regex
         self._compiled = None
         self._exact_pretok = regex is not None and tok.normalizer is None and tok.pre_tokenizer is not None
+        self.pieces = _PieceEncoder(tok.model, piece_regex) if piece_regex is not None else None
 
     def encode_texts(self, texts):
         if len(texts) == 1:
+            if self.pieces is not None and self.pieces.covers(texts[0]):
+                return [self.pieces.encode(texts[0])]
             return [self.tok.encode(texts[0], add_special_tokens=False).ids]
         return [e.ids for e in self.tok.encode_batch(texts, add_special_tokens=False)]
 
@@ -700,7 +847,7 @@ class Tokenizer:
             text = json.dumps(j, ensure_ascii=False)
         eos, bos = spec.eos_bos(eos_names, bos_name)
         tok = tokenizers.Tokenizer.from_str(text)
-        backend = _HFBackend(tok, spec.mode, spec.byte_ids, spec.regex)
+        backend = _HFBackend(tok, spec.mode, spec.byte_ids, spec.regex, _piece_split_regex(j))
         out = cls(
             name=name,
             table=spec.table,
