@@ -185,14 +185,16 @@ class _Backend(abc.ABC):
     def id_to_piece(self, i: int) -> str | None: ...
 
 
-# Characters whose class (letter, digit, space) Python's `regex` and the tokenizers
-# library's Oniguruma agree on: outside them (\v, \x1c, non-ASCII) the two libraries'
-# `\s` and `\p{L}` may differ, so such text goes to the library whole.
+# Characters whose class (letter, digit, space) Python's regex engines and the tokenizers
+# library's Oniguruma agree on: outside them (\v, \x1c, non-ASCII) their `\s` and `\p{L}`
+# may differ, so such text goes to the library whole.
 _PIECE_SAFE_TEXT = re.compile(r"[\t\n\r\x20-\x7e]*")
 # Longer texts are cheaper in one call into the library than piece by piece in Python.
 _PIECE_TEXT_MAX_CHARS = 512
 _PIECE_MAX_CHARS = 64  # longer pieces are encoded, not kept
 _PIECES_KEPT = 1 << 16  # the piece table is emptied when it grows past this
+# ASCII in the byte-level alphabet (space as Ġ, newline as Ċ): what `covers` lets through.
+_ASCII_TO_BYTE_LEVEL = {b: _BYTE_TO_CHAR[b] for b in range(128)}
 
 
 class _PieceEncoder:
@@ -203,6 +205,7 @@ class _PieceEncoder:
     the library's whole pipeline, whose cost is mostly fixed per call."""
 
     def __init__(self, model, pattern: str):
+        self.pattern = pattern
         ascii_pattern = _ascii_pattern(pattern)
         if ascii_pattern is not None:
             # The text is ASCII (`covers`), where the standard library's engine, the faster
@@ -214,7 +217,6 @@ class _PieceEncoder:
             self._finditer = regex.compile(pattern).finditer
         self._model_tokenize = model.tokenize
         self._ids: dict[str, tuple[int, ...]] = {}
-        self._to_byte_level = {b: _BYTE_TO_CHAR[b] for b in range(128)}
 
     def covers(self, text: str) -> bool:
         return len(text) <= _PIECE_TEXT_MAX_CHARS and _PIECE_SAFE_TEXT.fullmatch(text) is not None
@@ -236,7 +238,7 @@ class _PieceEncoder:
     def _piece(self, piece: str) -> tuple[int, ...]:
         ids = self._ids.get(piece)
         if ids is None:
-            ids = tuple(t.id for t in self._model_tokenize(piece.translate(self._to_byte_level)))
+            ids = tuple(t.id for t in self._model_tokenize(piece.translate(_ASCII_TO_BYTE_LEVEL)))
             if len(piece) <= _PIECE_MAX_CHARS:
                 if len(self._ids) >= _PIECES_KEPT:
                     self._ids.clear()
@@ -315,16 +317,9 @@ def _piece_split_regex(j: dict) -> str | None:
     split = steps[0]
     if len(steps) != 2 or level.get("use_regex", True) or not isinstance(split, dict):
         return None
-    pattern = split.get("pattern")
-    if (
-        split.get("type") != "Split"
-        or split.get("behavior") != "Isolated"
-        or split.get("invert")
-        or not isinstance(pattern, dict)
-        or not isinstance(pattern.get("Regex"), str)
-    ):
+    if split.get("type") != "Split" or split.get("behavior") != "Isolated" or split.get("invert"):
         return None
-    return pattern["Regex"]
+    return _regex_of(j)  # the Split's regex; None where it splits on a plain string
 
 
 class _HFBackend(_Backend):
@@ -946,10 +941,12 @@ class Tokenizer:
             folder.mkdir(parents=True, exist_ok=True)
             _atomic_write(folder / "tokenizer.json", text.encode("utf-8"))
             _write_table(folder / "table.bin", tok._table)
+            pieces = getattr(tok._backend, "pieces", None)
             meta = {
                 "format": _CACHE_FORMAT,
                 "mode": spec.mode,
                 "regex": spec.regex,
+                "piece_regex": pieces.pattern if pieces is not None else None,
                 "byte_ids": spec.byte_ids,
                 "special": sorted(tok.special_token_ids),
                 "eos": sorted(tok.eos_token_ids),
@@ -976,7 +973,8 @@ class Tokenizer:
             import tokenizers
 
             tok = tokenizers.Tokenizer.from_file(str(folder / "tokenizer.json"))
-            return _HFBackend(tok, meta["mode"], meta["byte_ids"], meta["regex"])
+            # Folders written before the piece encoder have no piece_regex: encoded whole.
+            return _HFBackend(tok, meta["mode"], meta["byte_ids"], meta["regex"], meta.get("piece_regex"))
 
         # Parsing Gemma's 500k merges takes over a second; the token table alone is enough
         # for building tries, so the BPE is loaded on the first encode.

@@ -1122,10 +1122,7 @@ class _Analysis(_Derivatives):
 
     def repeat_bounds(self, expr: int) -> tuple[int, int, int | None] | None:
         """(X, lo, hi) when `expr` is `X{lo,hi}` (a plain X is not), else None."""
-        if self._kind[expr] != _REPEAT:
-            return None
-        x, lo, hi = self._args[expr]
-        return x, lo, hi
+        return self._args[expr] if self._kind[expr] == _REPEAT else None
 
     def _subset(self, y: int, x: int) -> bool:
         """Y ⊆ X, or False when the check runs out of budget."""
