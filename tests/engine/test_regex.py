@@ -1097,7 +1097,7 @@ def test_group_cache_leaves_what_the_scan_cannot_see_to_the_parser():
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.lists(st.sampled_from(b"ab\xff"), min_size=1, max_size=9).map(bytes), min_size=1, max_size=6))
+@given(st.lists(st.lists(st.sampled_from(b'abc"\xff'), min_size=1, max_size=12).map(bytes), min_size=1, max_size=6))
 def test_literal_builds_the_nodes_concatenation_builds(words):
     # literal() makes new links itself; they must be the very nodes _concat2 makes (runs
     # of one byte merge into repeats), whichever of the two comes first.
@@ -1109,9 +1109,12 @@ def test_literal_builds_the_nodes_concatenation_builds(words):
         assert concat_first.literal(data) == by_concat
         assert literal_first.to_str(by_literal) == concat_first.to_str(by_concat)
         assert LazyDFA(literal_first, by_literal).matches(data)
-        # Links made in a batch carry what _new would have given each.
-        for attr in ("_min_len", "_height", "_max_count", "_nullable", "_has_bool"):
-            assert getattr(literal_first, attr)[by_literal] == getattr(concat_first, attr)[by_concat], attr
+        # Links literal() makes itself carry what _new would have given each, down the chain.
+        for k in range(len(data)):
+            suffix = literal_first.concat(*[literal_first.byte_set([b]) for b in data[k:]])
+            suffix_by_concat = concat_first.concat(*[concat_first.byte_set([b]) for b in data[k:]])
+            for attr in ("_min_len", "_height", "_max_count", "_nullable", "_has_bool", "_kind"):
+                assert getattr(literal_first, attr)[suffix] == getattr(concat_first, attr)[suffix_by_concat], attr
     assert len(literal_first) == len(concat_first)
 
 
