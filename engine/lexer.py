@@ -229,8 +229,10 @@ class DerivativeRows:
         ones with one pool write for them all: the first visit of an object's key state
         makes one per key, hundreds in a large object."""
         rows = self._rows
-        byte_chain, byte_head = self.exprs.byte_chain, self.exprs.byte_head
-        links: list[tuple[int, int, int, bool]] = []
+        byte_chain, byte_head = self.exprs.byte_chain_codes, self.exprs.byte_head
+        links: list[int] = []
+        byte_sets: list[int] = []
+        codes: list[int] = []
         linked: set[int] = set()
         # A chain stops at a tail that has a row or is a link of an earlier chain here
         # (keys that end alike share their tails' nodes).
@@ -242,10 +244,12 @@ class DerivativeRows:
                 self._make_row(e)
             else:
                 chain = byte_chain(e, made, most_links)
-                links += chain
-                linked.update(link[0] for link in chain)
+                links += chain[0]
+                byte_sets += chain[1]
+                codes += chain[2]
+                linked.update(chain[0])
         if links:
-            self._enter_links(links)
+            self._enter_links(links, byte_sets, codes)
 
     def _make_chain(self, expr: int, most_links: int | None = None) -> tuple[int, bytes]:
         """The rows of a byte-headed expression and of its byte-headed tails, down to
@@ -253,28 +257,29 @@ class DerivativeRows:
         (two classes, complete at once), with one growth check and one pool write for
         the chain. A new schema's keys make thousands of such rows in its first masks."""
         rows = self._rows
-        links = self.exprs.byte_chain(expr, rows, most_links)
-        self._enter_links(links)
+        self._enter_links(*self.exprs.byte_chain_codes(expr, rows, most_links))
         return rows[expr]
 
-    def _enter_links(self, links: list[tuple[int, int, int, bool]]) -> None:
+    def _enter_links(self, links: list[int], byte_sets: list[int], codes: list[int]) -> None:
+        """Rows for `byte_chain_codes`'s links: two entries each, NOTHING for the bytes
+        outside its set and its tail's code for those inside."""
         rows = self._rows
-        values: list[int] = []
-        for _, _, tail, nullable in links:
-            values += (0, 2 * tail + nullable)
-        self._hold_expr(max(link[0] for link in links))
-        base = self._append_to_pool(values)
+        values = [0] * (2 * len(links))
+        values[1::2] = codes
+        self._hold_expr(max(links))
+        at = self._append_to_pool(values)
         cmap_of, bases = self.cmap_of, self.base
         index = self._cmap_index
-        for k, (e, byte_set, _, _) in enumerate(links):
+        for e, byte_set in zip(links, byte_sets, strict=True):
             # `_classes_of`'s own lookup, inline: a call per link was a good part of a
             # chain's cost, and nearly every byte set has its classes already.
             info = index.get(byte_set)
             if info is None:
                 info = self._classes_of(byte_set, None)
             cmap_of[e] = info[0]
-            bases[e] = base + 2 * k
-            rows[e] = (base + 2 * k, info[1])
+            bases[e] = at
+            rows[e] = (at, info[1])
+            at += 2
 
     def _make_row(self, expr: int) -> tuple[int, bytes]:
         """The row of `expr`, an expression without a byte head (see `_make_chain`)."""

@@ -124,8 +124,17 @@ class _Derivatives(_Store):
         to a tail that is ∅, in `stop`, or without a byte head (which ends the chain
         but is not a link), and at most `most` links. A key's or keyword's rows are made
         from it at once."""
+        links, byte_sets, codes = self.byte_chain_codes(expr, stop, most)
+        return [(e, s, c >> 1, bool(c & 1)) for e, s, c in zip(links, byte_sets, codes, strict=True)]
+
+    def byte_chain_codes(self, expr: int, stop, most: int | None = None) -> tuple[list[int], list[int], list[int]]:
+        """`byte_chain` as three lists: the links, their byte sets, and each link's tail
+        encoded as the derivative rows hold it (2 * tail + nullable): the rows of a new
+        object's keys are made from these, thousands of links in its first masks."""
         kind, args, has_bool, nullable = self._kind, self._args, self._has_bool, self._nullable
-        links = []
+        links: list[int] = []
+        byte_sets: list[int] = []
+        codes: list[int] = []
         e = expr
         while True:
             k = kind[e]
@@ -140,11 +149,13 @@ class _Derivatives(_Store):
                 break
             if has_bool[tail] and self.is_empty(tail):
                 tail = 0
-            links.append((e, byte_set, tail, nullable[tail]))
+            links.append(e)
+            byte_sets.append(byte_set)
+            codes.append(2 * tail + nullable[tail])
             if not tail or tail in stop or len(links) == most:
                 break
             e = tail
-        return links
+        return links, byte_sets, codes
 
     def first_bytes(self, expr: int) -> int:
         """A bitmask (bit b for byte b) of the bytes whose derivative may be non-empty:
