@@ -12,8 +12,8 @@ tokenizer tables and tries live to the end of the process). A young pass walks e
 container once, whatever the threshold, so the threshold sets the length of one pause,
 which lands inside a mask, and not the total: the new containers are mostly cache
 entries, tuples of ints whose every item the pass reads, one memory access each, so a
-pass is slow per container. Young passes come every few thousand containers, short
-enough to stay below the slowest masks' own time (docs/optimizations.md). Survivors are
+pass is slow per container. Young passes come every thousand containers, short enough
+to stay below the slowest masks' own time (docs/optimizations.md). Survivors are
 promoted as before, and a middle pass, which walks them all again, comes once per
 million new containers; where it would come due soon, an idle moment takes it early
 (`collect_when_idle`), so that it does not land inside a mask. The rare cyclic garbage
@@ -24,11 +24,11 @@ from __future__ import annotations
 
 import gc
 
-YOUNG_THRESHOLD = 3_000
+YOUNG_THRESHOLD = 1_000
 # Passes of each generation before the next older one is collected: older passes walk
 # every cache the engine has grown, so they stay rare (a middle pass per million new
-# containers, 334 young passes of 3,000).
-OLDER_THRESHOLDS = (334, 20)
+# containers, 1,000 young passes of 1,000).
+OLDER_THRESHOLDS = (1_000, 20)
 
 
 def settle_after_start() -> None:
@@ -41,8 +41,9 @@ def settle_after_start() -> None:
 
 
 # How close to due an older pass may be for an idle moment to take it early: a request
-# makes fewer young passes than this, so the pass does not come due inside the next one.
-YOUNG_PASSES_MARGIN = 64
+# makes fewer young passes than this (about 192,000 new containers), so the pass does
+# not come due inside the next one.
+YOUNG_PASSES_MARGIN = 192
 MIDDLE_PASSES_MARGIN = 2
 
 
