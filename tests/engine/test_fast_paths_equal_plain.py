@@ -888,3 +888,21 @@ def test_pattern_keys_beside_the_other_keys_are_sliced_together_and_masks_equal_
         return sum(i != lexer.start_marker for i, _ in lexer.pairs_of(state)) >= 2
 
     assert _sliced_masks_at(schema, text, two_keys) >= 1
+
+
+def test_a_pattern_dot_run_is_sliced_and_its_masks_equal_whole_walks():
+    # `.` leaves out U+2028 and U+2029 (line terminators), so the string-text slices hold
+    # neither: inside `.+` of a value pattern (MaskBench `Github_medium---o90224`) they
+    # apply wholesale instead of a whole-trie walk at each new state. Masks with and
+    # without slices must be equal, a plain string beside it (with a U+2028 in its text,
+    # whose bytes only the walked tokens spell) too.
+    schema = {
+        "type": "object",
+        "properties": {"path": {"type": "string", "pattern": "^file:.+\\.km[lz]$"}, "note": {"type": "string"}},
+    }
+    text = '{"path": "file:../commondata/kml/paris.kml", "note": "line\u2028break"}'
+
+    def in_dot_run(lexer, state):
+        return any("km[lz]" in lexer.exprs.to_str(e) for _, e in lexer.pairs_of(state))
+
+    assert _sliced_masks_at(schema, text, in_dot_run) >= 5
