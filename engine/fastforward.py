@@ -175,14 +175,17 @@ def _literal_run_of(rec: Recognizer, lexstate: int, budget: int) -> tuple[bytes,
                 return None  # two lexemes: stepped a byte at a time
             lexeme, expr = i, e
     out = bytearray()
+    if budget <= 0:
+        return None
     # The links of the literal's chain, read off at once; the run stops before a byte
     # set of two or more bytes or an empty tail, and after a tail that may end.
-    for _, byte_set, tail, ends in lexer.exprs.byte_chain(expr, ()):
-        if len(out) >= budget or byte_set & (byte_set - 1) or not tail:
-            break
+    _, byte_sets, codes = lexer.exprs.byte_chain_codes(expr, (), budget)
+    for byte_set, code in zip(byte_sets, codes, strict=True):
+        if byte_set & (byte_set - 1) or code < 2:
+            break  # a set of two or more bytes, or an empty tail
         out.append(byte_set.bit_length() - 1)
-        expr = tail
-        if ends:
+        expr = code >> 1
+        if code & 1:
             break  # the lexeme may end here: what comes next is the parser's to say
     if not out:
         return None

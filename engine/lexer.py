@@ -160,7 +160,7 @@ class _TableSpace:
 
 
 class _RowsOrLinked:
-    """`rows` and `linked` as one container for `ExprSet.byte_chain`'s stop test."""
+    """`rows` and `linked` as one container for `ExprSet.byte_chain_codes`'s stop test."""
 
     __slots__ = ("rows", "linked")
 
@@ -229,7 +229,7 @@ class DerivativeRows:
         ones with one pool write for them all: the first visit of an object's key state
         makes one per key, hundreds in a large object."""
         rows = self._rows
-        byte_chain, byte_head = self.exprs.byte_chain_codes, self.exprs.byte_head
+        byte_chain_codes, byte_head = self.exprs.byte_chain_codes, self.exprs.byte_head
         links: list[int] = []
         byte_sets: list[int] = []
         codes: list[int] = []
@@ -243,7 +243,7 @@ class DerivativeRows:
             if byte_head(e) is None:
                 self._make_row(e)
             else:
-                chain = byte_chain(e, made, most_links)
+                chain = byte_chain_codes(e, made, most_links)
                 links += chain[0]
                 byte_sets += chain[1]
                 codes += chain[2]

@@ -118,19 +118,13 @@ class _Derivatives(_Store):
                 return self._args[h][0], t
         return None
 
-    def byte_chain(self, expr: int, stop, most: int | None = None) -> list[tuple[int, int, int, bool]]:
-        """(link, byte set, tail, whether the tail is nullable) along `expr`'s chain of
-        byte heads (`byte_head` of each tail in turn), the tail 0 where it is empty: down
-        to a tail that is ∅, in `stop`, or without a byte head (which ends the chain
-        but is not a link), and at most `most` links. A key's or keyword's rows are made
-        from it at once."""
-        links, byte_sets, codes = self.byte_chain_codes(expr, stop, most)
-        return [(e, s, c >> 1, bool(c & 1)) for e, s, c in zip(links, byte_sets, codes, strict=True)]
-
     def byte_chain_codes(self, expr: int, stop, most: int | None = None) -> tuple[list[int], list[int], list[int]]:
-        """`byte_chain` as three lists: the links, their byte sets, and each link's tail
-        encoded as the derivative rows hold it (2 * tail + nullable): the rows of a new
-        object's keys are made from these, thousands of links in its first masks."""
+        """The links along `expr`'s chain of byte heads (`byte_head` of each tail in
+        turn), their byte sets, and each link's tail encoded as the derivative rows hold
+        it (2 * tail + nullable; the tail 0 where it is empty), as three lists: down to a
+        tail that is ∅, in `stop`, or without a byte head (which ends the chain but is not
+        a link), and at most `most` links. The rows of a new object's keys are made from
+        these, thousands of links in its first masks."""
         kind, args, has_bool, nullable = self._kind, self._args, self._has_bool, self._nullable
         links: list[int] = []
         byte_sets: list[int] = []

@@ -531,21 +531,25 @@ def test_a_lexer_whose_tables_grow_in_mapped_memory_steps_as_before(monkeypatch)
     stop_at=st.integers(min_value=0, max_value=4),
 )
 def test_a_byte_chain_is_the_byte_heads_taken_one_by_one(pattern, stop_at):
-    # DerivativeRows makes a key's rows from ExprSet.byte_chain in one pass; the chain is
-    # byte_head of each tail in turn, stopping at ∅, a stop expression or no byte head.
+    # DerivativeRows makes a key's rows from ExprSet.byte_chain_codes in one pass; the
+    # chain is byte_head of each tail in turn, stopping at ∅, a stop expression or no byte
+    # head, each tail encoded as the rows hold it.
     es = ExprSet()
     expr = es.parse(pattern, extended=True)
     plain, e, stop = [], expr, set()
     while (head := es.byte_head(e)) is not None:
         byte_set, tail = head
         tail = 0 if es.is_empty(tail) else tail
-        plain.append((e, byte_set, tail, es.nullable(tail)))
+        plain.append((e, byte_set, 2 * tail + es.nullable(tail)))
         if len(plain) == stop_at and tail:
             stop.add(tail)
         if not tail or tail in stop:
             break
         e = tail
-    assert es.byte_chain(expr, stop) == plain
+    links, byte_sets, codes = es.byte_chain_codes(expr, stop)
+    assert list(zip(links, byte_sets, codes, strict=True)) == plain
+    # At most `most` links, the same ones.
+    assert es.byte_chain_codes(expr, stop, 1) == ([e for e, _, _ in plain[:1]], byte_sets[:1], codes[:1])
 
 
 def test_a_large_table_grows_in_place_in_small_steps_and_keeps_its_rows(monkeypatch):
