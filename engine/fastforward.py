@@ -174,9 +174,9 @@ def _literal_run_of(rec: Recognizer, lexstate: int, budget: int) -> tuple[bytes,
             if lexeme >= 0:
                 return None  # two lexemes: stepped a byte at a time
             lexeme, expr = i, e
-    out = bytearray()
     if budget <= 0:
         return None
+    out = bytearray()
     # The links of the literal's chain, read off at once; the run stops before a byte
     # set of two or more bytes or an empty tail, and after a tail that may end.
     _, byte_sets, codes = lexer.exprs.byte_chain_codes(expr, (), budget)

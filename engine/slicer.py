@@ -33,9 +33,9 @@ from .trie import TRIE_FORMAT_VERSION, TokenTrie, _cache_path, mask_words, save_
 # llguidance's JSON slices, which also serve code: whitespace runs, then string-body
 # text of growing length limits (a maxLength of at least 10 or 30 can still use them).
 # Unlike llguidance's, the text slices leave out U+2028 and U+2029: a pattern's `.` does
-# not match them (ECMA-262 line terminators), so with them in no slice fitted inside a
-# pattern such as `^file:.+\.kml$`, and every first visit there walked the whole trie.
-# The few tokens holding them are walked with the rest.
+# not match them (ECMA-262 line terminators), so while the slices held them none fitted
+# inside a pattern such as `^file:.+\.kml$`, and every first visit there walked the whole
+# trie. The few tokens holding them are walked with the rest.
 DEFAULT_SLICES = (
     r"[\x20\x0A\x0D\x09]+",
     r'[^"\\\x00-\x1F\x7F\u2028\u2029]{1,10}',
