@@ -229,6 +229,13 @@ class DerivativeRows:
         ones with one pool write for them all: the first visit of an object's key state
         makes one per key, hundreds in a large object."""
         rows = self._rows
+        if most_links == 1:
+            links, byte_sets, codes, others = self.exprs.byte_head_codes(exprs, rows)
+            for e in others:
+                self._make_row(e)
+            if links:
+                self._enter_links(links, byte_sets, codes)
+            return
         byte_chain_codes, byte_head = self.exprs.byte_chain_codes, self.exprs.byte_head
         links: list[int] = []
         byte_sets: list[int] = []

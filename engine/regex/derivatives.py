@@ -151,6 +151,43 @@ class _Derivatives(_Store):
             e = tail
         return links, byte_sets, codes
 
+    def byte_head_codes(self, exprs, stop) -> tuple[list[int], list[int], list[int], list[int]]:
+        """`byte_chain_codes` of one link for each of `exprs` not in `stop` (nor met
+        before in `exprs`), in one pass: (links, byte sets, codes, the expressions
+        without a byte head). A key state of hundreds of keys makes its rows from these
+        at its first visit. Each link's first bytes, its byte set, are kept on the way,
+        since the state's live list asks for them next."""
+        kind, args, has_bool, nullable = self._kind, self._args, self._has_bool, self._nullable
+        firsts = self._first_bytes
+        links: list[int] = []
+        byte_sets: list[int] = []
+        codes: list[int] = []
+        others: list[int] = []
+        seen: set[int] = set()
+        for e in exprs:
+            if e in stop or e in seen:
+                continue
+            seen.add(e)
+            k = kind[e]
+            if k == _CONCAT:
+                h, tail = args[e]
+                if kind[h] != _BYTES:
+                    others.append(e)
+                    continue
+                byte_set = args[h][0]
+            elif k == _BYTES:
+                byte_set, tail = args[e][0], 1
+            else:
+                others.append(e)
+                continue
+            if has_bool[tail] and self.is_empty(tail):
+                tail = 0
+            links.append(e)
+            byte_sets.append(byte_set)
+            codes.append(2 * tail + nullable[tail])
+            firsts[e] = byte_set
+        return links, byte_sets, codes, others
+
     def first_bytes(self, expr: int) -> int:
         """A bitmask (bit b for byte b) of the bytes whose derivative may be non-empty:
         a superset, so a byte outside it surely kills the expression."""

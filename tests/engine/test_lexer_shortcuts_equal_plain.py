@@ -322,6 +322,10 @@ def test_rows_made_together_equal_rows_made_one_by_one(most_links):
     made = set(together._rows)
     for e in exprs:
         assert e in together
+        # A key's first bytes, kept on the way when its rows were made, are its head's.
+        head = es.byte_head(e)
+        if head is not None:
+            assert es.first_bytes(e) == head[0]
     for e in made:
         base, classes = together.row(e)
         for byte in range(256):
