@@ -159,19 +159,6 @@ class _TableSpace:
         return self.full[:size]
 
 
-class _RowsOrLinked:
-    """`rows` and `linked` as one container for `ExprSet.byte_chain_codes`'s stop test."""
-
-    __slots__ = ("rows", "linked")
-
-    def __init__(self, rows: dict, linked: set[int]):
-        self.rows = rows
-        self.linked = linked
-
-    def __contains__(self, expr: int) -> bool:
-        return expr in self.rows or expr in self.linked
-
-
 class DerivativeRows:
     """The lexer's derivatives, as the compiled step reads them: for an expression `e`,
     `pool[base[e] + cmaps[cmap_of[e], byte]]` is its derivative by `byte` (NOTHING when
@@ -228,33 +215,9 @@ class DerivativeRows:
         """The rows of `exprs` made where missing (as `row`), the chains of byte-headed
         ones with one pool write for them all: the first visit of an object's key state
         makes one per key, hundreds in a large object."""
-        rows = self._rows
-        if most_links == 1:
-            links, byte_sets, codes, others = self.exprs.byte_head_codes(exprs, rows)
-            for e in others:
-                self._make_row(e)
-            if links:
-                self._enter_links(links, byte_sets, codes)
-            return
-        byte_chain_codes, byte_head = self.exprs.byte_chain_codes, self.exprs.byte_head
-        links: list[int] = []
-        byte_sets: list[int] = []
-        codes: list[int] = []
-        linked: set[int] = set()
-        # A chain stops at a tail that has a row or is a link of an earlier chain here
-        # (keys that end alike share their tails' nodes).
-        made = _RowsOrLinked(rows, linked)
-        for e in exprs:
-            if e in made:
-                continue
-            if byte_head(e) is None:
-                self._make_row(e)
-            else:
-                chain = byte_chain_codes(e, made, most_links)
-                links += chain[0]
-                byte_sets += chain[1]
-                codes += chain[2]
-                linked.update(chain[0])
+        links, byte_sets, codes, others = self.exprs.byte_chains_codes(exprs, self._rows, most_links)
+        for e in others:
+            self._make_row(e)
         if links:
             self._enter_links(links, byte_sets, codes)
 
@@ -1181,9 +1144,9 @@ class Lexer:
             # States often hold dozens of lexemes (every key of an object) of which a
             # byte keeps a few: first-byte masks skip the others without a derivative.
             pairs = self._states[state]
+            # The missing rows of them all in one pass (`DerivativeRows.make_rows`).
             links = _CHAIN_LINKS if len(pairs) > _MANY_LEXEMES else None
-            if links is not None:
-                self.rows.make_rows([e for i, e in pairs if i != self.start_marker], links)
+            self.rows.make_rows([e for i, e in pairs if i != self.start_marker], links)
             live = tuple((i, e, first_bytes(e)) + row(e) for i, e in pairs if i != self.start_marker)
             starts = 0
             for _, _, first, _, _ in live:

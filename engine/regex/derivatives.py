@@ -123,69 +123,55 @@ class _Derivatives(_Store):
         turn), their byte sets, and each link's tail encoded as the derivative rows hold
         it (2 * tail + nullable; the tail 0 where it is empty), as three lists: down to a
         tail that is ∅, in `stop`, or without a byte head (which ends the chain but is not
-        a link), and at most `most` links. The rows of a new object's keys are made from
-        these, thousands of links in its first masks."""
-        kind, args, has_bool, nullable = self._kind, self._args, self._has_bool, self._nullable
-        links: list[int] = []
-        byte_sets: list[int] = []
-        codes: list[int] = []
-        e = expr
-        while True:
-            k = kind[e]
-            if k == _CONCAT:
-                h, tail = args[e]
-                if kind[h] != _BYTES:
-                    break
-                byte_set = args[h][0]
-            elif k == _BYTES:
-                byte_set, tail = args[e][0], 1
-            else:
-                break
-            if has_bool[tail] and self.is_empty(tail):
-                tail = 0
-            links.append(e)
-            byte_sets.append(byte_set)
-            codes.append(2 * tail + nullable[tail])
-            if not tail or tail in stop or len(links) == most:
-                break
-            e = tail
+        a link), and at most `most` links."""
+        links, byte_sets, codes, _ = self.byte_chains_codes((expr,), stop, most)
         return links, byte_sets, codes
 
-    def byte_head_codes(self, exprs, stop) -> tuple[list[int], list[int], list[int], list[int]]:
-        """`byte_chain_codes` of one link for each of `exprs` not in `stop` (nor met
-        before in `exprs`), in one pass: (links, byte sets, codes, the expressions
-        without a byte head). A key state of hundreds of keys makes its rows from these
-        at its first visit. Each link's first bytes, its byte set, are kept on the way,
-        since the state's live list asks for them next."""
+    def byte_chains_codes(
+        self, exprs, stop, most: int | None = None
+    ) -> tuple[list[int], list[int], list[int], list[int]]:
+        """`byte_chain_codes` of each of `exprs` not in `stop`, in one pass and one set of
+        lists, each chain also stopping at a link of an earlier one (keys that end alike
+        share their tails): (links, byte sets, codes, the expressions of `exprs` without a
+        byte head). The rows of a new object's keys are made from these, hundreds of keys
+        and thousands of links in its first masks. Each chain's first bytes, its head's
+        byte set, are kept on the way, since the state's live list asks for them next."""
         kind, args, has_bool, nullable = self._kind, self._args, self._has_bool, self._nullable
         firsts = self._first_bytes
         links: list[int] = []
         byte_sets: list[int] = []
         codes: list[int] = []
         others: list[int] = []
-        seen: set[int] = set()
-        for e in exprs:
-            if e in stop or e in seen:
+        linked: set[int] = set()
+        for start in exprs:
+            if start in stop or start in linked:
                 continue
-            seen.add(e)
-            k = kind[e]
-            if k == _CONCAT:
-                h, tail = args[e]
-                if kind[h] != _BYTES:
-                    others.append(e)
-                    continue
-                byte_set = args[h][0]
-            elif k == _BYTES:
-                byte_set, tail = args[e][0], 1
+            e, n = start, 0
+            while True:
+                k = kind[e]
+                if k == _CONCAT:
+                    h, tail = args[e]
+                    if kind[h] != _BYTES:
+                        break
+                    byte_set = args[h][0]
+                elif k == _BYTES:
+                    byte_set, tail = args[e][0], 1
+                else:
+                    break
+                if has_bool[tail] and self.is_empty(tail):
+                    tail = 0
+                links.append(e)
+                byte_sets.append(byte_set)
+                codes.append(2 * tail + nullable[tail])
+                linked.add(e)
+                n += 1
+                if not tail or tail in stop or tail in linked or n == most:
+                    break
+                e = tail
+            if n:
+                firsts[start] = byte_sets[-n]
             else:
-                others.append(e)
-                continue
-            if has_bool[tail] and self.is_empty(tail):
-                tail = 0
-            links.append(e)
-            byte_sets.append(byte_set)
-            codes.append(2 * tail + nullable[tail])
-            firsts[e] = byte_set
+                others.append(start)
         return links, byte_sets, codes, others
 
     def first_bytes(self, expr: int) -> int:
