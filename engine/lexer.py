@@ -56,7 +56,7 @@ NO_NARROWING = -1
 NARROW_SHIFT = 16
 NARROW_BYTES_MASK = (1 << NARROW_SHIFT) - 1
 
-# The rows a literal's chain makes at once (`DerivativeRows._make_chain`) for a state of
+# The rows a literal's chain makes at once (`DerivativeRows.make_rows`) for a state of
 # more than _MANY_LEXEMES lexemes: an object's keys, whose first visit made every key's
 # rows to the end. The state after `{` needs one row per key to step `"`, and after
 # that the keys a token's bytes keep are few: a walk comes back for their rest. Other
@@ -213,8 +213,9 @@ class DerivativeRows:
 
     def make_rows(self, exprs: list[int], most_links: int | None = None) -> None:
         """The rows of `exprs` made where missing (as `row`), the chains of byte-headed
-        ones with one pool write for them all: the first visit of an object's key state
-        makes one per key, hundreds in a large object."""
+        ones with one pool write for them all: a lexer state's first look makes its
+        lexemes' rows here, one per key in an object's key state, hundreds in a large
+        object, and the keys' chains in the states after their first bytes."""
         links, byte_sets, codes, others = self.exprs.byte_chains_codes(exprs, self._rows, most_links)
         for e in others:
             self._make_row(e)
