@@ -205,13 +205,12 @@ class DerivativeRows:
         each row it met missing would cost it a return to Python. `most_links` caps the
         chain made now (the rest is made when a walk reaches it)."""
         got = self._rows.get(expr)
-        if got is not None:
-            return got
-        if self.exprs.byte_head(expr) is not None:
-            return self._make_chain(expr, most_links)
-        return self._make_row(expr)
+        if got is None:
+            self.make_rows((expr,), most_links)
+            got = self._rows[expr]
+        return got
 
-    def make_rows(self, exprs: list[int], most_links: int | None = None) -> None:
+    def make_rows(self, exprs, most_links: int | None = None) -> None:
         """The rows of `exprs` made where missing (as `row`), the chains of byte-headed
         ones with one pool write for them all: a lexer state's first look makes its
         lexemes' rows here, one per key in an object's key state, hundreds in a large
@@ -222,18 +221,10 @@ class DerivativeRows:
         if links:
             self._enter_links(links, byte_sets, codes)
 
-    def _make_chain(self, expr: int, most_links: int | None = None) -> tuple[int, bytes]:
-        """The rows of a byte-headed expression and of its byte-headed tails, down to
-        the first tail that has a row or no byte head, made together: `_make_row`'s rows
-        (two classes, complete at once), with one growth check and one pool write for
-        the chain. A new schema's keys make thousands of such rows in its first masks."""
-        rows = self._rows
-        self._enter_links(*self.exprs.byte_chain_codes(expr, rows, most_links))
-        return rows[expr]
-
     def _enter_links(self, links: list[int], byte_sets: list[int], codes: list[int]) -> None:
-        """Rows for `byte_chain_codes`'s links: two entries each, NOTHING for the bytes
-        outside its set and its tail's code for those inside."""
+        """Rows for `byte_chains_codes`'s links: two entries each, NOTHING for the bytes
+        outside its set and its tail's code for those inside (two classes, complete at
+        once), with one growth check and one pool write for them all."""
         rows = self._rows
         values = [0] * (2 * len(links))
         values[1::2] = codes
@@ -253,7 +244,7 @@ class DerivativeRows:
             at += 2
 
     def _make_row(self, expr: int) -> tuple[int, bytes]:
-        """The row of `expr`, an expression without a byte head (see `_make_chain`)."""
+        """The row of `expr`, an expression without a byte head (see `make_rows`)."""
         self._hold_expr(expr)
         exprs = self.exprs
         cm = exprs.byte_classes(expr)
