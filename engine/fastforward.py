@@ -331,7 +331,19 @@ def _forced_tokens(
 
 def _heal_point(trie: TokenTrie, walker: MaskWalker, rec: Recognizer, end_state, forced: bytes, start: int) -> int:
     """The first index from `start` on where some token spelling `forced[idx:]` and then
-    more is allowed (the model may tokenize across the end there), or len(forced)."""
+    more is allowed (the model may tokenize across the end there), or len(forced).
+    In one compiled call where the walker has packed arrays (`MaskWalker.heal_point`),
+    an index whose walk needs Python decided here; else index by index here."""
+    while True:
+        got = walker.heal_point(trie, end_state, forced, start)
+        if got is None:
+            break
+        idx, in_python = got
+        if not in_python:
+            return idx
+        if _extension_allowed(trie, walker, rec, end_state, trie.node_for(forced[idx:])):
+            return idx
+        start = idx + 1
     for idx, node in trie.extendable_suffixes(forced, start):
         if _extension_allowed(trie, walker, rec, end_state, node):
             return idx

@@ -48,6 +48,8 @@ from ._jit import at, compiled_for, compiled_once, njit, njit_calling, unpack_gr
 from ._views import pack, view_1d, view_2d
 from .lexer import (
     CHAR_START,
+    CORE_START_MARKER,
+    CORE_STATES,
     COUNT_LEFT_MASK,
     COUNT_ROW_SHIFT,
     COUNT_UNKNOWN,
@@ -60,6 +62,7 @@ from .lexer import (
     NO_ACCEPT,
     NO_CEILING,
     NO_NARROWING,
+    STEP_ARRAYS_SPEC,
     UNKNOWN,
     lex_step_py,
     start_state_py,
@@ -682,6 +685,95 @@ def tokens_part_within_py(mask, heads, lengths, depth):
 
 tokens_part_within_jit = njit(tokens_part_within_py)
 
+
+def live_bytes_py(lexstate, lex_table, lex_arrays, live):
+    """Marks in `live` (256 flags) the bytes `lexstate` goes on with; False where that
+    needs Python. Read off the state's table row, and for entries missing there off the
+    derivatives published for its regexes (the codes `lex_step` would make the entry
+    from): a literal's chain publishes every byte's, so past where the mask walk went no
+    state is made to learn which byte goes on."""
+    unknown = False
+    for b in range(256):
+        t = lex_table[at(lexstate), b]
+        if t == UNKNOWN:
+            unknown = True
+        elif t != DEAD:
+            live[b] = True
+    if not unknown:
+        return True
+    core, st_ptr, comp_lex, comp_expr, _, _, der_base, cmap_of, cmaps, pool, _ = unpack_group(
+        lex_arrays, STEP_ARRAYS_SPEC
+    )
+    if lexstate >= core[CORE_STATES]:
+        return False
+    marker = core[CORE_START_MARKER]
+    first = st_ptr[at(lexstate)]
+    last = st_ptr[at(lexstate + 1)]
+    for b in range(256):
+        if lex_table[at(lexstate), b] != UNKNOWN:
+            continue
+        for j in range(first, last):
+            if comp_lex[at(j)] == marker:
+                continue
+            e = comp_expr[at(j)]
+            if e >= der_base.shape[0]:
+                return False
+            base = der_base[at(e)]
+            if base < 0:
+                return False
+            code = pool[at(base + cmaps[at(cmap_of[at(e)]), b])]
+            if code < 0:
+                return False
+            if code >> 1 != 0:
+                live[b] = True
+                break
+    return True
+
+
+def allowed_bytes_py(
+    lexstate,
+    row,
+    lex_table,
+    lex_accept,
+    row_lexstate,
+    step_keys,
+    step_vals,
+    parser_arrays,
+    scan_arrays,
+    lex_arrays,
+    live,
+):
+    """Marks in `live` the bytes recognizer state (lexstate, row) allows, as
+    `Recognizer.allowed_byte_mask` (the lexeme goes on, or ends and the next one
+    starts); returns the row after the lexeme ends (NO_ROW where it cannot), or
+    SCAN_IN_PYTHON where Python must tell."""
+    live[:] = False
+    if not live_bytes(lexstate, lex_table, lex_arrays, live):
+        return SCAN_IN_PYTHON
+    accepted = lex_accept[at(lexstate)]
+    if accepted == NO_ACCEPT:
+        return NO_ROW
+    after = row
+    if accepted != IGNORE_ONLY:
+        after = step_child(
+            row,
+            np.int64(accepted),
+            lex_table,
+            lex_accept,
+            row_lexstate,
+            step_keys,
+            step_vals,
+            parser_arrays,
+            scan_arrays,
+            lex_arrays,
+        )
+        if after == SCAN_IN_PYTHON or after == NO_ROW:
+            return after
+    if not live_bytes(row_lexstate[at(after)], lex_table, lex_arrays, live):
+        return SCAN_IN_PYTHON
+    return after
+
+
 # Numbers of walk spaces' variants in the mask cache's keys, never reused in a process.
 _cache_ids = itertools.count(1)
 
@@ -689,6 +781,8 @@ _cache_ids = itertools.count(1)
 walk = walk_py
 scan_in_walk = scan_in_walk_py
 step_child = step_child_py
+live_bytes = live_bytes_py
+allowed_bytes = allowed_bytes_py
 build_row = build_row_py
 predict_closure = predict_closure_py
 lex_step = lex_step_py
@@ -842,6 +936,100 @@ def step_child_packed(book, row, lexset):
 
 step_child_packed_jit = njit_calling(
     step_child_packed, depends=(_PARSER_FILE, _LEXER_FILE, _VIEWS_FILE), step_child=step_child_jit
+)
+
+
+_live_bytes_jit = njit_calling(live_bytes_py, depends=(_LEXER_FILE, _VIEWS_FILE), unpack_group=_views.unpack_group)
+_allowed_bytes_jit = njit_calling(
+    allowed_bytes_py,
+    depends=(_PARSER_FILE, _LEXER_FILE, _VIEWS_FILE),
+    live_bytes=_live_bytes_jit,
+    step_child=step_child_jit,
+)
+
+
+def heal_point_packed(book, forced, start, end_lexstate, end_row, root_children, mask, ranges):
+    """The first index from `start` on where some token spelling `forced[idx:]` and then
+    more is allowed from (end_lexstate, end_row), the state after `forced`; or
+    len(forced): `fastforward._heal_point` in one compiled call (compiled only; glue
+    around `walk_packed`, whose book it reads). Returns (index, False), or (index, True)
+    where the walk below that index's node needs Python: the caller decides that index
+    and calls again from the next. `mask` is scratch for the walks; `ranges` one row."""
+    t = view_1d(book, 0, np.int64)
+    records = view_1d(t, 0, np.int64)
+    w = view_1d(book, 1, np.int64)
+    stack_lex = view_1d(w, 5, np.int64)
+    stack_row = view_1d(w, 6, np.int64)
+    frontier_count = view_1d(w, 9, np.int64)
+    live = np.zeros(256, dtype=np.bool_)
+    # The bytes the end state allows: a token one byte longer than a node, with such a
+    # byte, settles that node without a walk (`"` inside an object: `":` is a token).
+    known = (
+        allowed_bytes(
+            end_lexstate,
+            end_row,
+            view_2d(w, 0, np.int32),
+            view_1d(w, 1, np.int32),
+            view_1d(w, 2, np.int32),
+            view_1d(w, 3, np.int64),
+            view_1d(w, 4, np.int32),
+            view_1d(book, 2, np.int64),
+            view_1d(book, 3, np.int64),
+            view_1d(book, 4, np.int64),
+            live,
+        )
+        != SCAN_IN_PYTHON
+    )
+    size = forced.shape[0]
+    for idx in range(start, size):
+        node = root_children[forced[idx]]
+        k = idx + 1
+        while node >= 0 and k < size:
+            # The child along forced[k]: children follow their parent, each after the
+            # subtree of the one before.
+            end = node + ((records[node] >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK)
+            c = node + 1
+            node = -1
+            while c < end:
+                if records[c] & 0xFF == forced[k]:
+                    node = c
+                    break
+                c += (records[c] >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
+            k += 1
+        if node < 0:
+            continue
+        end = node + ((records[node] >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK)
+        if end - node <= 1:
+            continue
+        if known:
+            c = node + 1
+            for _ in range(8):
+                if c >= end:
+                    break
+                record = records[c]
+                if (record >> RECORD_TOKEN_SHIFT) & RECORD_TOKEN_MASK != 0 and live[record & 0xFF]:
+                    return idx, False
+                c += (record >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
+        depth = (records[node] >> RECORD_DEPTH_SHIFT) & RECORD_DEPTH_MASK
+        stack_lex[depth] = end_lexstate
+        stack_row[depth] = end_row
+        frontier_count[0] = 0
+        ranges[0, 0] = node + 1
+        ranges[0, 1] = end
+        ranges[0, 2] = -1
+        status, _, _, found, _ = walk_packed(book, ranges, 0, node + 1, True, mask, end_row, False)
+        if status != DONE:
+            return idx, True
+        if found:
+            return idx, False
+    return size, False
+
+
+heal_point_packed_jit = njit_calling(
+    heal_point_packed,
+    depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE, _VIEWS_FILE),
+    walk_packed=walk_packed_jit,
+    allowed_bytes=_allowed_bytes_jit,
 )
 
 
@@ -1079,6 +1267,8 @@ class MaskWalker:
         self._packing = use_jit and packed
         self._walk_packed = None
         self._step_child = None
+        self._heal_point = None
+        self._heal_scratch: tuple[np.ndarray, np.ndarray] | None = None
         if self._packing:
             rec.caches.scanner = weakref.ref(self)
 
@@ -1393,6 +1583,40 @@ class MaskWalker:
         if fn is None:
             fn = self._step_child = compiled_once(step_child_packed_jit, (book, row, lexset))
         return fn(book, row, lexset)
+
+    def heal_point(self, trie: TokenTrie, end_state, forced: bytes, start: int) -> tuple[int, bool] | None:
+        """`heal_point_packed` for the state `end_state` after `forced`: (index, whether
+        Python must decide that index). None where this walker passes no packed arrays
+        or walks another trie."""
+        if not self._packing or trie is not self.trie:
+            return None
+        rec = self.rec
+        lexer = rec.lexer
+        parser_arrays = rec.parser.walk_arrays(self.limits_items, self.limits_fuel)
+        book = self._packed(trie, lexer, parser_arrays, rec.scan_arrays(), lexer.step_arrays())
+        if book is None:
+            return None
+        scratch = self._heal_scratch
+        if scratch is None:
+            scratch = self._heal_scratch = (
+                np.zeros(mask_words(trie.vocab_size), dtype=np.uint32),
+                np.zeros((1, 3), dtype=np.int64),
+            )
+        args = (
+            book,
+            np.frombuffer(forced, dtype=np.uint8),
+            start,
+            int(end_state[0]),
+            int(end_state[1]),
+            trie.root_children(),
+            scratch[0],
+            scratch[1],
+        )
+        fn = self._heal_point
+        if fn is None:
+            fn = self._heal_point = compiled_once(heal_point_packed_jit, args)
+        idx, in_python = fn(*args)
+        return int(idx), bool(in_python)
 
     def _compute(self, state) -> tuple[np.ndarray, bool]:
         # The fuel limits bound the work of one mask (limits.py); a grammar serving a

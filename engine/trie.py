@@ -249,11 +249,11 @@ class TokenTrie:
     def child(self, node: int, byte: int) -> int:
         """The child of `node` along `byte`, or -1."""
         if node == 0:
-            return int(self._root_children()[byte])
+            return int(self.root_children()[byte])
         # Nodes near the root have hundreds of children: scanning them is compiled.
         return int(child_of_jit(self.node_byte, self.subtree_size, node, byte))
 
-    def _root_children(self) -> np.ndarray:
+    def root_children(self) -> np.ndarray:
         # The root has up to 256 children: scanning them in Python on every query is slow.
         rc = self.__dict__.get("_root_child_table")
         if rc is None:
@@ -268,7 +268,7 @@ class TokenTrie:
         if not data:
             return 0
         return int(
-            node_for_jit(self.node_byte, self.subtree_size, self._root_children(), np.frombuffer(data, dtype=np.uint8))
+            node_for_jit(self.node_byte, self.subtree_size, self.root_children(), np.frombuffer(data, dtype=np.uint8))
         )
 
     def extendable_suffixes(self, data: bytes, start: int = 0) -> list[tuple[int, int]]:
@@ -280,7 +280,7 @@ class TokenTrie:
         args = (
             self.node_byte,
             self.subtree_size,
-            self._root_children(),
+            self.root_children(),
             np.frombuffer(data, dtype=np.uint8),
             start,
             out_idx,

@@ -20,6 +20,8 @@ from midword.engine import fastforward as ff
 from midword.engine.fastforward import MANY, forced_bytes, forced_bytes_by_rows
 from midword.engine.lexer import DEAD, UNKNOWN
 from midword.engine.limits import GrammarError, LimitExceeded
+from midword.engine.mask import allowed_bytes_py
+from midword.engine.recognizer import SCAN_IN_PYTHON
 from midword.engine.trie import TokenTrie
 
 FILES = 40
@@ -129,6 +131,67 @@ def test_live_bytes_from_first_bytes_equal_the_filled_row(llama3):
             assert live == sum(1 << int(b) for b in np.flatnonzero(row_live)), lexer.describe_state(lexstate)
         checked += 1
     assert checked > 20
+
+
+def test_allowed_bytes_twin_equals_the_recognizer(llama3):
+    # Token healing's compiled call first asks which bytes the state after the forced
+    # text allows (a token one byte longer, `":` after a key's `"`, settles most suffixes
+    # without a walk). That answer is read off the lexer table and, for entries the mask
+    # walk left missing, off the derivatives its regexes published: the plain twin is
+    # checked against the recognizer at every position and after its forced bytes, with
+    # long keys and values, two keys with a long common part, keys out of schema order.
+    schema = {
+        "type": "object",
+        "properties": {
+            "purchasableFromMarketplaceProductUrl": {"type": "integer"},
+            "purchasableFromMarketplaceOnly": {"type": "boolean"},
+            "kind": {"enum": ["alphabeticallyOrderedCollection", "beta"]},
+            "nested": {
+                "type": "object",
+                "properties": {"onlyThisVeryLongPropertyName": {"const": "value"}},
+                "required": ["onlyThisVeryLongPropertyName"],
+                "additionalProperties": False,
+            },
+        },
+        "required": ["nested"],
+        "additionalProperties": False,
+    }
+    text = (
+        '{"kind": "alphabeticallyOrderedCollection", "purchasableFromMarketplaceProductUrl": 7, '
+        '"nested": {"onlyThisVeryLongPropertyName": "value"}, "purchasableFromMarketplaceOnly": true}'
+    )
+    m = Matcher(llama3, Grammar.from_json_schema(schema))
+    rec, lexer = m.rec, m.rec.lexer
+    known = from_derivatives = 0
+    for t in llama3.encode(text):
+        m.compute_mask()
+        state = m._state
+        _, end = forced_bytes(rec, state)  # by structure: fills no table row
+        for s in (state, end):
+            had_missing = bool((lexer.table[s[0]] == UNKNOWN).any())
+            lex_arrays = lexer.step_arrays()  # first: it may grow the table
+            parser_arrays = rec.parser.walk_arrays(m.walker.limits_items, m.walker.limits_fuel)
+            live = np.zeros(256, dtype=np.bool_)
+            after = allowed_bytes_py(
+                s[0],
+                s[1],
+                lexer.table,
+                lexer.accept,
+                rec.row_lexstate,
+                rec.step_keys,
+                rec.step_vals,
+                parser_arrays,
+                rec.scan_arrays(),
+                lex_arrays,
+                live,
+            )
+            if after == SCAN_IN_PYTHON:
+                continue
+            assert sum(1 << int(b) for b in np.flatnonzero(live)) == rec.allowed_byte_mask(s), llama3.decode(m.tokens)
+            known += 1
+            from_derivatives += had_missing
+        m.consume_token(t)
+    assert known > 60 and from_derivatives >= 3, (known, from_derivatives)
 
 
 def test_a_forced_key_is_read_off_the_literal_at_once(llama3):

@@ -113,7 +113,7 @@ def test_node_for_jit_equals_twin_and_spelled_prefixes(token_bytes, probes):
     live = [b for b in token_bytes if b]
     for probe in probes + [b[:k] for b in live[:8] for k in range(1, len(b) + 1)]:
         data = np.frombuffer(probe, dtype=np.uint8)
-        args = (trie.node_byte, trie.subtree_size, trie._root_children(), data)
+        args = (trie.node_byte, trie.subtree_size, trie.root_children(), data)
         node = trie.node_for(probe)
         assert node == node_for_jit(*args) == node_for_py(*args)
         if any(b.startswith(probe) for b in live):
@@ -236,7 +236,7 @@ def test_extendable_suffixes_jit_equals_twin_and_brute_force(token_bytes, data):
     ]
     assert trie.extendable_suffixes(text, start) == want
     out = np.empty((2, max(1, len(text))), dtype=np.int64)
-    args = (trie.node_byte, trie.subtree_size, trie._root_children(), np.frombuffer(text, dtype=np.uint8), start)
+    args = (trie.node_byte, trie.subtree_size, trie.root_children(), np.frombuffer(text, dtype=np.uint8), start)
     n = extendable_suffixes_py(*args, out[0], out[1])
     assert list(zip(out[0][:n].tolist(), out[1][:n].tolist(), strict=True)) == want
     n = extendable_suffixes_jit(*args, out[0], out[1])
