@@ -376,6 +376,10 @@ def _tokenize_in_context(tokenizer, forced: bytes, recent: list[int]) -> list[in
     no prefix of forced tokens can be canonical without taking back a generated token,
     so the context is dropped and the plain tokenization is used."""
     if recent:
+        encode_after = getattr(tokenizer, "encode_after", None)
+        tokens = encode_after(recent, forced) if encode_after is not None else None
+        if tokens is not None:
+            return tokens
         context = tokenizer.decode(recent)
         tokens = tokenizer.encode(context + forced)
         covered = 0

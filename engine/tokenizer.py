@@ -221,18 +221,48 @@ class _PieceEncoder:
     def covers(self, text: str) -> bool:
         return len(text) <= _PIECE_TEXT_MAX_CHARS and _PIECE_SAFE_TEXT.fullmatch(text) is not None
 
-    def encode(self, text: str) -> list[int]:
-        out: list[int] = []
+    def _spans(self, text: str):
+        """(start, end) of each piece of `text` in order: the regex's matches and the gaps
+        between them."""
         pos = 0
         for m in self._finditer(text):
             start, end = m.span()
             if start > pos:
-                out += self._piece(text[pos:start])
+                yield pos, start
             if end > start:
-                out += self._piece(text[start:end])
+                yield start, end
             pos = end
         if pos < len(text):
-            out += self._piece(text[pos:])
+            yield pos, len(text)
+
+    def encode(self, text: str) -> list[int]:
+        out: list[int] = []
+        for start, end in self._spans(text):
+            out += self._piece(text[start:end])
+        return out
+
+    def encode_after(self, context: str, text: str, token_bytes: list[bytes]) -> list[int]:
+        """Tokens of `text` as encoding `context + text` splits them where a token ends at
+        the start of `text`, else `text`'s own tokens (`covers` holds for both, so a
+        character is a byte). Only the pieces from the one that holds the start of
+        `text` are encoded: the context's other pieces' tokens are not needed."""
+        joined = context + text
+        cut = len(context)
+        out: list[int] = []
+        for start, end in self._spans(joined):
+            if end <= cut:
+                continue  # a piece of the context alone
+            ids = self._piece(joined[start:end])
+            if start < cut:
+                # The piece that holds the cut: its tokens must part there.
+                covered, k = start, 0
+                while covered < cut:
+                    covered += len(token_bytes[ids[k]])
+                    k += 1
+                if covered != cut:
+                    return self.encode(text)
+                ids = ids[k:]
+            out += ids
         return out
 
     def _piece(self, piece: str) -> tuple[int, ...]:
@@ -1064,6 +1094,23 @@ class Tokenizer:
                     self._check_spelling(text, ids)
                     return ids
         return self._encode_many([text])[0]
+
+    def encode_after(self, recent: list[int], data: bytes) -> list[int] | None:
+        """Tokens of `data` as the tokenizer splits `decode(recent) + data`, when a token
+        ends where `data` begins; else `data`'s own tokens. Answered by the piece encoder
+        (a byte-level BPE behind one regex split) for short ASCII text; None elsewhere,
+        where the caller encodes the whole text itself."""
+        pieces = getattr(self._backend, "pieces", None)
+        if pieces is None:
+            return None
+        try:
+            context = self.decode(recent).decode("ascii")
+            text = data.decode("ascii")
+        except (UnicodeDecodeError, ValueError):
+            return None
+        if not (pieces.covers(context + text) and text):
+            return None
+        return pieces.encode_after(context, text, self._table)
 
     def decode(self, ids: Iterable[int]) -> bytes:
         table = self._table

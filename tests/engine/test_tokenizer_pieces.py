@@ -109,6 +109,44 @@ def test_other_characters_go_to_the_library(llama3, head, odd, tail):
     assert llama3.encode(text) == _whole(llama3, text)
 
 
+def _after_by_definition(tok: Tokenizer, context: str, text: str) -> list[int]:
+    """The whole text encoded by the library, then the tokens from where `text` starts
+    when one ends there, else `text` encoded alone."""
+    tokens, covered = _whole(tok, context + text), 0
+    for k, t in enumerate(tokens):
+        if covered == len(context):
+            return tokens[k:]
+        if covered > len(context):
+            break
+        covered += len(tok.token_bytes(t))
+    return _whole(tok, text)
+
+
+@SETTINGS
+@given(context=_texts(FRAGMENTS), text=_texts(FRAGMENTS))
+def test_tokens_after_a_context_equal_the_whole_texts(llama3, trained, context, text):
+    # Fast-forward's question: how forced text is split after the tokens before it.
+    # Only the pieces from the one holding the cut are encoded; the definition encodes
+    # the whole text. `recent` spells the context, however it was tokenized.
+    for tok in (llama3, trained):
+        recent = tok.encode(context)
+        got = tok.encode_after(recent, text.encode())
+        if not text:
+            assert got is None
+            continue
+        assert got == _after_by_definition(tok, context, text), (context, text)
+
+
+def test_tokens_after_a_context_meet_a_token_across_the_cut(llama3):
+    # `"user` then `_id"`: a piece starts at the cut. `{"na` then `me"`: `"name` is one
+    # piece and one token, so no token ends at the cut and `me"` is encoded alone.
+    assert llama3.encode_after(llama3.encode('{"user'), b'_id"') == llama3.encode('_id"')
+    assert llama3.encode_after(llama3.encode('{"na'), b'me"') == llama3.encode('me"')
+    assert _after_by_definition(llama3, '{"na', 'me"') == llama3.encode('me"')
+    # Outside the piece encoder's text the caller encodes the whole text.
+    assert llama3.encode_after(llama3.encode("é"), b"x") is None
+
+
 def test_pieces_are_kept_and_bounded(llama3, monkeypatch):
     pieces = llama3._backend.pieces
     pieces._ids.clear()
