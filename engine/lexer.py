@@ -50,6 +50,7 @@ DEAD = 0  # the empty state: no lexeme can continue
 UNKNOWN = -1  # table entry not computed yet
 NO_ACCEPT = -1  # lex_accept: the state accepts no lexeme
 IGNORE_ONLY = -2  # lex_accept: only the %ignore pseudo-lexeme accepts here
+SEVERAL_ACCEPTED = -3  # intern_pairs_py: the new state accepts several lexemes
 # Lexer.narrow: a state with no narrower twin (or not looked at yet); else the twin's
 # state << NARROW_SHIFT | the bytes a walk from it may read (Lexer.narrowing).
 NO_NARROWING = -1
@@ -336,11 +337,12 @@ def _members(byte_set: int) -> np.ndarray:
 STEP_ARRAYS_SPEC = "qqiiqqqi2Biq"
 
 
-def intern_pairs_py(n, h, accepts_lexeme, accepts_ignore, accept, table_rows, step_arrays):
+def intern_pairs_py(n, h, accepted, accepts_ignore, accept, table_rows, step_arrays):
     """The state whose `n` pairs were just written past the last state's (at
     core[CORE_COMPS]), with hash `h`: found in the mirrored states, or added as a new
-    one; UNKNOWN, with nothing changed, when the new state accepts a lexeme (its lexeme
-    set is made in Python) or an array is full."""
+    one whose `accept` entry is `accepted` (the lexeme set it accepts, or NO_ACCEPT);
+    UNKNOWN, with nothing changed, when it accepts several lexemes (SEVERAL_ACCEPTED:
+    their set is made in Python) or an array is full."""
     core, st_ptr, comp_lex, comp_expr, st_keys, st_vals, _, _, _, _, _ = unpack_group(step_arrays, STEP_ARRAYS_SPEC)
     out = core[CORE_COMPS]
     size_mask = st_keys.shape[0] - 1
@@ -360,7 +362,7 @@ def intern_pairs_py(n, h, accepts_lexeme, accepts_ignore, accept, table_rows, st
         slot = (slot + 1) & size_mask
     target = core[CORE_STATES]
     if (
-        accepts_lexeme
+        accepted == SEVERAL_ACCEPTED
         or target >= table_rows
         or target >= core[CORE_MAX_STATES]
         or target + 2 > st_ptr.shape[0]
@@ -373,7 +375,10 @@ def intern_pairs_py(n, h, accepts_lexeme, accepts_ignore, accept, table_rows, st
     core[CORE_HASHED] = target + 1
     st_keys[slot] = h
     st_vals[slot] = target
-    accept[target] = IGNORE_ONLY if accepts_ignore else NO_ACCEPT
+    if accepted >= 0:
+        accept[target] = accepted
+    else:
+        accept[target] = IGNORE_ONLY if accepts_ignore else NO_ACCEPT
     return target
 
 
@@ -433,7 +438,13 @@ def start_state_py(allowed, n_allowed, with_ignore, accept, table_rows, step_arr
     # Typed as lex_step's call is (np.int64, np.bool_): a literal argument, or one numba
     # first types as a literal, compiles a version of the kernel of its own.
     return intern_pairs_py(
-        np.int64(n), np.int64(h), np.bool_(False), np.bool_(accepts_ignore), accept, np.int64(table_rows), step_arrays
+        np.int64(n),
+        np.int64(h),
+        np.int64(NO_ACCEPT),
+        np.bool_(accepts_ignore),
+        accept,
+        np.int64(table_rows),
+        step_arrays,
     )
 
 
@@ -465,7 +476,7 @@ def lex_step_py(state, byte, table, accept, step_arrays):
     # The target's pairs are written past the last state's, where a new state's go.
     h = STATE_HASH_SEED
     n = 0
-    accepts_lexeme = False
+    accepted = NO_ACCEPT
     accepts_ignore = False
     for j in range(start, end):
         # int(): the plain twin must not do the hash in numpy's int32.
@@ -490,13 +501,15 @@ def lex_step_py(state, byte, table, accept, step_arrays):
         h = ((h * 1000003) ^ (i * 1048583 + d)) & _STATE_HASH_MASK
         if code & 1:
             if i < num_lexemes:
-                accepts_lexeme = True
+                # One lexeme's set is the lexeme's own id (Lexer.lexset_id); a set of
+                # several is made in Python.
+                accepted = i if accepted == NO_ACCEPT else SEVERAL_ACCEPTED
             elif i == ignore:
                 accepts_ignore = True
     target = intern_pairs_py(
         np.int64(n),
         np.int64(h),
-        np.bool_(accepts_lexeme),
+        np.int64(accepted),
         np.bool_(accepts_ignore),
         accept,
         np.int64(table.shape[0]),
@@ -523,6 +536,28 @@ def lex_step_py(state, byte, table, accept, step_arrays):
                 if same:
                     table[at(state), at(other)] = target
     return target
+
+
+class LexemeSets:
+    """The lexeme sets by id: ids below `singles` are the one-lexeme sets, lexeme i's
+    id i, made on demand; the sets of several lexemes follow, in the order made."""
+
+    def __init__(self, singles: int):
+        self.singles = singles
+        self._several: list[frozenset[int]] = []
+
+    def __len__(self) -> int:
+        return self.singles + len(self._several)
+
+    def __getitem__(self, lid: int) -> frozenset[int]:
+        if lid < 0:
+            raise IndexError(f"lexeme set id {lid}")
+        if lid < self.singles:
+            return frozenset((lid,))
+        return self._several[lid - self.singles]
+
+    def append(self, lexemes: frozenset[int]) -> None:
+        self._several.append(lexemes)
 
 
 class Lexer:
@@ -585,9 +620,10 @@ class Lexer:
         self._count_checked: set[int] = set()
         # States whose narrowing (`narrowing`) was worked out.
         self._narrowed: set[int] = set()
-        # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser.
+        # Lexeme sets (the accepted lexemes of a state) hash-consed to ids for the parser;
+        # a set of one lexeme is that lexeme's id (the compiled step makes such states).
         self._lexset_index: dict[frozenset[int], int] = {}
-        self.lexsets: list[frozenset[int]] = []
+        self.lexsets = LexemeSets(self.num_lexemes)
         self._initial_cache: dict[tuple[frozenset[int], bool], int] = {}
         self._classes: dict[int, tuple[np.ndarray, tuple[int, ...]]] = {}
         self._live: dict[int, tuple[tuple[tuple[int, int, int, int, bytes], ...], int]] = {}
@@ -952,6 +988,9 @@ class Lexer:
         self._reserve()
 
     def lexset_id(self, lexemes: frozenset[int]) -> int:
+        if len(lexemes) == 1:
+            (lexeme,) = lexemes
+            return lexeme
         lid = self._lexset_index.get(lexemes)
         if lid is None:
             lid = len(self.lexsets)

@@ -348,6 +348,18 @@ class Recognizer:
             grown[: k + 1] = ptr[: k + 1]
             self.lexset_ptr = ptr = grown
             self._scan_arrays = None
+        singles = lexsets.singles
+        if k < singles:
+            # The one-lexeme sets, lexeme i's at id i, at once: a grammar may have
+            # thousands of lexemes (an object's keys).
+            if singles > self.lexset_lex.shape[0]:
+                grown = np.zeros(2 * singles, dtype=np.int64)
+                grown[:k] = self.lexset_lex[:k]
+                self.lexset_lex = grown
+                self._scan_arrays = None
+            ptr[k + 1 : singles + 1] = np.arange(k + 1, singles + 1)
+            self.lexset_lex[k:singles] = np.arange(k, singles)
+            k = singles
         for i in range(k, len(lexsets)):
             members = sorted(lexsets[i])
             start = int(ptr[i])

@@ -378,37 +378,46 @@ def test_publish_adds_the_accepting_state_the_compiled_step_cannot():
     from midword.engine.lexer import lex_step_py
 
     es = ExprSet()
-    g = Grammar.from_lark("start: W\nW: /ab?/")
+    # After `a` both W and V may end: a state accepting two lexemes, whose set is made
+    # in Python.
+    g = Grammar.from_lark("start: W | V\nW: /ab?/\nV: /a/")
     lx = Lexer(g, es)
-    assert lx.publish(lx.initial_state(frozenset([0])), ord("a"))
-    # A second lexer over the same regex set finds W's row and derivative published:
-    # the compiled step lacks nothing but the target, which accepts W (a lexeme set is
-    # made in Python). publish adds it, and the step then finds it.
+    assert lx.publish(lx.initial_state(frozenset([0, 1])), ord("a"))
+    # A second lexer over the same regex set finds the rows and derivatives published:
+    # the compiled step lacks nothing but the target. publish adds it, and the step
+    # then finds it.
     other = Lexer(g, es)
-    s2 = other.initial_state(frozenset([0]))
+    s2 = other.initial_state(frozenset([0, 1]))
     assert lex_step_py(s2, ord("a"), other.table, other.accept, other.step_arrays()) == UNKNOWN
     fuel = other.fuel_used
     assert other.publish(s2, ord("a"))
     assert other.fuel_used == fuel + 1
     t = lex_step_py(s2, ord("a"), other.table, other.accept, other.step_arrays())
     assert t not in (UNKNOWN, DEAD) and other.states[t] == _expected(other, s2, ord("a"))
-    assert (other.lexsets[int(other.accept[t])] if other.accept[t] >= 0 else None) == _expected_accept(other, t)
+    assert other.lexsets[int(other.accept[t])] == _expected_accept(other, t) == frozenset([0, 1])
     # With the target there too, nothing is left to publish: the step gave up for
     # another reason, and the walk hands it to Python instead of retrying.
     assert not other.publish(s2, ord("a"))
     _check_table(other)
 
 
-def test_the_compiled_step_leaves_new_accepting_states_to_python():
+def test_the_compiled_step_makes_a_state_accepting_one_lexeme():
     from midword.engine.lexer import lex_step_py
 
     es = ExprSet()
-    g = Grammar.from_lark("start: W\nW: /ab?/")
+    g = Grammar.from_lark("start: W | V\nW: /ab?/\nV: /a/")
     lx = Lexer(g, es)
-    s = lx.initial_state(frozenset([0]))
-    assert lx.publish(s, ord("a"))  # W's row, complete: d(W, a) = "b?", which accepts
+    assert lx.publish(lx.initial_state(frozenset([0])), ord("a"))  # d(W, a) = "b?", which accepts
+    assert lx.publish(lx.initial_state(frozenset([0, 1])), ord("a"))
     other = Lexer(g, es)
-    s2 = other.initial_state(frozenset([0]))
+    # One lexeme accepts: its set is its own id, and the compiled step makes the state
+    # (the mask walk meets one at every key's closing quote, on a first visit).
+    s1 = other.initial_state(frozenset([0]))
+    t = lex_step_py(s1, ord("a"), other.table, other.accept, other.step_arrays())
+    assert t not in (UNKNOWN, DEAD) and other.states[t] == _expected(other, s1, ord("a"))
+    assert int(other.accept[t]) == 0 and other.lexsets[0] == _expected_accept(other, t) == frozenset([0])
+    # Two accept: left to Python, with nothing changed.
+    s2 = other.initial_state(frozenset([0, 1]))
     arrays = other.step_arrays()
     before = (len(other.states), other.table.copy(), other.fuel_used)
     assert lex_step_py(s2, ord("a"), other.table, other.accept, arrays) == UNKNOWN
@@ -416,6 +425,7 @@ def test_the_compiled_step_leaves_new_accepting_states_to_python():
     assert (other.table == before[1]).all()
     # A dead byte needs no lexeme set: the compiled step fills it.
     assert lex_step_py(s2, ord("z"), other.table, other.accept, arrays) == DEAD
+    _check_table(other)
 
 
 # Regex engine ----------------------------------------------------------------------
