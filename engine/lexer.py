@@ -22,7 +22,7 @@ entry where it stands instead of returning to Python. It reads the derivatives t
 Python publishes in `DerivativeRows` (per expression and byte class, shared by every
 lexer of the regex set) and the states mirrored in flat arrays, and it adds target
 states itself; it leaves to Python whatever needs a derivative not computed yet, a
-state that accepts a lexeme (its lexeme set), or a table to grow. For the walk, Python
+state that accepts several lexemes (their lexeme set), or a table to grow. For the walk, Python
 then computes just the missing derivatives (`publish`), so no byte class the walk never
 meets gets one, and the compiled step goes on; Python's own `step` (with the row and
 class fills above) serves the other callers and what the compiled step cannot do.
@@ -452,7 +452,7 @@ def lex_step_py(state, byte, table, accept, step_arrays):
     """table[state, byte] computed from the derivatives published in DerivativeRows, the
     target state found or added in the mirrored states, and entered in the table;
     UNKNOWN, with nothing changed, when Python must compute it (a derivative not
-    published yet, a new state that accepts a lexeme, an array to grow, fuel spent).
+    published yet, a new state that accepts several lexemes, an array to grow, fuel spent).
     `step_arrays` is Lexer.step_arrays(), or those arrays packed. Compiled in mask.py
     for the walk."""
     core, st_ptr, comp_lex, comp_expr, st_keys, st_vals, der_base, cmap_of, cmaps, pool, _ = unpack_group(
@@ -1094,8 +1094,8 @@ class Lexer:
                         pool = rows.pool
         if not progress:
             # Every derivative is published, so the step gave up at the target: most
-            # often a new state that accepts a lexeme, whose lexeme set is made in
-            # Python. Adding that state here, pairs in the compiled step's order, lets
+            # often a new state that accepts several lexemes, whose lexeme set is made
+            # in Python. Adding that state here, pairs in the compiled step's order, lets
             # the step find it and fill the entry and its class, without the Python
             # step's class maps and table writes.
             pairs = []
