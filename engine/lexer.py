@@ -435,8 +435,8 @@ def start_state_py(allowed, n_allowed, with_ignore, accept, table_rows, step_arr
     comp_expr[out + n] = 1  # ExprSet.EPSILON
     n += 1
     h = ((h * 1000003) ^ (i * 1048583 + 1)) & _STATE_HASH_MASK
-    # Typed as lex_step's call is (np.int64, np.bool_): a literal argument, or one numba
-    # first types as a literal, compiles a version of the kernel of its own.
+    # Typed as lex_step's call is (np.int64 counts and codes, an np.bool_ flag): a literal
+    # argument, or one numba first types as a literal, compiles a version of its own.
     return intern_pairs_py(
         np.int64(n),
         np.int64(h),
