@@ -916,13 +916,12 @@ def walk_packed(book, ranges, range_idx, node, stop_at_first, mask, base_row, re
 walk_packed_jit = njit_calling(walk_packed, depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE, _VIEWS_FILE), walk=walk_jit)
 
 
-def step_child_packed(book, row, lexset):
-    """`step_child` with the arrays read from a walk's book (compiled only; glue, as
-    walk_packed is): one argument instead of a dozen groups and tables."""
+def scan_tables(book):
+    """What a parser step outside the walk reads, from a walk's book (compiled only):
+    the lexer table and accept array, the recognizer's row states and step table, and
+    the parser's, recognizer's and lexer's packed groups."""
     w = view_1d(book, 1, np.int64)
-    return step_child(
-        row,
-        lexset,
+    return (
         view_2d(w, 0, np.int32),
         view_1d(w, 1, np.int32),
         view_1d(w, 2, np.int32),
@@ -934,8 +933,20 @@ def step_child_packed(book, row, lexset):
     )
 
 
+_scan_tables_jit = njit_calling(scan_tables, depends=(_VIEWS_FILE,))
+
+
+def step_child_packed(book, row, lexset):
+    """`step_child` with the arrays read from a walk's book (compiled only; glue, as
+    walk_packed is): one argument instead of a dozen groups and tables."""
+    return step_child(row, lexset, *scan_tables(book))
+
+
 step_child_packed_jit = njit_calling(
-    step_child_packed, depends=(_PARSER_FILE, _LEXER_FILE, _VIEWS_FILE), step_child=step_child_jit
+    step_child_packed,
+    depends=(_PARSER_FILE, _LEXER_FILE, _VIEWS_FILE),
+    step_child=step_child_jit,
+    scan_tables=_scan_tables_jit,
 )
 
 
@@ -964,22 +975,7 @@ def heal_point_packed(book, forced, start, end_lexstate, end_row, root_children,
     live = np.zeros(256, dtype=np.bool_)
     # The bytes the end state allows: a token one byte longer than a node, with such a
     # byte, settles that node without a walk (`"` inside an object: `":` is a token).
-    known = (
-        allowed_bytes(
-            end_lexstate,
-            end_row,
-            view_2d(w, 0, np.int32),
-            view_1d(w, 1, np.int32),
-            view_1d(w, 2, np.int32),
-            view_1d(w, 3, np.int64),
-            view_1d(w, 4, np.int32),
-            view_1d(book, 2, np.int64),
-            view_1d(book, 3, np.int64),
-            view_1d(book, 4, np.int64),
-            live,
-        )
-        != SCAN_IN_PYTHON
-    )
+    known = allowed_bytes(end_lexstate, end_row, *scan_tables(book), live) != SCAN_IN_PYTHON
     size = forced.shape[0]
     for idx in range(start, size):
         node = root_children[forced[idx]]
@@ -1030,6 +1026,7 @@ heal_point_packed_jit = njit_calling(
     depends=(_PARSER_FILE, _LEXER_FILE, _TRIE_FILE, _VIEWS_FILE),
     walk_packed=walk_packed_jit,
     allowed_bytes=_allowed_bytes_jit,
+    scan_tables=_scan_tables_jit,
 )
 
 
