@@ -248,11 +248,14 @@ class Recognizer:
 
     def make_room_for_step(self) -> bool:
         """Grows what a compiled scan (mask.scan_in_walk) needs room in for one more step
-        and finds full: the parser's per-row arrays, the rows' start states, the step
-        table. True when something grew; then the compiled scan may build the step,
+        and finds full: the parser's per-row arrays, the rows' start states, the cache of
+        start states by lexeme set, the step table. True when something grew; then the compiled scan may build the step,
         where Python would take several times as long. False: Python must build it."""
         grew = self.parser.reserve_row()
         grew = self._reserve_row_lexstate(self.parser.rows_built) or grew
+        # A new row's lexeme set may need its start state entered (at most every lexeme,
+        # and %ignore): a full cache sent such rows to Python each time it filled up.
+        grew = self._reserve_start(self.lexer.num_lexemes + 1) or grew
         if 2 * (self.step_count + 1) > self.step_keys.shape[0]:
             self._grow_steps()
             grew = True
@@ -283,7 +286,19 @@ class Recognizer:
     def _remember_start(self, allowed: np.ndarray, lexstate: int) -> None:
         if self._find_start(allowed) >= 0:
             return  # the mask walk made it and entered it already
+        n = allowed.shape[0]
+        self._reserve_start(n)
         fill = self.start_fill
+        used = int(fill[START_POOL_USED])
+        self.start_pool[used : used + n] = allowed
+        fill[START_POOL_USED] = used + n
+        self._insert_start(allowed, used, lexstate)
+
+    def _reserve_start(self, lexemes: int) -> bool:
+        """Room in the start-state cache for one more lexeme set of `lexemes` lexemes, as
+        the compiled scan checks it; True when an array grew."""
+        fill = self.start_fill
+        grew = False
         if 2 * (fill[START_COUNT] + 1) > self.start_keys.shape[0]:
             self._scan_arrays = None
             size = 2 * self.start_keys.shape[0]
@@ -299,16 +314,15 @@ class Recognizer:
             fill[START_COUNT] = 0
             for ptr, n, val in old:
                 self._insert_start(pool[ptr : ptr + n], ptr, val)
-        n = allowed.shape[0]
+            grew = True
         used = int(fill[START_POOL_USED])
-        if used + n > self.start_pool.shape[0]:
-            grown = np.zeros(max(2 * self.start_pool.shape[0], used + n), dtype=np.int64)
+        if used + lexemes > self.start_pool.shape[0]:
+            grown = np.zeros(max(2 * self.start_pool.shape[0], used + lexemes), dtype=np.int64)
             grown[:used] = self.start_pool[:used]
             self.start_pool = grown
             self._scan_arrays = None
-        self.start_pool[used : used + n] = allowed
-        fill[START_POOL_USED] = used + n
-        self._insert_start(allowed, used, lexstate)
+            grew = True
+        return grew
 
     def _find_start(self, allowed: np.ndarray) -> int:
         """The start state entered for this lexeme set, or -1."""
