@@ -103,6 +103,7 @@ from .trie import (
     TokenTrie,
     deepest_py,
     mask_words,
+    node_for_py,
 )
 
 DONE = 0
@@ -959,7 +960,7 @@ _allowed_bytes_jit = njit_calling(
 )
 
 
-def heal_point_packed(book, forced, start, end_lexstate, end_row, root_children, mask, ranges):
+def heal_point_packed(book, forced, start, end_lexstate, end_row, node_byte, subtree_size, root_children, mask, ranges):
     """The first index from `start` on where some token spelling `forced[idx:]` and then
     more is allowed from (end_lexstate, end_row), the state after `forced`; or
     len(forced): `fastforward._heal_point` in one compiled call (compiled only; glue
@@ -978,20 +979,7 @@ def heal_point_packed(book, forced, start, end_lexstate, end_row, root_children,
     known = allowed_bytes(end_lexstate, end_row, *scan_tables(book), live) != SCAN_IN_PYTHON
     size = forced.shape[0]
     for idx in range(start, size):
-        node = root_children[forced[idx]]
-        k = idx + 1
-        while node >= 0 and k < size:
-            # The child along forced[k]: children follow their parent, each after the
-            # subtree of the one before.
-            end = node + ((records[node] >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK)
-            c = node + 1
-            node = -1
-            while c < end:
-                if records[c] & 0xFF == forced[k]:
-                    node = c
-                    break
-                c += (records[c] >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK
-            k += 1
+        node = node_for_py(node_byte, subtree_size, root_children, forced[idx:])
         if node < 0:
             continue
         end = node + ((records[node] >> RECORD_SUBTREE_SHIFT) & RECORD_SUBTREE_MASK)
@@ -1027,6 +1015,7 @@ heal_point_packed_jit = njit_calling(
     walk_packed=walk_packed_jit,
     allowed_bytes=_allowed_bytes_jit,
     scan_tables=_scan_tables_jit,
+    node_for_py=trie_module.node_for_jit,
 )
 
 
@@ -1605,6 +1594,8 @@ class MaskWalker:
             start,
             int(end_state[0]),
             int(end_state[1]),
+            trie.node_byte,
+            trie.subtree_size,
             trie.root_children(),
             scratch[0],
             scratch[1],
