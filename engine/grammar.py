@@ -165,6 +165,11 @@ class Grammar:
     # derives no finite string (the JSON Schema compiler prunes so): the parser then
     # skips that analysis, a third of its set-up time.
     all_productive: bool = field(default=False, compare=False)
+    # The rules as `analysis.flatten_rules` makes them (left sides, right-side lengths,
+    # right sides end to end), where the front end already made them for an analysis of
+    # its own (the JSON Schema compiler's pruning): the parser then reads them instead
+    # of flattening every rule again in the grammar's time to first mask.
+    flat_rules: tuple | None = field(default=None, compare=False, repr=False)
 
     # Front ends ---------------------------------------------------------------
     @classmethod

@@ -497,6 +497,22 @@ class KeySets:
         return KeySets(role, np.array(req_ptr, dtype=np.int64), np.array(req_keys, dtype=np.int64), len(key_ids))
 
 
+def _with_rule(flat: tuple, lhs: int, rhs_symbol: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`flatten_rules`' arrays with the rule `lhs -> rhs_symbol` after the others."""
+    rule_lhs, rhs_len, rhs_flat = flat
+    n, m = rule_lhs.shape[0], rhs_flat.shape[0]
+    out_lhs = np.empty(n + 1, dtype=np.int64)
+    out_lhs[:n] = rule_lhs
+    out_lhs[n] = lhs
+    out_len = np.empty(n + 1, dtype=np.int64)
+    out_len[:n] = rhs_len
+    out_len[n] = 1
+    out_flat = np.empty(m + 1, dtype=np.int64)
+    out_flat[:m] = rhs_flat
+    out_flat[m] = rhs_symbol
+    return out_lhs, out_len, out_flat
+
+
 class EarleyParser:
     def __init__(self, grammar: Grammar, limits: Limits = DEFAULT_LIMITS, use_jit: bool = True):
         self.grammar = grammar
@@ -514,7 +530,10 @@ class EarleyParser:
             rules = productive_rules(grammar, use_jit)
         # Augmented start: the accepting item is (start' -> start ., origin root).
         self.augmented = n_nt
-        lhs, rhs_len, rhs_flat = flatten_rules(rules, [(self.augmented, (grammar.start,))])
+        if grammar.all_productive and grammar.flat_rules is not None:
+            lhs, rhs_len, rhs_flat = _with_rule(grammar.flat_rules, self.augmented, grammar.start)
+        else:
+            lhs, rhs_len, rhs_flat = flatten_rules(rules, [(self.augmented, (grammar.start,))])
         n_rules, n_symbols = lhs.shape[0], rhs_flat.shape[0]
         # grammar.size(): a symbol per rule and one per right-side symbol, the augmented
         # rule's two aside (checked before the productivity analysis where there is one).

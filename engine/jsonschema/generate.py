@@ -106,7 +106,9 @@ class _Generator:
         if not productive[start]:
             raise GrammarError("the schema at # accepts no finite JSON value (its constraints contradict each other)")
         if n_kept == len(rules) and reachable.all() and used.all():
-            return Grammar(list(lexemes), list(names), rules, start, ignore, all_productive=True)
+            for array in flat:
+                array.flags.writeable = False  # shared with the parser of every matcher
+            return Grammar(list(lexemes), list(names), rules, start, ignore, all_productive=True, flat_rules=flat)
         kept = list(compress(rules, kept_flags.tolist()))
         reach = reachable.tolist()
         lx_used = used.tolist()

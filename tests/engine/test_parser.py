@@ -164,6 +164,38 @@ def test_json_schema_grammars_flagged_all_productive_are(maskbench_dev):
     assert checked > 80
 
 
+def test_parser_tables_from_the_front_ends_flat_rules_equal_its_own(maskbench_dev):
+    # The JSON Schema compiler hands the parser the flat rules its pruning made; the
+    # parser's tables from them must be those it makes flattening the rules itself.
+    import dataclasses
+    import json
+
+    import numpy as np
+
+    from midword.engine import Grammar
+    from midword.engine.analysis import flatten_rules
+    from midword.engine.limits import GrammarError
+
+    checked = 0
+    for path in sorted(maskbench_dev.glob("*.json"))[:60]:
+        try:
+            g = Grammar.from_json_schema(json.loads(path.read_text())["schema"])
+        except (GrammarError, LimitExceeded):
+            continue
+        if g.flat_rules is None:
+            continue
+        for own, fresh in zip(g.flat_rules, flatten_rules(g.rules), strict=True):
+            assert np.array_equal(own, fresh), path.name
+            assert not own.flags.writeable  # shared by every matcher's parser
+        given = EarleyParser(g)
+        plain = EarleyParser(dataclasses.replace(g, flat_rules=None))
+        for name in ("dot_symbol", "dot_lhs", "nullable", "rule_first", "rule_ptr"):
+            assert np.array_equal(getattr(given, name), getattr(plain, name)), (path.name, name)
+        assert given.accept_pos == plain.accept_pos
+        checked += 1
+    assert checked > 40
+
+
 def test_step_table_rehash_keeps_every_step():
     import numpy as np
 
