@@ -142,11 +142,14 @@ class ExprSet(_Analysis):
         # through here, in its time to first mask: node storage is appended inline.
         ids, kind, args, height, has_bool = self._ids, self._kind, self._args, self._height, self._has_bool
         ids_get = ids.get
-        max_count = self._max_count
+        max_count, nullable, min_len = self._max_count, self._nullable, self._min_len
         byte_nodes = self._byte_nodes
         max_nodes = self.limits.max_regex_nodes
         concat, repeat = _CONCAT, _REPEAT
         r = 1
+        # Once a link is new, so is every link before it (a node names only older
+        # ones): their lookups are skipped. A merge may find an old node again.
+        made = False
         for b in reversed(data):
             h = byte_nodes[b]
             if h < 0:
@@ -155,11 +158,13 @@ class ExprSet(_Analysis):
                 r = h
                 continue
             key = (concat, h, r)
-            i = ids_get(key)
+            i = None if made else ids_get(key)
             if i is None:
                 head = args[r][0] if kind[r] == concat else r
                 if head == h or (kind[head] == repeat and args[head][0] == h):
+                    before = len(kind)
                     i = self._concat2(h, r)
+                    made = i >= before
                 else:
                     # _new's work for a byte head (height 0, no & or ~) and a tail r.
                     i = len(kind)
@@ -167,12 +172,14 @@ class ExprSet(_Analysis):
                         raise LimitExceeded("max_regex_nodes", max_nodes, "too many distinct regular expressions")
                     kind.append(concat)
                     args.append((h, r))
-                    self._nullable.append(False)
+                    nullable.append(False)
                     height.append(height[r] or 1)
                     has_bool.append(has_bool[r])
                     max_count.append(max_count[r])
-                    self._min_len.append(min(self._min_len[r] + 1, _NO_LEN))
+                    length = min_len[r] + 1
+                    min_len.append(length if length < _NO_LEN else _NO_LEN)
                     ids[key] = i
+                    made = True
             r = i
         if len(self._literals) < self.limits.max_regex_nodes:
             self._literals[data] = r
