@@ -262,6 +262,13 @@ class _Generator:
     def const(self, v: Any) -> int:
         b = self.b
         if isinstance(v, dict):
+            if v and self.key_order == "any":
+                # JSON Schema compares objects by their members, not their order: each
+                # key once, in any order, none other (as a typed object's listed keys).
+                listed = [(k, _Const(x), True) for k, x in v.items()]
+                obj = self.object_any_order(listed, tuple(v), None, 0, None)
+                if obj is not None:
+                    return obj
             nt = self.nt("const")
             rhs = [self.LBRACE]
             for i, (k, x) in enumerate(v.items()):

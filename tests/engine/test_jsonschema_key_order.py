@@ -47,6 +47,24 @@ def test_schema_order_is_kept_on_request():
         compile_json_schema(SCHEMA, key_order="sorted")
 
 
+def test_object_constants_and_enum_values_take_their_members_in_any_order():
+    # JSON Schema compares objects member by member (the official suite's const.json,
+    # "same object with different property order is valid").
+    value = {"a": 1, "b": [1, {"x": "y", "z": None}]}
+    for schema in ({"const": value}, {"enum": [value, {}, "other"]}):
+        g = compile_json_schema(schema)
+        assert accepts(g, value)
+        assert accepts(g, '{"b": [1, {"z": null, "x": "y"}], "a": 1}')
+        assert accepts(g, '{"a": 1.0, "b": [1, {"x": "y", "z": null}]}')  # numbers by value
+        assert not accepts(g, '{"a": 1}')  # every member
+        assert not accepts(g, '{"a": 1, "a": 1, "b": [1, {"x": "y", "z": null}]}')  # once
+        assert not accepts(g, '{"a": 1, "b": [1, {"x": "y", "z": null}], "c": 2}')  # no other
+        assert not accepts(g, '{"a": 1, "b": [{"x": "y", "z": null}, 1]}')  # arrays keep order
+    in_order = compile_json_schema({"const": value}, key_order="schema")
+    assert accepts(in_order, value)
+    assert not accepts(in_order, '{"b": [1, {"x": "y", "z": null}], "a": 1}')
+
+
 def test_additional_pattern_properties_and_property_names_beside_any_order():
     schema = {
         "properties": {"a": {"type": "integer"}, "b": {"type": "string"}},
