@@ -286,8 +286,10 @@ class _Generator:
                 rhs.append(self.const(x))
             b.rule(nt, rhs + [self.RBRACK])
             return nt
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and float(v).is_integer() and abs(v) < 1e15:
-            # JSON Schema compares numbers by value: 1, 1.0 and 1.00 are one constant.
+        exact_int = isinstance(v, int) and not isinstance(v, bool)
+        if exact_int or (isinstance(v, float) and v.is_integer() and abs(v) < 1e15):
+            # JSON Schema compares numbers by value: 1, 1.0 and 1.00 are one constant. A
+            # JSON integer is exact at any size; a float only where its digits are.
             text = str(int(v))
             return self.regex_lexeme("number", regex_escape_bytes(text.encode()) + "(?:\\.0+)?", False)
         return b.literal(_SPELLING_ENCODER.encode(v))

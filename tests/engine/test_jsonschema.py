@@ -451,6 +451,11 @@ def test_enum_and_const():
     check({"const": 'a"b\n'}, valid=['a"b\n'], invalid=['a"b'])
     check({"type": "string", "enum": ["a", 1, "b"]}, valid=["a", "b"], invalid=[1])
     check({"enum": ["x"], "const": "x"}, valid=["x"])
+    # Numbers by value, a JSON integer at any size (the suite's 2^53 case).
+    g = check({"const": 2**53}, valid=[2**53, float(2**53)], invalid=[2**53 - 1, float(2**53 - 1)])
+    assert not accepts(g, "9007199254740992.5")
+    g = check({"enum": [-(10**20)]}, valid=[-(10**20)], invalid=[-(10**20) - 1])
+    assert accepts(g, "-100000000000000000000.00")
     with pytest.raises(GrammarError, match="accepts no"):
         compile_json_schema({"type": "integer", "enum": ["a"]})
     g = compile_json_schema({"enum": ["on", "off"]})
