@@ -853,6 +853,10 @@ class _Compiler:
                 items = self.norm(v, base, path + ("items",))
         elif "unevaluatedItems" in s:
             items = self.norm(s["unevaluatedItems"], base, path + ("unevaluatedItems",))
+            if "contains" in s:
+                # An item `contains` matches is evaluated by it (whatever minContains
+                # asks), so only the others must pass unevaluatedItems.
+                items = self.union([items, self.norm(s["contains"], base, path + ("contains",))])
         lo = self._count(s, "minItems", path) or 0
         hi = self._count(s, "maxItems", path)
         cap = self.limits.max_counted_items

@@ -614,6 +614,17 @@ def test_contains():
         invalid=[[1], [2, 2]],
     )
     check({"contains": {"const": 1}, "minContains": 0}, valid=[[], [2]])
+    # Items `contains` matches are evaluated: unevaluatedItems judges only the others.
+    check(
+        {"prefixItems": [True], "contains": {"type": "string"}, "unevaluatedItems": False},
+        valid=[[1, "a"], ["a"], [1, "a", "b"]],
+        invalid=[[1, 2], [1, 2, "a"], [1]],
+    )
+    check(
+        {"contains": {"type": "string"}, "minContains": 0, "unevaluatedItems": {"type": "integer"}},
+        valid=[[], ["a", 1], [2, 3]],
+        invalid=[[None], ["a", 1.5]],
+    )
     with pytest.raises(GrammarError, match="maxContains"):
         compile_json_schema({"contains": {}, "maxContains": 2})
 
