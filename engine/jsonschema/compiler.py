@@ -253,9 +253,12 @@ class _Compiler:
             v = s.get(key)
             if isinstance(v, str) and v.startswith("#") and len(v) > 1:
                 self.anchors.setdefault(base + v, (s, base, path))
-        anchor = s.get("$anchor")
-        if isinstance(anchor, str):
-            self.anchors.setdefault(base + "#" + anchor, (s, base, path))
+        # A $dynamicAnchor is also a plain-name fragment that $ref resolves as it would
+        # an $anchor (only $dynamicRef resolves it dynamically, which is not supported).
+        for key in ("$anchor", "$dynamicAnchor"):
+            anchor = s.get(key)
+            if isinstance(anchor, str):
+                self.anchors.setdefault(base + "#" + anchor, (s, base, path))
         for key, v in s.items():
             shape = _SUBSCHEMA_SHAPE.get(key)
             if shape is None:

@@ -887,6 +887,11 @@ def test_id_relative_refs():
         },
     }
     check(schema, valid=[{"a": {"v": 1}, "b": 2, "c": True}], invalid=[{"a": {}}, {"b": "x"}, {"c": 1}])
+    # A $dynamicAnchor is a plain-name fragment for $ref as well.
+    dynamic = {"items": {"$ref": "#it"}, "$defs": {"s": {"$dynamicAnchor": "it", "type": "string"}}}
+    check(dynamic, valid=[["a", "b"], []], invalid=[["a", 1]])
+    with pytest.raises(GrammarError, match=r"\$dynamicRef"):
+        compile_json_schema({"items": {"$dynamicRef": "#it"}, "$defs": {"s": {"$dynamicAnchor": "it"}}})
 
 
 def test_ref_errors_name_the_reference():
