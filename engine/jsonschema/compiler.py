@@ -408,17 +408,24 @@ class _Compiler:
             for key in s:
                 if key in UNSUPPORTED_KEYWORDS:
                     raise GrammarError(f"unsupported keyword {key!r} at {_ptr(path)}")
+        closed: _Node | None = None
         for key in ("unevaluatedProperties", "unevaluatedItems"):
             if key not in s or s[key] is True:
                 continue
             applicators = [k for k in _APPLICATORS if k in s]
             if applicators:
-                raise GrammarError(
-                    f"unsupported keyword {key!r} at {_ptr(path)} (only without in-place applicators such as "
-                    f"{', '.join(applicators)} beside it)"
-                )
+                if key == "unevaluatedProperties":
+                    closed = self._closed_beside_applicators(s, base, path)
+                if key != "unevaluatedProperties" or closed is None:
+                    raise GrammarError(
+                        f"unsupported keyword {key!r} at {_ptr(path)} (only without in-place applicators such as "
+                        f"{', '.join(applicators)} beside it, or beside allOf and $ref alone)"
+                    )
+                s = {k: v for k, v in s.items() if k != key}
 
         node = self._typed(s, base, path)
+        if closed is not None:
+            node = self.intersect(node, closed)
         if "enum" in s or "const" in s:
             values = []
             if "enum" in s:
@@ -467,6 +474,61 @@ class _Compiler:
             raw = [self.norm(sub, base, path + ("oneOf", i)) for i, sub in enumerate(subs)]
             node = self._one_of(node, raw, _ptr(path))
         return node
+
+    def _closed_beside_applicators(self, s: dict, base: str, path: tuple) -> _Node | None:
+        """unevaluatedProperties beside allOf and $ref, which always evaluate what they
+        declare: an object's properties outside every name and pattern that `s` and those
+        subschemas list (down any depth of allOf and $ref) must pass it; None where an
+        applicator evaluates by instance (anyOf, oneOf, not, if, dependentSchemas) or a
+        nested unevaluatedProperties decides, which a grammar cannot follow here."""
+        names: dict[str, None] = {}
+        patterns: dict[str, None] = {}
+        seen: set[tuple] = set()
+        todo: list[tuple[Any, str, tuple]] = [(s, base, path)]
+        while todo:
+            sub, sub_base, sub_path = todo.pop()
+            if not isinstance(sub, dict):
+                continue  # true evaluates nothing; false rejects every object anyway
+            if sub_path in seen:
+                continue
+            seen.add(sub_path)
+            if len(seen) > self.limits.max_schema_depth:
+                return None
+            if sub is not s and "unevaluatedProperties" in sub:
+                return None
+            if any(k in sub for k in _APPLICATORS if k not in ("allOf", "$ref")) or "$dynamicRef" in sub:
+                return None
+            if "additionalProperties" in sub:
+                return ANY  # every property is evaluated by it
+            props = sub.get("properties", {})
+            pats = sub.get("patternProperties", {})
+            if not isinstance(props, dict) or not isinstance(pats, dict):
+                return None  # the keyword's own check names the error
+            names.update(dict.fromkeys(props))
+            patterns.update(dict.fromkeys(pats))
+            if "allOf" in sub:
+                for i, branch in enumerate(self._schema_list(sub, "allOf", sub_path)):
+                    branch_path = sub_path + ("allOf", i)
+                    known = self.base_of.get(branch_path)
+                    branch_base = known if known is not None else sub_base
+                    todo.append((branch, branch_base, branch_path))
+            if "$ref" in sub:
+                ref = sub["$ref"]
+                if not isinstance(ref, str):
+                    return None
+                target, target_base, target_path = self.targets[self._resolve(ref, sub_base, sub_path)]
+                todo.append((target, target_base, target_path))
+        rest = self.norm(s["unevaluatedProperties"], base, path + ("unevaluatedProperties",))
+        if rest is NOTHING:
+            # No other key at all (the usual `false`): a key schema, which meets the
+            # subschemas' own patternProperties where a second set of patterns could not.
+            keys = [_Const(name) for name in names] + [_make_str(0, None, (p,)) for p in patterns]
+            obj = _make_obj((), (), ANY, (), 0, None, self.union(keys))
+        else:
+            listed = tuple((name, ANY) for name in names)
+            obj = _make_obj(listed, tuple((p, ANY) for p in patterns), rest, (), 0, None)
+        others = [p for p in ANY_PARTS_IN_ORDER if not isinstance(p, _Obj)]
+        return self.union(others + [obj])
 
     def _dependencies(self, s: dict, node: _Node, base: str, path: tuple) -> _Node:
         """dependentRequired / dependentSchemas / draft-04..07 dependencies: for each

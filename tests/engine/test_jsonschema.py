@@ -542,7 +542,41 @@ def test_min_max_properties():
 def test_unevaluated_properties_without_applicators():
     check({"properties": {"a": {}}, "unevaluatedProperties": False}, valid=[{"a": 1}, {}], invalid=[{"b": 1}])
     with pytest.raises(GrammarError, match="unevaluatedProperties"):
-        compile_json_schema({"allOf": [{"properties": {"a": {}}}], "unevaluatedProperties": False})
+        compile_json_schema({"anyOf": [{"properties": {"a": {}}}], "unevaluatedProperties": False})
+
+
+def test_unevaluated_properties_beside_all_of_and_ref():
+    # allOf and $ref evaluate what they declare, at any depth: an extended base, closed.
+    extended = {
+        "allOf": [{"$ref": "#/$defs/base"}],
+        "properties": {"b": {"type": "string"}},
+        "unevaluatedProperties": False,
+        "$defs": {"base": {"properties": {"a": {}}, "allOf": [{"patternProperties": {"^x": {"type": "boolean"}}}]}},
+    }
+    check(
+        extended,
+        valid=[{"a": None, "b": "s", "x1": True}, {}, "not an object", [1]],
+        invalid=[{"c": 1}, {"b": 1}, {"x1": 1}, {"a": 1, "y": True}],
+    )
+    typed_rest = {
+        "$ref": "#/$defs/base",
+        "properties": {"b": {"type": "string"}},
+        "unevaluatedProperties": {"type": "integer"},
+        "$defs": {"base": {"properties": {"a": {}}}},
+    }
+    check(typed_rest, valid=[{"a": None, "b": "s", "c": 3}], invalid=[{"c": "s"}, {"b": 1}, {"a": 1, "d": 1.5}])
+    # An additionalProperties in a subschema evaluates every property.
+    check({"allOf": [{"additionalProperties": True}], "unevaluatedProperties": False}, valid=[{"z": 1}])
+    check({"$ref": "#/$defs/open", "unevaluatedProperties": False, "$defs": {"open": {}}}, invalid=[{"z": 1}])
+    # What an instance decides (anyOf, if) or a nested unevaluatedProperties is still refused.
+    for schema, keyword in (
+        ({"allOf": [{"anyOf": [{"properties": {"a": {}}}]}], "unevaluatedProperties": False}, "unevaluatedProperties"),
+        ({"allOf": [{"unevaluatedProperties": True}], "unevaluatedProperties": False}, "unevaluatedProperties"),
+        # unevaluatedItems beside allOf stays refused, with unevaluatedProperties or not.
+        ({"allOf": [{}], "unevaluatedProperties": False, "unevaluatedItems": False}, "unevaluatedItems"),
+    ):
+        with pytest.raises(GrammarError, match=keyword):
+            compile_json_schema(schema)
 
 
 def test_dependencies():
