@@ -649,10 +649,11 @@ class _Compiler:
                 parts.append(_Num(integer=True))
             if node.mult is not None:
                 if Fraction(node.mult).denominator != 1:
-                    raise unsupported(f"multipleOf {node.mult}")
-                parts += [_Num(fractional=True), _Num(integer=True, not_mult=(node.mult,))]
+                    parts.append(_make_num(False, None, False, None, False, None, where, not_mult=(node.mult,)))
+                else:
+                    parts += [_Num(fractional=True), _Num(integer=True, not_mult=(node.mult,))]
             for k in node.not_mult:
-                parts.append(_make_num(True, None, False, None, False, k, where))
+                parts.append(_make_num(False, None, False, None, False, k, where))
             for x in node.excluded:
                 parts.append(_Const(int(x) if x == x.to_integral_value() else float(x)))
             return self.union(parts)

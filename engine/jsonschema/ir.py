@@ -48,8 +48,8 @@ class _BoolT(_Node):
 
 class _Num(_Node):
     """Numbers in a range; `integer`: integral values only, `fractional`: non-integral
-    values only; `mult`: a multiple of it; `not_mult`: integers that are multiples of
-    none of these integers; `excluded`: values (Decimals) that may not occur."""
+    values only; `mult`: a multiple of it; `not_mult`: values that are multiples of
+    none of these; `excluded`: values (Decimals) that may not occur."""
 
     __slots__ = ("integer", "lo", "lox", "hi", "hix", "mult", "fractional", "not_mult", "excluded")
 
@@ -240,14 +240,14 @@ def _make_num(integer, lo, lox, hi, hix, mult, where, fractional=False, not_mult
         return NOTHING
     if mult is not None and fractional and Fraction(mult).denominator == 1:
         return NOTHING  # a multiple of an integer is an integer
-    if not_mult and not integer:
-        # Non-integers are multiples of no integer: only integral values are constrained.
-        if fractional:
-            not_mult = ()
-        else:
-            raise GrammarError(f"not multipleOf at {where}: supported for integers only")
-    if any(k == 1 for k in not_mult):
-        return NOTHING
+    if integer:
+        # An integer is a multiple of p/q (lowest terms) exactly when it is one of p.
+        not_mult = tuple(dict.fromkeys(Decimal(Fraction(k).numerator) for k in not_mult))
+        if any(k == 1 for k in not_mult):
+            return NOTHING
+    elif fractional:
+        # Non-integers are multiples of no integer.
+        not_mult = tuple(k for k in not_mult if Fraction(k).denominator != 1)
     if mult is not None and any(Fraction(mult) % Fraction(k) == 0 for k in not_mult):
         return NOTHING
     if integer:

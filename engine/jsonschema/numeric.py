@@ -8,7 +8,7 @@ from decimal import ROUND_CEILING, ROUND_FLOOR, Decimal
 from fractions import Fraction
 from typing import Sequence
 
-from ..limits import DEFAULT_LIMITS, GrammarError, GrammarLimitExceeded, Limits
+from ..limits import DEFAULT_LIMITS, GrammarLimitExceeded, Limits
 from ..regex import charset
 from ..regex import term as T
 from ..regex.printer import class_regex as _class_regex
@@ -407,6 +407,34 @@ def multiple_of_regex(k: int, max_states: int = DEFAULT_LIMITS.max_multiple_of_s
         raise ValueError("k must be positive")
     if k == 1:
         return INTEGER_REGEX
+    m, d = _split_off_ten(k)
+    t = k // m
+    ending = None
+    if t > 1 and 10**d // t <= 5000:
+        # The factor t divides 10^d: the last d digits decide.
+        endings = [str(r).zfill(d) for r in range(0, 10**d, t)]
+        short = _literal_regex(sorted({e.lstrip("0") or "0" for e in endings}))
+        if m == 1:
+            small = _literal_regex([str(r) for r in range(t, 10**d, t)])
+            nonzero = _alt(["[1-9][0-9]*" + str(_literal_regex(endings))] + ([small] if small else []))
+            return "-?(?:0|" + str(nonzero) + ")"
+        # Shorter numbers count as zero-padded; JSON writes them without the zeros.
+        ending = "-?(?:[0-9]*" + str(_literal_regex(endings)) + "|" + str(short) + ")"
+    # The residues of the factor prime to 10 (of all of k where its endings are too many
+    # to list) by an automaton over the digits, met with the endings: the product
+    # automaton's regex grows far faster than the two apart (30 is 3 and a final 0).
+    modulus = m if ending is not None else k
+    if modulus > max_states:
+        return None
+    body = _residue_regex(modulus, first_digits=range(1, 10), point=False)
+    if body is None:
+        return None
+    residues = "-?(?:0|" + body + ")"
+    return residues if ending is None else "(?:" + residues + "&" + ending + ")"
+
+
+def _split_off_ten(k: int) -> tuple[int, int]:
+    """(m, d): k = m * t with m prime to 10 and t dividing 10^d, d the least such."""
     a = b = 0
     m = k
     while m % 2 == 0:
@@ -415,44 +443,84 @@ def multiple_of_regex(k: int, max_states: int = DEFAULT_LIMITS.max_multiple_of_s
     while m % 5 == 0:
         m //= 5
         b += 1
-    if m == 1:
-        # k divides 10^d: the last d digits decide.
-        d = max(a, b)
-        if 10**d // k <= 5000:
-            small = _literal_regex([str(r) for r in range(k, 10**d, k)])
-            suffix = _literal_regex([str(r).zfill(d) for r in range(0, 10**d, k)])
-            assert suffix is not None  # the residue 0 is always among the words
-            nonzero = _alt(["[1-9][0-9]*" + suffix] + ([small] if small else []))
-            assert nonzero is not None
-            return "(?:0|-?" + nonzero + ")"
-    # Residue DFA over the digits of a positive number (first digit 1-9).
-    if k > max_states:
-        return None
+    return m, max(a, b)
+
+
+def _residue_regex(m: int, first_digits: range, point: bool) -> str | None:
+    """Regex of the digit strings (first digit from `first_digits`) whose value is
+    divisible by m, by state elimination over the residues; None past the size limit.
+    `point`: a `.` may stand between the digits and changes nothing (for m prime to 10
+    a decimal is a multiple of m/10^c exactly when its digits, point left out, are)."""
     start: dict[int, list[int]] = {}
-    for dgt in range(1, 10):
-        start.setdefault(dgt % k, []).append(dgt)
+    for dgt in first_digits:
+        start.setdefault(dgt % m, []).append(dgt)
     trans: dict[tuple[int, int], list[int]] = {}
-    for r in range(k):
+    for r in range(m):
         for dgt in range(10):
-            trans.setdefault((r, (10 * r + dgt) % k), []).append(dgt)
+            trans.setdefault((r, (10 * r + dgt) % m), []).append(dgt)
+        if point:
+            trans.setdefault((r, r), []).append(-1)
 
     def label(ds: list[int]) -> str:
-        ds = sorted(ds)
-        if len(ds) == 1:
-            return str(ds[0])
-        if ds == list(range(ds[0], ds[-1] + 1)):
-            return f"[{ds[0]}-{ds[-1]}]"
-        return "[" + "".join(map(str, ds)) + "]"
+        dot = "\\." if -1 in ds else ""
+        digits = sorted(x for x in ds if x >= 0)
+        if len(digits) + bool(dot) == 1:
+            return dot or str(digits[0])
+        if len(digits) > 1 and digits == list(range(digits[0], digits[-1] + 1)):
+            return f"[{digits[0]}-{digits[-1]}{dot}]"
+        return "[" + "".join(map(str, digits)) + dot + "]"
 
-    body = _dfa_to_regex(
-        k,
+    return _dfa_to_regex(
+        m,
         {t: label(ds) for t, ds in start.items()},
         {e: label(ds) for e, ds in trans.items()},
         {0},
     )
-    if body is None:
-        return None
-    return "(?:0|-?(?:" + body + "))"
+
+
+def decimal_multiple_regex(mult: Decimal, max_states: int = DEFAULT_LIMITS.max_multiple_of_states) -> str | None:
+    """Regex for the exponent-free JSON numbers that are multiples of the decimal
+    `mult` > 0, or None where it would be too large.
+
+    A number is a multiple of k/10^c exactly when its decimals past the c-th are zeros
+    and the integer its digits spell with c decimals is divisible by k. Of k, the factor
+    m prime to 10 is checked by a residue automaton over the digits (the point left
+    out: zeros appended change no residue mod m); the factor t dividing a power of 10
+    by the integer's last digits, listed for each count j <= c of decimals written (the
+    integer then ends in c - j zeros, which take their share of t)."""
+    f = Fraction(mult)
+    _, c = _split_off_ten(f.denominator)
+    k = f.numerator * 10**c // f.denominator
+    m, _ = _split_off_ten(k)
+    t = k // m
+    conj = ["-?[0-9]+" + ("(?:\\.[0-9]{1," + str(c) + "}0*)?" if c else _ZERO_FRACTION)]
+    if m > 1:
+        if m > max_states:
+            return None
+        body = _residue_regex(m, first_digits=range(10), point=True)
+        if body is None:
+            return None
+        conj.append("-?(?:" + body + ")")
+    if t > 1:
+        spellings = []
+        for j in range(c + 1):
+            rest = t // math.gcd(t, 10 ** (c - j))
+            _, dj = _split_off_ten(rest)
+            if len(spellings) + 10**dj // rest > 5000:
+                return None  # as many endings as multiple_of_regex lists at most
+            for r in range(0, 10**dj, rest):
+                digits = str(r).zfill(dj) if dj else ""
+                cut = max(0, dj - j)
+                whole, decimals = digits[:cut], digits[cut:]
+                ints = "[0-9]+" if not whole else "(?:[0-9]*" + whole + "|" + (whole.lstrip("0") or "0") + ")"
+                if j == c:
+                    # c decimals or more (the rest zeros): with none, a zero fraction may follow.
+                    tail = "\\.[0-9]{" + str(j - len(decimals)) + "}" + decimals + "0*" if c else _ZERO_FRACTION
+                else:
+                    tail = "\\.[0-9]{" + str(j - len(decimals)) + "}" + decimals if j else ""
+                spellings.append("-?" + ints + tail)
+        conj.append(str(_alt(spellings)))
+    return conj[0] if len(conj) == 1 else "(?:" + "&".join("(?:" + x + ")" for x in conj) + ")"
 
 
 def _num_regex(
@@ -470,7 +538,8 @@ def _num_regex(
     bounded = n.lo is not None or n.hi is not None
     conj: list[str] = []
     suffix = ""
-    if n.integer or (n.mult is not None and Fraction(n.mult).denominator == 1):
+    integral = n.integer or (n.mult is not None and Fraction(n.mult).denominator == 1)
+    if integral:
         lo = hi = None
         if n.lo is not None:
             c = n.lo.to_integral_value(rounding=ROUND_CEILING)
@@ -485,7 +554,7 @@ def _num_regex(
             values = [
                 v
                 for v in range(first, hi + 1, k)
-                if not any(v % int(m) == 0 for m in n.not_mult) and Decimal(v) not in n.excluded
+                if not any(v % Fraction(m).numerator == 0 for m in n.not_mult) and Decimal(v) not in n.excluded
             ]
             result = (_enum_numbers(values), False) if values else None
             if result is not None and (zero_fraction_integers or not n.integer):
@@ -518,14 +587,13 @@ def _num_regex(
         if n.fractional:
             conj.append(_FRACTIONAL_REGEX)
         if n.mult is not None:
-            f = Fraction(n.mult)
-            digits = round(math.log10(f.denominator)) if f.numerator == 1 else -1
-            if digits < 0 or 10**digits != f.denominator:
-                raise GrammarError(
-                    f"multipleOf {n.mult} at {where}: only integers and powers of ten (0.1, 0.01, ...) "
-                    "are supported for numbers"
+            mre = decimal_multiple_regex(n.mult, limits.max_multiple_of_states)
+            if mre is None:
+                raise GrammarLimitExceeded(
+                    *_multiple_of_limit(_split_off_ten(Fraction(n.mult).numerator)[0], limits),
+                    f"multipleOf {n.mult} at {where}: the divisibility regex would be too large",
                 )
-            conj.append("-?[0-9]+(?:\\.[0-9]{1," + str(digits) + "}0*)?")
+            conj.append(mre)
     negs = []
     if n.excluded:
         if not (n.integer or n.mult is not None):
@@ -535,10 +603,18 @@ def _num_regex(
         for x in n.excluded:
             negs.append("~(?:" + _value_spellings(x) + ")")
     for m in n.not_mult:
-        mre = multiple_of_regex(int(m), limits.max_multiple_of_states)
+        if integral:
+            step = Fraction(m).numerator  # an integer is a multiple of p/q when it is one of p
+            mre = multiple_of_regex(step, limits.max_multiple_of_states)
+        else:
+            step = _split_off_ten(Fraction(m).numerator)[0]
+            mre = decimal_multiple_regex(m, limits.max_multiple_of_states)
+            if _PLAIN_NUMBER_REGEX not in conj:
+                # The multiples' regex spells no exponent: nor may their complement.
+                conj.append(_PLAIN_NUMBER_REGEX)
         if mre is None:
             raise GrammarLimitExceeded(
-                *_multiple_of_limit(int(m), limits),
+                *_multiple_of_limit(step, limits),
                 f"not multipleOf {m} at {where}: the divisibility regex would be too large",
             )
         negs.append("~(?:" + mre + ")")

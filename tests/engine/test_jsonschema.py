@@ -171,18 +171,58 @@ def test_number_range_exponent_forms_only_where_in_range():
     assert not c.fullmatch("1e-06") and not c.fullmatch("1e+1")  # 10, but spelled with exponent: not generated
 
 
-@pytest.mark.parametrize("k", [2, 3, 4, 5, 6, 7, 8, 10, 16, 20, 25, 50, 125])
+@pytest.mark.parametrize("k", [2, 3, 4, 5, 6, 7, 8, 10, 12, 15, 16, 20, 25, 30, 50, 60, 125, 150])
 def test_multiple_of_regex(k):
+    # Read by midword's own regex engine: a k with a factor prime to 10 and one dividing a
+    # power of 10 (12, 30, 150) meets the two with `&`.
     r = multiple_of_regex(k)
     assert r is not None
-    c = re.compile(r)
+    es = ExprSet()
+    dfa = LazyDFA(es, es.parse(r, "", extended=True))
     for n in range(-2500, 2501):
-        assert (c.fullmatch(str(n)) is not None) == (n % k == 0), (k, n)
-    assert c.fullmatch("00") is None and c.fullmatch("-0") is None
+        assert dfa.matches(str(n).encode()) == (n % k == 0), (k, n)
+    # -0 is zero; no other spelling with a leading zero is JSON.
+    assert dfa.matches(b"-0") and not dfa.matches(b"00") and not dfa.matches(b"012") and not dfa.matches(b"")
+
+
+def _decimal_spellings() -> list[str]:
+    rng = random.Random(5)
+    whole = [0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 12, 15, 25, 30, 45, 75, 99, 100, 105, 120, 225, 1234]
+    fraction = ["", ".0", ".00", ".5", ".50", ".25", ".75", ".2", ".3", ".6", ".05", ".15", ".45", ".125", ".35", ".1"]
+    return sorted({rng.choice(["", "-"]) + str(rng.choice(whole)) + rng.choice(fraction) for _ in range(600)})
+
+
+@pytest.mark.parametrize("mult", ["1.5", "0.5", "2.5", "0.25", "0.75", "1.2", "0.3", "0.15", "7.5", "0.125", "0.01"])
+@pytest.mark.parametrize("kind", ["number", "integer"])
+def test_multiple_of_a_decimal_is_exact(mult, kind):
+    """A multiple of any decimal k/10^c, checked against exact arithmetic on spellings
+    with 0 to 3 decimals and trailing zeros (the suite's `multipleOf: 1.5`)."""
+    from fractions import Fraction
+
+    g = compile_json_schema({"type": kind, "multipleOf": json.loads(mult)})
+    step = Fraction(Decimal(mult))
+    negated: Grammar | None = None
+    if kind == "number" or step.numerator != 1:
+        negated = compile_json_schema({"type": kind, "not": {"multipleOf": json.loads(mult)}})
+    else:
+        # Every integer is a multiple of 1/q: nothing is left, and the compiler says so.
+        with pytest.raises(GrammarError, match="accepts no JSON value"):
+            compile_json_schema({"type": kind, "not": {"multipleOf": json.loads(mult)}})
+    for text in _decimal_spellings():
+        value = Fraction(Decimal(text))
+        right_kind = kind == "number" or value.denominator == 1
+        multiple = (value / step).denominator == 1
+        assert grammar_accepts(g, text.encode()) == (multiple and right_kind), (mult, kind, text)
+        if negated is not None:
+            assert grammar_accepts(negated, text.encode()) == (not multiple and right_kind), ("not", mult, kind, text)
+    if negated is not None and kind == "number":
+        # The multiples' regexes spell no exponent, so the complement refuses every
+        # exponent spelling rather than let a multiple through in that dress.
+        assert not grammar_accepts(negated, b"15e-1") and not grammar_accepts(negated, b"3E0")
 
 
 def test_number_regexes_parse_in_midword_engine():
-    assert midword_match(multiple_of_regex(6), "-36") and not midword_match(multiple_of_regex(6), "-34")
+    assert midword_match(multiple_of_regex(6), "-36", True) and not midword_match(multiple_of_regex(6), "-34", True)
     assert midword_match(integer_range_regex(-17, 2345), "-17")
     assert not midword_match(integer_range_regex(-17, 2345), "-18")
     assert midword_match(number_range_regex(Decimal("-1.5"), True, Decimal("20.25"), False), "20.25")
@@ -423,8 +463,8 @@ def test_multiple_of():
     check({"type": "number", "multipleOf": 5}, valid=[10, 10.0, -5], invalid=[2, 2.5])
     check({"type": "number", "multipleOf": 0.01}, valid=[1.25, 3, 0.1], invalid=[1.255, 0.001])
     check({"type": "integer", "multipleOf": 1.5}, valid=[0, 3, 6], invalid=[1, 2, 1.5])
-    with pytest.raises(GrammarError, match="multipleOf 0.3 at #"):
-        compile_json_schema({"type": "number", "multipleOf": 0.3})
+    with pytest.raises(GrammarError, match="multipleOf 0.97 at #"):
+        compile_json_schema({"type": "number", "multipleOf": 0.97})
     with pytest.raises(GrammarError, match="multipleOf 97 at #"):
         compile_json_schema({"type": "integer", "multipleOf": 97})
 
