@@ -74,8 +74,11 @@ class Limits:
     max_synthetic_refs: int = 20_000
     # JSON Schema: states of one object's member machine (listed keys x counts).
     max_object_states: int = 20_000
-    # JSON Schema: patternProperties groups an object's extra keys may fall in.
-    max_pattern_groups: int = 4
+    # JSON Schema: patternProperties of different value schemas on one object.
+    max_pattern_groups: int = 16
+    # JSON Schema: classes of an object's extra keys by the patterns they match at once
+    # (sets of pairwise overlapping patterns), each a key lexeme of its own.
+    max_key_classes: int = 64
     # JSON Schema: `contains` constraints combined on one array.
     max_contains: int = 3
     # JSON Schema: states explored deciding at compile time whether a lexeme with & or ~

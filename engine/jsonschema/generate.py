@@ -9,7 +9,7 @@ import numpy as np
 
 from .._jit import compiled_once
 from ..grammar import Grammar, GrammarBuilder, Rule, _new_rule
-from ..limits import GrammarError, Limits
+from ..limits import GrammarError, GrammarLimitExceeded, Limits
 from ..regex import charset, regex_escape_bytes
 from ..regex import term as T
 from ._kernels import flatten_rules, grammar_marks_jit
@@ -554,6 +554,42 @@ class _Generator:
         b.rule(obj, [self.LBRACE, member, after[1], close])
         return obj
 
+    def disjoint_patterns(self, langs: list[T.Term | None]) -> list[int]:
+        """Per pattern group, the bit set of the groups no key can match together with it
+        (a group without a language is disjoint from all)."""
+        n = len(langs)
+        disjoint = [0] * n
+        for i in range(n):
+            for j in range(i + 1, n):
+                a, b = langs[i], langs[j]
+                if a is None or b is None or self.c.regex_empty(T.and_(a, b)):
+                    disjoint[i] |= 1 << j
+                    disjoint[j] |= 1 << i
+        return disjoint
+
+    def key_classes(self, disjoint: list[int], langs: list[T.Term | None]) -> list[int]:
+        """The sets of pattern groups (bit masks) a key may match at once, no pattern
+        first: those whose groups pairwise overlap. Patterns told apart by a literal
+        prefix (`^table `, `^view `) are disjoint, so their classes grow with their
+        number, not with its power."""
+        cap = self.limits.max_key_classes
+        classes = [0]
+
+        def grow(mask: int, start: int) -> None:
+            for i in range(start, len(langs)):
+                if langs[i] is not None and not disjoint[i] & mask:
+                    classes.append(mask | 1 << i)
+                    if len(classes) > cap:
+                        raise GrammarLimitExceeded(
+                            "max_key_classes",
+                            cap,
+                            f"object schema whose {len(langs)} patternProperties overlap in more than {cap} ways",
+                        )
+                    grow(mask | 1 << i, i + 1)
+
+        grow(0, 0)
+        return classes
+
     def extra_members(self, node: _Obj, listed: list[str]) -> int | None:
         """A member `key : value` for keys not listed, or None when none is allowed."""
         b = self.b
@@ -569,9 +605,10 @@ class _Generator:
             else:
                 groups.append(([p], v))
         if len(groups) > self.limits.max_pattern_groups:
-            raise GrammarError(
-                f"object schema with {len(groups)} patternProperties of different schemas is not supported "
-                f"(at most {self.limits.max_pattern_groups})"
+            raise GrammarLimitExceeded(
+                "max_pattern_groups",
+                self.limits.max_pattern_groups,
+                f"object schema with {len(groups)} patternProperties of different schemas",
             )
         # Key languages as regex terms, the patterns as their parses (`regex.term`).
         names_re = None
@@ -614,13 +651,12 @@ class _Generator:
                 charset.normalize([r for c in known for r in c]) if known and len(known) == len(sets) else None
             )
         members = []
-        for mask in range(1 << len(groups)):
+        disjoint = self.disjoint_patterns(group_langs)
+        for mask in self.key_classes(disjoint, group_langs):
             inside = [i for i in range(len(groups)) if mask >> i & 1]
             if mask == 0:
                 value = node.additional
             else:
-                if any(group_langs[i] is None for i in inside):
-                    continue
                 value = ANY
                 for i in inside:
                     value = c.intersect(value, groups[i][1])
@@ -628,7 +664,12 @@ class _Generator:
                 continue
             conj = [quoted(CANON_BODY)] if mask == 0 else []
             conj += [lang for i in inside if (lang := group_langs[i]) is not None]
-            conj += [T.not_(lang) for i in range(len(groups)) if i not in inside and (lang := group_langs[i])]
+            # A pattern disjoint from one the key matches needs no exclusion.
+            conj += [
+                T.not_(lang)
+                for i in range(len(groups))
+                if i not in inside and not disjoint[i] & mask and (lang := group_langs[i])
+            ]
             if exclude is not None:
                 conj.append(T.not_(exclude))
             if names_re is not None:

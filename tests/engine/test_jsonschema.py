@@ -565,6 +565,33 @@ def test_pattern_properties():
     )
 
 
+def test_many_pattern_properties_told_apart_by_prefix():
+    # Nine patterns of different schemas (the shape of JSON Schema Store's pyrseas schema):
+    # pairwise disjoint, so a key falls in one class per pattern, plus none.
+    kinds = ["table", "view", "function", "sequence", "type", "domain", "aggregate", "collation", "foreign table"]
+    schema = {
+        "type": "object",
+        "patternProperties": {f"^{k} ": {"type": "object", "properties": {"n": {"const": i}}} for i, k in enumerate(kinds)},
+        "additionalProperties": {"type": "string"},
+    }
+    check(
+        schema,
+        valid=[{"table t": {"n": 0}, "foreign table f": {"n": 8}, "view v": {}}, {"owner": "me"}],
+        invalid=[{"table t": {"n": 1}}, {"view v": "x"}, {"owner": 1}, {"collation c": {"n": 6}}],
+    )
+    # Overlapping ones still meet: a key matching two patterns satisfies both, and one
+    # matching none gets additionalProperties.
+    overlapping = {
+        "patternProperties": {"^a": {"type": "integer"}, "b$": {"minimum": 10}, "^z": {"type": "string"}},
+        "additionalProperties": False,
+    }
+    check(overlapping, valid=[{"ab": 10, "zb": "s", "a": 1}], invalid=[{"ab": 5}, {"zb": 3}, {"c": 1}])
+    # Past Limits.max_key_classes ways to overlap, a refusal naming the limit.
+    crowded = {"patternProperties": {f"^a{'.' * i}x": {"maxLength": i + 1} for i in range(7)}}
+    with pytest.raises(GrammarError, match="max_key_classes=64 exceeded"):
+        compile_json_schema(crowded)
+
+
 def test_min_max_properties():
     schema = {"properties": {"a": {}, "b": {}}, "minProperties": 1, "maxProperties": 2}
     check(
