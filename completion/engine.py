@@ -53,6 +53,10 @@ PROMPT_WINDOW_CHARS = MAX_PROMPT_TOKENS * 6
 PROMPT_WINDOW_STEP = 2048
 _IDENT_TAIL = re.compile(r"[\w]*\Z")
 JSON_LANGUAGES = {"json", "jsonc", "json5"}
+# A document's schema: where it asks for what no grammar checks (uniqueItems) or what
+# this one cannot build exactly (an overlapping oneOf), a looser constraint with a note
+# beats none for the whole file.
+EDITOR_SCHEMA_OPTIONS = {"lenient": True, "one_of": "any_of"}
 # Grammar kinds compiled from text on the compile thread; "auto" (the code grammar of the
 # open brackets, a small cached build per keystroke) and "none" stay on the model thread.
 OFF_THREAD_KINDS = frozenset({"json_schema", "lark", "regex"})
@@ -408,7 +412,7 @@ class CompletionEngine:
                 schema = json.loads(spec.source or "{}")
                 if _names_its_schema(request.prefix):
                     schema = _with_schema_key(schema)
-                grammar = Grammar.from_json_schema(schema, lenient=True)
+                grammar = Grammar.from_json_schema(schema, **EDITOR_SCHEMA_OPTIONS)
                 return _document_grammar(grammar), True, _relaxed_note(grammar)
             if language in JSON_LANGUAGES:
                 from midword.grammars import read_grammar
@@ -482,7 +486,7 @@ class CompletionEngine:
         cached = self._anchored.get(key)
         if cached is None:
             try:
-                cached = _document_grammar(Grammar.from_json_schema(sub, lenient=True))
+                cached = _document_grammar(Grammar.from_json_schema(sub, **EDITOR_SCHEMA_OPTIONS))
             except (GrammarError, LimitExceeded, ValueError, RecursionError) as err:
                 cached = str(err)
             self._anchored[key] = cached
@@ -769,7 +773,7 @@ def _with_schema_key(schema):
 
 def _relaxed_note(grammar: Grammar) -> str:
     """What an editor user should know about a schema the grammar enforces only in part
-    (`uniqueItems`, which no grammar can check; object key sets past their budget)."""
+    (`uniqueItems`, which no grammar can check; a oneOf compiled as anyOf)."""
     return f"schema relaxed: {'; '.join(grammar.warnings)}" if grammar.warnings else ""
 
 

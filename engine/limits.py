@@ -35,7 +35,7 @@ class LimitExceeded(RuntimeError):
     # The JSON pointer of the subschema being compiled, set by the schema compiler.
     schema_path: str | None = None
 
-    def __init__(self, limit: str, value: int, detail: str = ""):
+    def __init__(self, limit: str, value: float, detail: str = ""):
         self.limit = limit
         self.value = value
         msg = f"limit {limit}={value} exceeded"
@@ -95,7 +95,8 @@ class Limits:
     # JSON Schema: steps checking enum/const values against subschemas.
     max_validation_steps: int = 200_000
     # Wall-clock seconds one grammar compilation may take where the caller runs it under
-    # a CompileBudget (the completion engine's compile executor does).
+    # a CompileBudget (the completion engine's compile executor does); a JSON Schema
+    # compiled outside any budget gets one of this length.
     max_compile_seconds: float = 10.0
 
 
@@ -154,7 +155,7 @@ class CompileBudget:
         if self.deadline is not None and time.monotonic() > self.deadline:
             self._countdown = 0
             self.tripped = CompileTimeExceeded(
-                "max_compile_seconds", int(self.seconds or 0), f"compilation took longer than {self.seconds:g} s"
+                "max_compile_seconds", self.seconds or 0, f"compilation took longer than {self.seconds:g} s"
             )
             raise self.tripped
 
@@ -168,6 +169,21 @@ def check_compile_budget() -> None:
     budget = _budget.get()
     if budget is not None:
         budget.check()
+
+
+@contextmanager
+def bounded_compile(seconds: float) -> Iterator[None]:
+    """Runs the block under a budget of `seconds` unless one is active on this thread
+    already (the caller's, with its own deadline and cancel switch, stays in charge);
+    a budget that tripped inside code that swallowed the error is raised at the end."""
+    if _budget.get() is not None:
+        yield
+        return
+    budget = CompileBudget(seconds)
+    with compile_budget(budget):
+        yield
+    if budget.tripped is not None:
+        raise budget.tripped
 
 
 @contextmanager

@@ -15,7 +15,8 @@ The compiler works in two stages, like llguidance's JSON front end.
    nonterminals. `oneOf` equals `anyOf` where its branches are provably disjoint (by
    type, constants, a required discriminator, string regexes); otherwise it is
    compiled exactly as the union of "branch i and no other branch" where those
-   complements exist, and is an error where they do not.
+   complements exist, and is an error where they do not (or, with one_of="any_of",
+   the relaxation the editor takes: anyOf, warned of).
 2. *Generate* (`generate`). The lexical parts become lexemes, with every constraint on
    a string folded into ONE lexeme regex (`strings`): `"` + body + `"`, where the body
    is the intersection (`&`, the lexer's extended syntax, flag `E`) of the length

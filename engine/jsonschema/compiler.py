@@ -84,10 +84,20 @@ _MAX_MEETS_KEPT = 100_000
 
 
 class _Compiler:
-    def __init__(self, schema: Any, *, strict: bool, limits: Limits, lenient: bool = False, formats: str = "assert"):
+    def __init__(
+        self,
+        schema: Any,
+        *,
+        strict: bool,
+        limits: Limits,
+        lenient: bool = False,
+        formats: str = "assert",
+        one_of: str = "exact",
+    ):
         self.doc = schema
         self.strict = strict
         self.lenient = lenient
+        self.one_of = one_of
         self.formats = formats
         self.limits = limits
         self.warnings: list[str] = []
@@ -472,7 +482,7 @@ class _Compiler:
         if "oneOf" in s:
             subs = self._schema_list(s, "oneOf", path)
             raw = [self.norm(sub, base, path + ("oneOf", i)) for i, sub in enumerate(subs)]
-            node = self._one_of(node, raw, _ptr(path))
+            node = self._one_of(node, raw, path)
         return node
 
     def _closed_beside_applicators(self, s: dict, base: str, path: tuple) -> _Node | None:
@@ -555,10 +565,12 @@ class _Compiler:
             node = self.intersect(node, self.union([others, absent, then]))
         return node
 
-    def _one_of(self, node: _Node, raw: list[_Node], where: str) -> _Node:
+    def _one_of(self, node: _Node, raw: list[_Node], path: tuple) -> _Node:
         """`node` AND oneOf(raw) as a union: directly when the branches are provably
         disjoint, else as the union of (branch i AND NOT each overlapping branch j),
-        where those complements can be expressed."""
+        where those complements can be expressed; where not, refused, or with
+        one_of="any_of" the union of the branches (a relaxation, warned of)."""
+        where = _ptr(path)
         pairs = [(self.intersect(node, r), r) for r in raw]
         pairs = [(b, r) for b, r in pairs if b is not NOTHING]
         live = [b for b, _ in pairs]
@@ -588,10 +600,16 @@ class _Compiler:
         except BUDGET_ERRORS:
             raise
         except (GrammarError, LimitExceeded) as e:
-            raise GrammarError(
-                f"oneOf at {where}: cannot prove its branches exclusive (different types, constants, or a "
-                f"required property with disjoint values) nor build their complement ({e})"
-            ) from None
+            reason = (
+                "cannot prove its branches exclusive (different types, constants, or a required property with "
+                f"disjoint values) nor build their complement ({e})"
+            )
+            if self.one_of != "any_of":
+                raise GrammarError(
+                    f"oneOf at {where}: {reason} (one_of='any_of' compiles it as anyOf, and says so in the warnings)"
+                ) from None
+            self.relax("oneOf", path, f"compiled as anyOf, an instance matching two branches accepted: {reason}")
+            return self.union(live)
 
     # Complement ---------------------------------------------------------------------------
     def negate(self, node: _Node, where: str, depth: int = 0) -> _Node:
@@ -1023,6 +1041,9 @@ class _Compiler:
 
     # Intersection ----------------------------------------------------------------------
     def intersect(self, a: _Node, b: _Node) -> _Node:
+        # Meets multiply where allOf branches share wide objects: a schema can spend
+        # its whole time budget here without a new subschema to normalise.
+        check_compile_budget()
         self.depth += 1
         try:
             if self.depth > self.limits.max_schema_depth:

@@ -13,6 +13,7 @@ from ..limits import (
     GrammarLimitExceeded,
     LimitExceeded,
     Limits,
+    bounded_compile,
 )
 from .compiler import _Compiler
 from .generate import _Generator
@@ -31,6 +32,7 @@ def compile_json_schema(
     strict: bool = False,
     lenient: bool = False,
     formats: str = "assert",
+    one_of: str = "exact",
     limits: Limits = DEFAULT_LIMITS,
 ) -> Grammar:
     """Compile a JSON Schema (a parsed value, or its JSON text) to a `Grammar`.
@@ -44,8 +46,12 @@ def compile_json_schema(
     RELAXED_KEYWORDS) is an error instead of a warning. lenient: compile `uniqueItems`
     without enforcing it (refused otherwise: no grammar can check it). formats: "assert"
     (the default: a known `format` constrains the string, which is what generation
-    wants) or "annotation" (the spec's default: `format` constrains nothing). The grammar's
-    `warnings` attribute lists every relaxation applied.
+    wants) or "annotation" (the spec's default: `format` constrains nothing). one_of:
+    "exact" (the default) refuses a oneOf whose branches can be neither proved exclusive
+    nor complemented (an object branch with patternProperties, a recursive branch);
+    "any_of" compiles it as anyOf, which accepts an instance matching two branches (what
+    an editor wants rather than no constraint at all). The grammar's `warnings`
+    attribute lists every relaxation applied.
     """
     if whitespace not in ("flexible", "compact"):
         raise ValueError(f"whitespace must be 'flexible' or 'compact', not {whitespace!r}")
@@ -53,31 +59,34 @@ def compile_json_schema(
         raise ValueError(f"formats must be 'assert' or 'annotation', not {formats!r}")
     if key_order not in ("any", "schema"):
         raise ValueError(f"key_order must be 'any' or 'schema', not {key_order!r}")
+    if one_of not in ("exact", "any_of"):
+        raise ValueError(f"one_of must be 'exact' or 'any_of', not {one_of!r}")
     if isinstance(schema, (str, bytes, bytearray)):
         try:
             schema = json.loads(schema)
         except json.JSONDecodeError as e:
             raise GrammarError(f"schema is not valid JSON: {e.msg} at line {e.lineno}:{e.colno}") from None
-    try:
-        comp = _Compiler(schema, strict=strict, limits=limits, lenient=lenient, formats=formats)
-        root = comp.root()
-        if root is NOTHING:
-            raise GrammarError("the schema at # accepts no JSON value")
-        grammar = _Generator(comp, limits, key_order).build(root, whitespace)
-    except RecursionError:
-        # Depth guards cover schema nesting; this catches pathological values (enum/const).
-        raise GrammarLimitExceeded(
-            "max_schema_depth", limits.max_schema_depth, "schema or constant nested too deeply"
-        ) from None
-    except LimitExceeded as e:
-        if isinstance(e, (GrammarError, CompileCancelled)):  # a cancel is no verdict on the schema
-            raise
-        # A refusal of this schema: a GrammarError naming the limit and the subschema.
-        where = getattr(e, "schema_path", None)
-        detail = e.args[0].split(": ", 1)[1] if ": " in e.args[0] else ""
-        if where and where not in detail:
-            detail = f"{detail} (in the schema at {where})" if detail else f"in the schema at {where}"
-        raise GrammarLimitExceeded(e.limit, e.value, detail) from e
+    with bounded_compile(limits.max_compile_seconds):
+        try:
+            comp = _Compiler(schema, strict=strict, limits=limits, lenient=lenient, formats=formats, one_of=one_of)
+            root = comp.root()
+            if root is NOTHING:
+                raise GrammarError("the schema at # accepts no JSON value")
+            grammar = _Generator(comp, limits, key_order).build(root, whitespace)
+        except RecursionError:
+            # Depth guards cover schema nesting; this catches pathological values (enum/const).
+            raise GrammarLimitExceeded(
+                "max_schema_depth", limits.max_schema_depth, "schema or constant nested too deeply"
+            ) from None
+        except LimitExceeded as e:
+            if isinstance(e, (GrammarError, CompileCancelled)):  # a cancel is no verdict on the schema
+                raise
+            # A refusal of this schema: a GrammarError naming the limit and the subschema.
+            where = getattr(e, "schema_path", None)
+            detail = e.args[0].split(": ", 1)[1] if ": " in e.args[0] else ""
+            if where and where not in detail:
+                detail = f"{detail} (in the schema at {where})" if detail else f"in the schema at {where}"
+            raise GrammarLimitExceeded(e.limit, e.value, detail) from e
     grammar.warnings = list(comp.warnings)
     return grammar
 
@@ -92,5 +101,5 @@ def schema_ordered(schema: Any, value: Any) -> Any:
     """
     if isinstance(schema, (str, bytes, bytearray)):
         schema = json.loads(schema)
-    comp = _Compiler(schema, strict=False, limits=DEFAULT_LIMITS, lenient=True)
+    comp = _Compiler(schema, strict=False, limits=DEFAULT_LIMITS, lenient=True, one_of="any_of")
     return comp.reorder(comp.root(), value, 0)

@@ -35,6 +35,8 @@ RELAXED_KEYWORDS: dict[str, str] = {
     "differ; only with lenient=True, refused otherwise)",
     "format": "format values not in SUPPORTED_FORMATS are not enforced "
     "(JSON Schema makes format an annotation by default)",
+    "oneOf": "a oneOf whose branches can be neither proved exclusive nor complemented is compiled as anyOf "
+    "(only with one_of='any_of', refused otherwise)",
 }
 
 # `format` values turned into regexes (ECMA-262 syntax, applied like `pattern`).

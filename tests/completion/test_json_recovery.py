@@ -174,6 +174,31 @@ def test_an_editor_schema_with_unique_items_is_relaxed_and_says_so():
     assert note.startswith("schema relaxed:") and "uniqueItems" in note
 
 
+def test_an_editor_schema_with_an_overlapping_one_of_is_relaxed_and_says_so():
+    # A oneOf the compiler can neither prove exclusive nor complement: refused by the
+    # engine API, but an editor's document keeps its constraint, as anyOf, with a note.
+    from midword.completion.engine import CompletionEngine
+    from midword.completion.types import CompletionRequest, GrammarSpec
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "style": {
+                "oneOf": [
+                    {"type": "object", "properties": {"color": {"type": "string"}}},
+                    {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}},
+                ]
+            }
+        },
+    }
+    spec = GrammarSpec(kind="json_schema", source=json.dumps(schema))
+    grammar, whole_document, note = CompletionEngine().grammar_for(
+        CompletionRequest(prefix='{"style": {', language="json", grammar=spec)
+    )
+    assert grammar is not None and whole_document
+    assert note.startswith("schema relaxed: oneOf at #/properties/style: compiled as anyOf"), note
+
+
 def test_a_closed_schema_still_allows_the_documents_own_schema_key(llama3):
     from midword.completion.engine import CompletionEngine
     from midword.completion.types import CompletionRequest, GrammarSpec

@@ -54,6 +54,29 @@ def test_huge_max_length_is_no_bound_and_says_so():
     assert any("no bound" in w for w in g.warnings)
 
 
+def test_a_compile_outside_any_budget_gets_one_of_its_own():
+    # allOf over anyOf branches of wide objects: 8^4 meets of 160-property objects, each
+    # within every size limit, so only the clock stops it. No caller set a budget.
+    import time
+
+    from midword.engine.limits import CompileBudget, CompileTimeExceeded, compile_budget
+
+    schema = {
+        "allOf": [
+            {"anyOf": [{"properties": {f"p{k}_{i}_{j}": {"type": "string"} for j in range(40)}} for i in range(8)]}
+            for k in range(4)
+        ]
+    }
+    started = time.monotonic()
+    with pytest.raises(CompileTimeExceeded, match="max_compile_seconds=0.5 exceeded"):
+        compile_json_schema(schema, limits=Limits(max_compile_seconds=0.5))
+    assert time.monotonic() - started < 30  # stopped by the budget, not by finishing
+    # A caller's own budget stays in charge.
+    with compile_budget(CompileBudget(0.3)):
+        with pytest.raises(CompileTimeExceeded, match="max_compile_seconds=0.3 exceeded"):
+            compile_json_schema(schema, limits=Limits(max_compile_seconds=100))
+
+
 def test_recursive_refs_compile_to_recursive_rules():
     schema = {
         "$defs": {"a": {"anyOf": [{"$ref": "#/$defs/b"}, {"type": "null"}]}, "b": {"items": {"$ref": "#/$defs/a"}}},
