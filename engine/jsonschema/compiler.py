@@ -21,6 +21,7 @@ from .ir import (
     _Arr,
     _BoolT,
     _Const,
+    _Counted,
     _elem,
     _kind,
     _make_arr,
@@ -37,7 +38,9 @@ from .ir import (
     _str_within_excluded,
     _Union,
     _union,
+    contains_entry,
     stable_order,
+    witness_bounds,
 )
 from .keywords import (
     _ALL_KINDS,
@@ -687,6 +690,13 @@ class _Compiler:
             if node.items is not ANY:
                 parts.append(self.make_arr((ANY,) * p, ANY, p + 1, None, (self.negate(node.items, where, depth + 1),)))
             for c in node.contains:
+                if isinstance(c, _Counted):
+                    # Fewer matches than asked, or more.
+                    for lo, hi in ((0, c.lo - 1), (c.hi + 1 if c.hi is not None else None, None)):
+                        entry = None if lo is None or (hi is not None and hi < 0) else contains_entry(c.node, lo, hi)
+                        if entry is not None:
+                            parts.append(self.make_arr((ANY,) * p, ANY, 0, None, (entry,)))
+                    continue
                 parts.append(self.make_arr((ANY,) * p, self.negate(c, where, depth + 1), 0, None))
             return self.union(parts)
         if isinstance(node, _Obj):
@@ -963,15 +973,26 @@ class _Compiler:
         arr = self.make_arr(tuple(prefix), items, lo, hi)
         if "contains" in s:
             min_c = self._count(s, "minContains", path)
-            if "maxContains" in s:
-                raise GrammarError(
-                    f"unsupported keyword 'maxContains' at {_ptr(path)} (counting matches is not supported)"
-                )
-            if min_c is None or min_c == 1:
-                witness = self.norm(s["contains"], base, path + ("contains",))
-                arr = self.intersect(arr, self._contains(witness, len(prefix)))
-            elif min_c > 1:
-                raise GrammarError(f"unsupported keyword 'minContains' at {_ptr(path)} (only 0 or 1)")
+            max_c = self._count(s, "maxContains", path)
+            witness = self.norm(s["contains"], base, path + ("contains",))
+            entry = contains_entry(witness, 1 if min_c is None else min_c, max_c)
+            if isinstance(entry, _Counted):
+                cap = self.limits.max_counted_items
+                for key, v in (("minContains", entry.lo), ("maxContains", entry.hi)):
+                    if v is not None and v > cap:
+                        raise GrammarLimitExceeded("max_counted_items", cap, f"{key} {v} at {_ptr(path)}")
+                if prefix:
+                    # A count over the prefix positions too would need each position's
+                    # match and miss apart: a union growing with their subsets.
+                    raise GrammarError(
+                        f"minContains/maxContains at {_ptr(path)}: not supported beside prefixItems "
+                        "(only a count of 'at least one')"
+                    )
+                arr = self.intersect(arr, self.make_arr((), ANY, 0, None, (entry,)))
+            elif entry is NOTHING:
+                arr = NOTHING
+            elif entry is not None:
+                arr = self.intersect(arr, self._contains(entry, len(prefix)))
         return arr
 
     def _contains(self, c: _Node, p: int) -> _Node:
@@ -989,6 +1010,8 @@ class _Compiler:
         prefix = a.prefix + (a.items,) * (n - p)
         options: list[_Node] = [self.make_arr(prefix, a.items, a.min_items, a.max_items)]
         for c in a.contains:
+            if isinstance(c, _Counted):
+                raise GrammarError("allOf: cannot combine minContains/maxContains with prefixItems")
             grown: list[_Node] = []
             for o in options:
                 if not isinstance(o, _Arr):
@@ -1246,9 +1269,14 @@ class _Compiler:
             if node.max_items is not None and len(v) > node.max_items:
                 return False
             tail = v[len(node.prefix) :]
-            return all(self._accepts(_elem(node, i), x, d1) for i, x in enumerate(v)) and all(
-                any(self._accepts(c, x, d1) for x in tail) for c in node.contains
-            )
+            if not all(self._accepts(_elem(node, i), x, d1) for i, x in enumerate(v)):
+                return False
+            for c in node.contains:
+                w, lo, hi = witness_bounds(c)
+                matches = sum(1 for x in tail if self._accepts(w, x, d1))
+                if matches < lo or (hi is not None and matches > hi):
+                    return False
+            return True
         if isinstance(node, _Obj):
             if not isinstance(v, dict) or len(v) < node.min_props:
                 return False

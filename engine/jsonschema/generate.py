@@ -26,6 +26,7 @@ from .ir import (
     _Ref,
     _Str,
     _Union,
+    witness_bounds,
 )
 from .keywords import (
     _WHITESPACE,
@@ -361,46 +362,81 @@ class _Generator:
 
     def witness_tail(self, node: _Arr, item: int | None, comma_item: int | None) -> int:
         """The elements after the prefix when some must satisfy `contains` schemas: a
-        state machine over (elements so far, witnesses met)."""
+        state machine over (elements so far, matches of each witness so far)."""
         b = self.b
         c = self.c
         p = len(node.prefix)
-        ws = node.contains
-        full = (1 << len(ws)) - 1
+        bounds = [witness_bounds(w) for w in node.contains]
         lo_t = max(0, node.min_items - p)
         hi_t = None if node.max_items is None else node.max_items - p
         cap = hi_t if hi_t is not None else max(lo_t, 1)
-        if (cap + 1) * (full + 1) > self.limits.max_object_states:
+        # Per witness the counts told apart: up to its least count where nothing bounds
+        # it above (more is as good), else up to its greatest.
+        tops = [lo if hi is None else hi for _, lo, hi in bounds]
+        states = cap + 1
+        for top in tops:
+            states *= top + 1
+        if states > self.limits.max_object_states:
             raise GrammarError(
                 f"array with minItems/maxItems {node.min_items}/{node.max_items} and contains needs too many states"
             )
-        # One element symbol per set of witnesses it meets.
+        # One element symbol per set of witnesses it counts for. A witness with a greatest
+        # count counts every element it matches, so an element outside the set must not.
+        misses: dict[int, _Node] = {}
+        for i, (w, _, hi) in enumerate(bounds):
+            if hi is not None:
+                try:
+                    misses[i] = c.negate(w, "maxContains")
+                except GrammarError as e:
+                    raise GrammarError(f"maxContains: cannot tell the elements its schema rejects ({e})") from None
         claims: list[tuple[int, int]] = []
-        for mask in range(full + 1):
+        for mask in range(1 << len(bounds)):
             sch = node.items
-            for i, w in enumerate(ws):
+            for i, (w, _, _) in enumerate(bounds):
                 if mask >> i & 1:
                     sch = c.intersect(sch, w)
+                elif i in misses:
+                    sch = c.intersect(sch, misses[i])
             if sch is not NOTHING:
                 claims.append((mask, self.sym(sch)))
-        state = [[self.nt("items") for _ in range(full + 1)] for _ in range(cap + 1)]
+        unbounded = not misses
+        names: dict[tuple[int, tuple[int, ...]], int] = {}
+        todo: list[tuple[int, tuple[int, ...]]] = []
 
-        def bump(cnt: int) -> int:
-            return cnt + 1 if hi_t is not None else min(cnt + 1, cap)
+        def state(key: tuple[int, tuple[int, ...]]) -> int:
+            nt = names.get(key)
+            if nt is None:
+                nt = names[key] = self.nt("items")
+                todo.append(key)
+            return nt
 
-        for cnt in range(cap + 1):
-            for have in range(full + 1):
-                nt = state[cnt][have]
-                sep = [self.COMMA] if (p > 0 or cnt > 0) else []
-                if have == full and hi_t is None and cnt == cap and comma_item is not None:
-                    b.rule(nt, [self.star(comma_item)])
-                    continue
-                if have == full and cnt >= lo_t:
-                    b.rule(nt, [])
-                if hi_t is None or cnt < hi_t:
-                    for mask, sym in claims:
-                        b.rule(nt, sep + [sym, state[bump(cnt)][have | mask]])
-        return state[0][0]
+        first = state((0, (0,) * len(bounds)))
+        while todo:
+            cnt, counts = todo.pop()
+            nt = names[(cnt, counts)]
+            sep = [self.COMMA] if (p > 0 or cnt > 0) else []
+            met = all(n >= lo for n, (_, lo, _) in zip(counts, bounds, strict=True))
+            if met and unbounded and hi_t is None and cnt == cap and comma_item is not None:
+                b.rule(nt, [self.star(comma_item)])
+                continue
+            if met and cnt >= lo_t:
+                b.rule(nt, [])
+            if hi_t is not None and cnt >= hi_t:
+                continue
+            after = cnt + 1 if hi_t is not None else min(cnt + 1, cap)
+            for mask, sym in claims:
+                grown: list[int] = []
+                for i, (n, (_, lo, hi)) in enumerate(zip(counts, bounds, strict=True)):
+                    if mask >> i & 1:
+                        n += 1
+                        if hi is None:
+                            n = min(n, lo)
+                        elif n > hi:
+                            break  # one match too many
+                    grown.append(n)
+                else:
+                    b.rule(nt, sep + [sym, state((after, tuple(grown)))])
+        return first
 
     def object(self, node: _Obj) -> int:
         b = self.b

@@ -81,9 +81,40 @@ class _Str(_Node):
         self.min_len, self.max_len, self.patterns, self.excluded = min_len, max_len, patterns, excluded
 
 
+class _Counted(_Node):
+    """A `contains` entry other than "at least one": between `lo` and `hi` (None: no
+    bound) of the elements after the prefix satisfy `node` (minContains, maxContains)."""
+
+    __slots__ = ("node", "lo", "hi")
+
+    def __init__(self, node: _Node, lo: int, hi: int | None):
+        super().__init__(("counted", node, lo, hi))
+        self.node, self.lo, self.hi = node, lo, hi
+
+
+def contains_entry(node: _Node, lo: int, hi: int | None) -> _Node | None:
+    """The `contains` entry for between lo and hi matches of `node`: the node itself for
+    "at least one", None where the counts ask nothing, NOTHING where they cannot be met."""
+    if hi is not None and hi < lo:
+        return NOTHING
+    if node is NOTHING:
+        return NOTHING if lo > 0 else None  # no element matches: the count is 0
+    if hi is None and lo <= 1:
+        return node if lo == 1 else None
+    return _Counted(node, lo, hi)
+
+
+def witness_bounds(entry: _Node) -> tuple[_Node, int, int | None]:
+    """(schema, least count, greatest count or None) of a `contains` entry."""
+    if isinstance(entry, _Counted):
+        return entry.node, entry.lo, entry.hi
+    return entry, 1, None
+
+
 class _Arr(_Node):
     """Arrays: element i satisfies prefix[i], later ones `items`; a length range; and for
-    each schema in `contains`, some element after the prefix satisfies it."""
+    each entry in `contains`, some element after the prefix satisfies its schema (or,
+    for a `_Counted` entry, between its bounds of them do)."""
 
     __slots__ = ("prefix", "items", "min_items", "max_items", "contains")
 
@@ -283,8 +314,10 @@ def _make_str(lo, hi, patterns, excluded=()) -> _Node:
 def _make_arr(prefix, items, lo, hi, contains=(), *, max_contains: int = DEFAULT_LIMITS.max_contains) -> _Node:
     if NOTHING in contains:
         return NOTHING
-    if contains:
-        lo = max(lo, len(prefix) + 1)  # the witnesses need an element after the prefix
+    # The witnesses need elements after the prefix.
+    need = max((witness_bounds(c)[1] for c in contains), default=0)
+    if need:
+        lo = max(lo, len(prefix) + need)
     if hi is not None and lo > hi:
         return NOTHING
     # A position that admits no value caps the length there.
@@ -305,7 +338,7 @@ def _make_arr(prefix, items, lo, hi, contains=(), *, max_contains: int = DEFAULT
             items = NOTHING
     if items is NOTHING and hi is None:
         hi = len(prefix)
-    if contains and (items is NOTHING or lo > (hi if hi is not None else lo)):
+    if need and (items is NOTHING or lo > (hi if hi is not None else lo)):
         return NOTHING
     if len(contains) > max_contains:
         raise GrammarError(f"an array may combine at most {max_contains} 'contains' constraints (Limits.max_contains)")

@@ -766,8 +766,43 @@ def test_contains():
         valid=[[], ["a", 1], [2, 3]],
         invalid=[[None], ["a", 1.5]],
     )
-    with pytest.raises(GrammarError, match="maxContains"):
-        compile_json_schema({"contains": {}, "maxContains": 2})
+
+
+@pytest.mark.parametrize("least,most", [(2, None), (0, 1), (1, 2), (2, 3), (3, 3), (0, 0), (3, 2)])
+def test_min_and_max_contains_count_the_matches(least, most):
+    """minContains/maxContains against counting, on every array of 0 to 5 elements
+    drawn from 1, 2 and "a", and beside minItems/maxItems and other witnesses."""
+    import itertools
+
+    schema: dict = {"contains": {"const": 1}, "minContains": least}
+    if most is not None:
+        schema["maxContains"] = most
+    both = {"allOf": [schema, {"contains": {"type": "string"}}], "maxItems": 4}
+    g, g_both = compile_json_schema(schema), compile_json_schema(both)
+    for n in range(6):
+        for arr in itertools.product([1, 2, "a"], repeat=n):
+            count = arr.count(1)
+            fits = count >= least and (most is None or count <= most)
+            text = json.dumps(list(arr)).encode()
+            assert grammar_accepts(g, text) == fits, (schema, arr)
+            assert grammar_accepts(g_both, text) == (fits and "a" in arr and n <= 4), (both, arr)
+    # Not an array: the counts ask nothing.
+    assert grammar_accepts(g, b'"x"')
+
+
+def test_min_and_max_contains_negated_and_refused():
+    check(
+        {"type": "array", "not": {"contains": {"const": 1}, "minContains": 2, "maxContains": 3}},
+        valid=[[], [1], [1, 1, 1, 1], [2]],
+        invalid=[[1, 1], [1, 2, 1, 1]],
+    )
+    with pytest.raises(GrammarError, match="minContains/maxContains at #: not supported beside prefixItems"):
+        compile_json_schema({"prefixItems": [{}], "contains": {"const": 1}, "minContains": 2})
+    # maxContains needs the elements its schema rejects: refused where no complement exists.
+    with pytest.raises(GrammarError, match="maxContains: cannot tell the elements its schema rejects"):
+        compile_json_schema({"contains": {"patternProperties": {"^x": {"type": "integer"}}}, "maxContains": 1})
+    with pytest.raises(GrammarError, match="max_counted_items"):
+        compile_json_schema({"contains": {"const": 1}, "minContains": 10**9})
 
 
 def test_property_names():
