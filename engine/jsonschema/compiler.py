@@ -86,6 +86,14 @@ def _numbered_draft(schema_uri: Any) -> int | None:
 _MAX_MEETS_KEPT = 100_000
 
 
+def _join(base: str, ref: str) -> str:
+    """`ref` resolved against the base URI `base`. A fragment alone joins any base:
+    urllib joins only schemes it knows to be hierarchical, and a `urn:` $id is not."""
+    if ref.startswith("#"):
+        return base.split("#", 1)[0] + ref
+    return urllib.parse.urljoin(base, ref)
+
+
 class _Compiler:
     def __init__(
         self,
@@ -247,7 +255,7 @@ class _Compiler:
             ident = s.get("id")
         if not isinstance(ident, str) or ident.startswith("#"):
             return base
-        return urllib.parse.urljoin(base, ident).split("#", 1)[0] if base else ident.split("#", 1)[0]
+        return _join(base, ident).split("#", 1)[0] if base else ident.split("#", 1)[0]
 
     def _index(self, s: Any, base: str, path: tuple, depth: int = 0) -> None:
         """Record the base URI of every subschema, its `$id`s and anchors."""
@@ -292,7 +300,7 @@ class _Compiler:
             self._indexed = True
             self._index(self.doc, self.root_base, ())
         where = _ptr(path)
-        absolute = urllib.parse.urljoin(base, ref) if base else ref
+        absolute = _join(base, ref) if base else ref
         uri, _, fragment = absolute.partition("#")
         fragment = urllib.parse.unquote(fragment)
         target = None

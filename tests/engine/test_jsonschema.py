@@ -1068,6 +1068,11 @@ def test_id_relative_refs():
     check(dynamic, valid=[["a", "b"], []], invalid=[["a", 1]])
     with pytest.raises(GrammarError, match=r"\$dynamicRef"):
         compile_json_schema({"items": {"$dynamicRef": "#it"}, "$defs": {"s": {"$dynamicAnchor": "it"}}})
+    # A pointer fragment inside a resource with a `urn:` $id is a pointer into that
+    # resource, though urllib joins nothing to a urn.
+    urn = "urn:uuid:deadbeef-4321-ffff-ffff-1234feebdaed"
+    nested = {"$ref": urn, "$defs": {"foo": {"$id": urn, "$defs": {"bar": {"type": "string"}}, "$ref": "#/$defs/bar"}}}
+    check(nested, valid=["bar"], invalid=[12])
 
 
 def test_ref_errors_name_the_reference():
