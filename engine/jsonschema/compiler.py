@@ -86,6 +86,11 @@ def _numbered_draft(schema_uri: Any) -> int | None:
 _MAX_MEETS_KEPT = 100_000
 
 
+class NeedsDynamicScope(Exception):
+    """A $dynamicRef met by a compiler that does not track the dynamic scope: the caller
+    compiles again with `dynamic_scope=True`."""
+
+
 def _join(base: str, ref: str) -> str:
     """`ref` resolved against the base URI `base`. A fragment alone joins any base:
     urllib joins only schemes it knows to be hierarchical, and a `urn:` $id is not."""
@@ -104,6 +109,7 @@ class _Compiler:
         lenient: bool = False,
         formats: str = "assert",
         one_of: str = "exact",
+        dynamic_scope: bool = False,
     ):
         self.doc = schema
         self.strict = strict
@@ -149,6 +155,20 @@ class _Compiler:
         # Indexed at the first $ref: most schemas have none, and until then normalisation
         # works out each subschema's base on its way down, as the index would.
         self._indexed = False
+        # $dynamicRef: a compiler that meets one without tracking the dynamic scope asks
+        # for a fresh one that does (`NeedsDynamicScope`), so schemas without pay nothing.
+        # The scope is kept as what a $dynamicRef reads of it: per dynamically referenced
+        # anchor name, the outermost resource in scope that defines it (its target's
+        # name). A reference compiled under a scope carries it in its name, so one target
+        # has a body per scope it is met in.
+        self.dynamic_scope = dynamic_scope
+        self.dyn: tuple[tuple[str, str], ...] = ()
+        self.ref_scopes: dict[str, tuple[tuple[str, str], ...]] = {}
+        self.dynamic_names: set[str] = set()
+        self.dynamic_anchors: dict[str, dict[str, tuple[Any, str, tuple]]] = {}
+        if dynamic_scope:
+            self._indexed = True
+            self._index(self.doc, self.root_base, ())
 
     def exprs(self):
         """The process-wide expression set the lexer will use (regex.ExprSet.shared)."""
@@ -275,11 +295,19 @@ class _Compiler:
             if isinstance(v, str) and v.startswith("#") and len(v) > 1:
                 self.anchors.setdefault(base + v, (s, base, path))
         # A $dynamicAnchor is also a plain-name fragment that $ref resolves as it would
-        # an $anchor (only $dynamicRef resolves it dynamically, which is not supported).
+        # an $anchor; only $dynamicRef resolves it by the dynamic scope.
         for key in ("$anchor", "$dynamicAnchor"):
             anchor = s.get(key)
             if isinstance(anchor, str):
                 self.anchors.setdefault(base + "#" + anchor, (s, base, path))
+        anchor = s.get("$dynamicAnchor")
+        if isinstance(anchor, str):
+            self.dynamic_anchors.setdefault(base, {}).setdefault(anchor, (s, base, path))
+        ref = s.get("$dynamicRef")
+        if isinstance(ref, str):
+            fragment = urllib.parse.unquote(ref.partition("#")[2])
+            if fragment and not fragment.startswith("/"):
+                self.dynamic_names.add(fragment)
         for key, v in s.items():
             shape = _SUBSCHEMA_SHAPE.get(key)
             if shape is None:
@@ -333,6 +361,22 @@ class _Compiler:
         self.targets.setdefault(name, (node, self.base_of.get(doc_path, res[1]), doc_path))
         return name
 
+    def _dynamic_target(self, ref: Any, base: str, path: tuple) -> str:
+        """The reference name a `$dynamicRef` stands for here: resolved as `$ref` would,
+        then, where that lands on a `$dynamicAnchor` of the fragment's name, on the one
+        of the outermost resource in the dynamic scope that defines the name."""
+        if not self.dynamic_scope:
+            raise NeedsDynamicScope()
+        if not isinstance(ref, str):
+            raise GrammarError(f"$dynamicRef at {_ptr(path)} must be a string")
+        name = self._resolve(ref, base, path)
+        fragment = urllib.parse.unquote(_join(base, ref).partition("#")[2] if base else ref.partition("#")[2])
+        if fragment and not fragment.startswith("/"):
+            schema = self.targets[name][0]
+            if isinstance(schema, dict) and schema.get("$dynamicAnchor") == fragment:
+                return dict(self.dyn).get(fragment, name)
+        return name
+
     @staticmethod
     def _follow(res: tuple, pointer: tuple):
         node, _, doc_path = res
@@ -355,9 +399,12 @@ class _Compiler:
             raise GrammarError(f"circular $ref: {name} refers to itself without any structure in between")
         schema, base, path = self.targets[name]
         self.in_progress.add(name)
+        outer = self.dyn
+        self.dyn = self.ref_scopes.get(name, ())
         try:
             b = self.norm(schema, base, path)
         finally:
+            self.dyn = outer
             self.in_progress.discard(name)
         self.bodies[name] = b
         return b
@@ -394,6 +441,7 @@ class _Compiler:
     # Normalisation -------------------------------------------------------------------
     def norm(self, s: Any, base: str, path: tuple) -> _Node:
         self.depth += 1
+        outer = self.dyn
         try:
             if self.depth > self.limits.max_schema_depth:
                 raise LimitExceeded(
@@ -412,7 +460,38 @@ class _Compiler:
                 e.schema_path = _ptr(path)
             raise
         finally:
+            self.dyn = outer
             self.depth -= 1
+
+    def _entered(self, base: str) -> None:
+        """The dynamic scope once evaluation is inside the resource `base`: its dynamic
+        anchors for the names no outer resource in scope has defined."""
+        anchors = self.dynamic_anchors.get(base)
+        if not anchors:
+            return
+        have = {n for n, _ in self.dyn}
+        added = []
+        for anchor, target in anchors.items():
+            if anchor in self.dynamic_names and anchor not in have:
+                name = _ptr(target[2])
+                self.targets.setdefault(name, target)
+                added.append((anchor, name))
+        if added:
+            self.dyn = tuple(sorted(self.dyn + tuple(added)))
+
+    def _scoped(self, name: str) -> str:
+        """The reference name for target `name` met under the current dynamic scope."""
+        if not self.dyn:
+            return name
+        scoped = name + " (dynamic scope: " + ", ".join(f"{a} -> {t}" for a, t in self.dyn) + ")"
+        if scoped not in self.ref_scopes:
+            if len(self.ref_scopes) >= self.limits.max_synthetic_refs:
+                raise GrammarLimitExceeded(
+                    "max_synthetic_refs", self.limits.max_synthetic_refs, "$dynamicRef: too many dynamic scopes"
+                )
+            self.ref_scopes[scoped] = self.dyn
+            self.targets.setdefault(scoped, self.targets[name])
+        return scoped
 
     def _norm(self, s: Any, base: str, path: tuple) -> _Node:
         check_compile_budget()
@@ -424,6 +503,8 @@ class _Compiler:
             raise GrammarError(f"schema at {_ptr(path)} must be an object or a boolean, not {type(s).__name__}")
         known = self.base_of.get(path)
         base = known if known is not None else self._own_id(s, base)
+        if self.dynamic_names:
+            self._entered(base)
         s = self._in_force(s)
         if not UNSUPPORTED_KEYWORDS.isdisjoint(s):
             for key in s:
@@ -469,7 +550,11 @@ class _Compiler:
             if not isinstance(ref, str):
                 raise GrammarError(f"$ref at {_ptr(path)} must be a string")
             name = self._resolve(ref, base, path)
-            node = self.intersect(node, _Ref(frozenset([name])))
+            node = self.intersect(node, _Ref(frozenset([self._scoped(name)])))
+        if "$dynamicRef" in s:
+            node = self.intersect(
+                node, _Ref(frozenset([self._scoped(self._dynamic_target(s["$dynamicRef"], base, path))]))
+            )
         if "allOf" in s:
             for i, sub in enumerate(self._schema_list(s, "allOf", path)):
                 node = self.intersect(node, self.norm(sub, base, path + ("allOf", i)))

@@ -15,7 +15,7 @@ from ..limits import (
     Limits,
     bounded_compile,
 )
-from .compiler import _Compiler
+from .compiler import NeedsDynamicScope, _Compiler
 from .generate import _Generator
 from .ir import NOTHING
 
@@ -68,11 +68,11 @@ def compile_json_schema(
             raise GrammarError(f"schema is not valid JSON: {e.msg} at line {e.lineno}:{e.colno}") from None
     with bounded_compile(limits.max_compile_seconds):
         try:
-            comp = _Compiler(schema, strict=strict, limits=limits, lenient=lenient, formats=formats, one_of=one_of)
-            root = comp.root()
-            if root is NOTHING:
-                raise GrammarError("the schema at # accepts no JSON value")
-            grammar = _Generator(comp, limits, key_order).build(root, whitespace)
+            options = {"strict": strict, "limits": limits, "lenient": lenient, "formats": formats, "one_of": one_of}
+            try:
+                comp, grammar = _compile(schema, options, key_order, whitespace, dynamic_scope=False)
+            except NeedsDynamicScope:
+                comp, grammar = _compile(schema, options, key_order, whitespace, dynamic_scope=True)
         except RecursionError:
             # Depth guards cover schema nesting; this catches pathological values (enum/const).
             raise GrammarLimitExceeded(
@@ -91,6 +91,16 @@ def compile_json_schema(
     return grammar
 
 
+def _compile(schema: Any, options: dict, key_order: str, whitespace: str, dynamic_scope: bool):
+    """(compiler, grammar); references unfold as the grammar is built, so a $dynamicRef
+    may first show there."""
+    comp = _Compiler(schema, dynamic_scope=dynamic_scope, **options)
+    root = comp.root()
+    if root is NOTHING:
+        raise GrammarError("the schema at # accepts no JSON value")
+    return comp, _Generator(comp, options["limits"], key_order).build(root, whitespace)
+
+
 def schema_ordered(schema: Any, value: Any) -> Any:
     """`value` with every object's keys in the order the grammar of `schema` writes them
     (listed properties in schema order, then the rest in their original order).
@@ -101,5 +111,10 @@ def schema_ordered(schema: Any, value: Any) -> Any:
     """
     if isinstance(schema, (str, bytes, bytearray)):
         schema = json.loads(schema)
-    comp = _Compiler(schema, strict=False, limits=DEFAULT_LIMITS, lenient=True, one_of="any_of")
-    return comp.reorder(comp.root(), value, 0)
+    options = {"strict": False, "limits": DEFAULT_LIMITS, "lenient": True, "one_of": "any_of"}
+    try:
+        comp = _Compiler(schema, **options)
+        return comp.reorder(comp.root(), value, 0)
+    except NeedsDynamicScope:
+        comp = _Compiler(schema, dynamic_scope=True, **options)
+        return comp.reorder(comp.root(), value, 0)

@@ -26,7 +26,7 @@ ANNOTATION_KEYWORDS = frozenset(
 
 # JSON Schema vocabulary this compiler does not enforce. Meeting one is an error, so
 # the grammar never accepts more than the schema.
-UNSUPPORTED_KEYWORDS = frozenset("""$dynamicRef $recursiveRef extends disallow divisibleBy""".split())
+UNSUPPORTED_KEYWORDS = frozenset("""$recursiveRef extends disallow divisibleBy""".split())
 
 # Keywords that are deliberately *not* enforced. Every use adds a line to the grammar's
 # `warnings`; `strict=True` turns each into a GrammarError instead.
@@ -88,7 +88,7 @@ SUPPORTED_FORMATS = frozenset(_FORMAT_PATTERNS)
 
 _TYPES = ("null", "boolean", "integer", "number", "string", "array", "object")
 # In-place applicators: beside them, unevaluated* would depend on which subschemas matched.
-_APPLICATORS = ("allOf", "anyOf", "oneOf", "$ref", "not", "if", "dependentSchemas", "dependencies")
+_APPLICATORS = ("allOf", "anyOf", "oneOf", "$ref", "$dynamicRef", "not", "if", "dependentSchemas", "dependencies")
 _TYPE_KIND = {
     "null": "null",
     "boolean": "bool",

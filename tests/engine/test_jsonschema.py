@@ -1066,13 +1066,94 @@ def test_id_relative_refs():
     # A $dynamicAnchor is a plain-name fragment for $ref as well.
     dynamic = {"items": {"$ref": "#it"}, "$defs": {"s": {"$dynamicAnchor": "it", "type": "string"}}}
     check(dynamic, valid=[["a", "b"], []], invalid=[["a", 1]])
-    with pytest.raises(GrammarError, match=r"\$dynamicRef"):
-        compile_json_schema({"items": {"$dynamicRef": "#it"}, "$defs": {"s": {"$dynamicAnchor": "it"}}})
+    # Without a $dynamicAnchor of its name anywhere in scope, $dynamicRef is a $ref.
+    check(
+        {"items": {"$dynamicRef": "#it"}, "$defs": {"s": {"$anchor": "it", "type": "string"}}},
+        valid=[["a"]],
+        invalid=[[1]],
+    )
     # A pointer fragment inside a resource with a `urn:` $id is a pointer into that
     # resource, though urllib joins nothing to a urn.
     urn = "urn:uuid:deadbeef-4321-ffff-ffff-1234feebdaed"
     nested = {"$ref": urn, "$defs": {"foo": {"$id": urn, "$defs": {"bar": {"type": "string"}}, "$ref": "#/$defs/bar"}}}
     check(nested, valid=["bar"], invalid=[12])
+
+
+def test_dynamic_ref_follows_the_dynamic_scope():
+    # A generic list whose item type the resource that reached it names: the same target
+    # (genericList) compiles once per dynamic scope it is met in.
+    generic = {
+        "$id": "https://example.com/main",
+        "if": {"properties": {"kind": {"const": "numbers"}}, "required": ["kind"]},
+        "then": {"$ref": "numberList"},
+        "else": {"$ref": "stringList"},
+        "$defs": {
+            "genericList": {
+                "$id": "genericList",
+                "properties": {"list": {"items": {"$dynamicRef": "#itemType"}}},
+                "$defs": {"default": {"$dynamicAnchor": "itemType"}},
+            },
+            "numberList": {
+                "$id": "numberList",
+                "$defs": {"itemType": {"$dynamicAnchor": "itemType", "type": "number"}},
+                "$ref": "genericList",
+            },
+            "stringList": {
+                "$id": "stringList",
+                "$defs": {"itemType": {"$dynamicAnchor": "itemType", "type": "string"}},
+                "$ref": "genericList",
+            },
+        },
+    }
+    check(
+        generic,
+        valid=[{"kind": "numbers", "list": [1.5]}, {"kind": "strings", "list": ["a"]}],
+        invalid=[{"kind": "numbers", "list": ["a"]}, {"kind": "strings", "list": [1.5]}],
+    )
+    # The outermost resource in scope wins, and a scope left behind no longer counts:
+    # `if` entered first_scope, but `then` evaluates from second_scope.
+    leaving = {
+        "$id": "https://example.com/leaving",
+        "if": {"$id": "first_scope", "$defs": {"t": {"$dynamicAnchor": "thingy", "type": "number"}}},
+        "then": {
+            "$id": "second_scope",
+            "$ref": "start",
+            "$defs": {"t": {"$dynamicAnchor": "thingy", "type": "null"}},
+        },
+        "$defs": {
+            "start": {"$id": "start", "$dynamicRef": "inner_scope#thingy"},
+            "thingy": {"$id": "inner_scope", "$dynamicAnchor": "thingy", "type": "string"},
+        },
+    }
+    check(leaving, valid=[None], invalid=["a string", 42])
+    # The outermost resource in scope that defines the name wins over the list's own.
+    outermost = {
+        "$id": "https://example.com/outermost",
+        "$ref": "list",
+        "$defs": {
+            "foo": {"$dynamicAnchor": "items", "type": "string"},
+            "list": {
+                "$id": "list",
+                "items": {"$dynamicRef": "#items"},
+                "$defs": {"items": {"$dynamicAnchor": "items"}},
+            },
+        },
+    }
+    check(outermost, valid=[["a", "b"]], invalid=[["a", 1]])
+    # An $anchor of the same name is no dynamic anchor: the static target stays.
+    plain = {
+        "$id": "https://example.com/plain",
+        "$ref": "list",
+        "$defs": {
+            "foo": {"$anchor": "items", "type": "string"},
+            "list": {
+                "$id": "list",
+                "items": {"$dynamicRef": "#items"},
+                "$defs": {"items": {"$dynamicAnchor": "items"}},
+            },
+        },
+    }
+    check(plain, valid=[["a", 1]])
 
 
 def test_ref_errors_name_the_reference():
@@ -1089,7 +1170,7 @@ def test_ref_errors_name_the_reference():
 # --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("kw,value", [("$dynamicRef", "#x"), ("$recursiveRef", "#"), ("extends", {})])
+@pytest.mark.parametrize("kw,value", [("$recursiveRef", "#"), ("extends", {})])
 def test_unsupported_keyword_names_keyword_and_pointer(kw, value):
     with pytest.raises(GrammarError) as e:
         compile_json_schema({"properties": {"foo": {kw: value}}})
