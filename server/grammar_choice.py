@@ -41,6 +41,7 @@ from typing import Literal, Sequence
 from urllib.parse import unquote, urlparse
 
 from midword.completion.types import GrammarSpec
+from midword.engine.jsonschema import bundled_metaschema
 from midword.grammars import read_grammar
 
 from .settings import Settings
@@ -367,6 +368,10 @@ class GrammarResolver:
                     f"bundled {bundled} for {ref}",
                     None,
                 )
+            if bundled_metaschema(ref.partition("#")[0]) is not None:
+                # A JSON Schema file: the draft's metaschema, which the engine bundles.
+                source = json.dumps({"$schema": ref, "$ref": ref})
+                return GrammarSpec(kind="json_schema", source=source), f"the JSON Schema metaschema {ref}", None
             return None, "", f"$schema {ref} is remote and midword never fetches schemas; using plain JSON"
         if scheme == "file":
             path = unquote(parsed.path)

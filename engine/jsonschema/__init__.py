@@ -12,7 +12,8 @@ The compiler works in two stages, like llguidance's JSON front end.
    ignored), and in draft-03 and draft-04 an integer has no fraction part (`1.0` is
    one from draft-06 on). `not` uses the IR's complement where it can be expressed.
    `$ref` stays a lazy reference, so recursive schemas become recursive
-   nonterminals. `oneOf` equals `anyOf` where its branches are provably disjoint (by
+   nonterminals; besides the document's own resources it reaches the drafts'
+   metaschemas (bundled, never fetched), and `$dynamicRef` follows the dynamic scope. `oneOf` equals `anyOf` where its branches are provably disjoint (by
    type, constants, a required discriminator, string regexes); otherwise it is
    compiled exactly as the union of "branch i and no other branch" where those
    complements exist, and is an error where they do not (or, with one_of="any_of",
@@ -55,6 +56,7 @@ key_order "any" a key outside the listed properties (additional or pattern
 properties) is not tracked, so writing it twice in one object is not refused.
 """
 
+from .compiler import bundled_metaschema
 from .entry import compile_json_schema, schema_ordered
 from .keywords import (
     ANNOTATION_KEYWORDS,
@@ -74,6 +76,7 @@ from .pointers import _SPELLING_ENCODER, _canon
 __all__ = [
     "compile_json_schema",
     "schema_ordered",
+    "bundled_metaschema",
     "SUPPORTED_KEYWORDS",
     "ANNOTATION_KEYWORDS",
     "UNSUPPORTED_KEYWORDS",

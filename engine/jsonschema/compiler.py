@@ -91,6 +91,16 @@ class NeedsDynamicScope(Exception):
     compiles again with `dynamic_scope=True`."""
 
 
+def bundled_metaschema(uri: str) -> Any | None:
+    """The metaschema of a JSON Schema draft, or a vocabulary of one, by its URI, from
+    the jsonschema-specifications package (offline: these are what schemas `$ref` by
+    a json-schema.org URI); None for any other URI."""
+    from jsonschema_specifications import REGISTRY
+
+    resource = REGISTRY.get(uri)
+    return None if resource is None else resource.contents
+
+
 def _join(base: str, ref: str) -> str:
     """`ref` resolved against the base URI `base`. A fragment alone joins any base:
     urllib joins only schemes it knows to be hierarchical, and a `urn:` $id is not."""
@@ -345,9 +355,11 @@ class _Compiler:
             if uri in ("", self.root_base) or not urllib.parse.urlparse(ref).netloc and ref.startswith("#"):
                 res = self.resources[self.root_base]
             else:
+                res = self._bundled(uri)
+            if res is None:
                 raise GrammarError(
                     f"$ref {ref!r} at {where}: cannot resolve {uri!r} "
-                    "(only references into this document are supported)"
+                    "(only references into this document and to the JSON Schema metaschemas are supported)"
                 )
         pointer = _decode_pointer(fragment, where)
         found = self._follow(res, pointer)
@@ -360,6 +372,17 @@ class _Compiler:
         name = _ptr(doc_path)
         self.targets.setdefault(name, (node, self.base_of.get(doc_path, res[1]), doc_path))
         return name
+
+    def _bundled(self, uri: str) -> tuple[Any, str, tuple] | None:
+        """The resource of a metaschema (or one of its vocabularies) at `uri`, indexed
+        under a path of its own; None for any other URI (nothing is fetched)."""
+        doc = bundled_metaschema(uri)
+        if doc is None:
+            return None
+        path = (f"<{uri}>",)
+        res = self.resources[uri] = (doc, uri, path)
+        self._index(doc, uri, path)
+        return res
 
     def _dynamic_target(self, ref: Any, base: str, path: tuple) -> str:
         """The reference name a `$dynamicRef` stands for here: resolved as `$ref` would,

@@ -1156,11 +1156,32 @@ def test_dynamic_ref_follows_the_dynamic_scope():
     check(plain, valid=[["a", 1]])
 
 
+@pytest.mark.parametrize(
+    "draft",
+    ["https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft-07/schema#"],
+)
+def test_a_ref_to_a_metaschema_uses_the_bundled_one(draft):
+    # The 2020-12 metaschema is vocabularies joined by `$dynamicRef: "#meta"`; its
+    # `type` arrays ask uniqueItems, so it compiles leniently (as an editor does).
+    g = check(
+        {"$schema": draft, "$ref": draft},
+        valid=[
+            {"type": "object", "properties": {"a": {"type": ["string", "null"], "minLength": 1}}},
+            {"items": {"enum": [1, 2]}, "required": ["a"]},
+        ],
+        invalid=[{"type": "strin"}, {"minLength": -1}, {"properties": {"a": {"type": 3}}}, {"required": "a"}],
+        lenient=True,
+    )
+    assert any("uniqueItems" in w for w in g.warnings)
+    with pytest.raises(GrammarError, match=r"uniqueItems at #/<https?:~1~1json-schema.org"):
+        compile_json_schema({"$ref": draft})
+
+
 def test_ref_errors_name_the_reference():
     with pytest.raises(GrammarError, match=r"\$ref '#/nope' at #/properties/a"):
         compile_json_schema({"properties": {"a": {"$ref": "#/nope"}}})
-    with pytest.raises(GrammarError, match="only references into this document"):
-        compile_json_schema({"$ref": "http://json-schema.org/draft-07/schema#"})
+    with pytest.raises(GrammarError, match="only references into this document and to the JSON Schema metaschemas"):
+        compile_json_schema({"$ref": "https://example.com/schema.json"})
     with pytest.raises(GrammarError, match="circular"):
         compile_json_schema({"$defs": {"a": {"$ref": "#/$defs/a", "type": "object"}}, "$ref": "#/$defs/a"})
 

@@ -140,6 +140,11 @@ def test_json_schema_choice(tmp_path):
     assert c.spec.kind == "lark" and "never fetches" in c.note
     c = _choose(r, doc, '{"$schema": "https://json.schemastore.org/package.json"}')
     assert c.spec.kind == "json_schema" and c.spec.source == bundled_schema("package.json")
+    # A JSON Schema file gets its draft's metaschema, which the engine bundles.
+    for draft in ("https://json-schema.org/draft/2020-12/schema", "http://json-schema.org/draft-07/schema#"):
+        c = _choose(r, doc, '{"$schema": "%s", "ty' % draft)
+        assert c.spec.kind == "json_schema" and json.loads(c.spec.source) == {"$schema": draft, "$ref": draft}
+        assert c.note is None and "metaschema" in c.origin
     c = _choose(r, None, '{"$schema": "./s.json"}')
     assert c.spec.kind == "lark" and "no path" in c.note
 
