@@ -48,7 +48,7 @@ class GrammarLimitExceeded(GrammarError, LimitExceeded):
     """Compiling a grammar went past one of the `Limits`: the grammar is refused (a
     GrammarError) and the message names the limit (a LimitExceeded) and the place."""
 
-    def __init__(self, limit: str, value: int, detail: str = ""):
+    def __init__(self, limit: str, value: float, detail: str = ""):
         LimitExceeded.__init__(self, limit, value, detail)
 
 

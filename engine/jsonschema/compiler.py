@@ -95,7 +95,7 @@ def bundled_metaschema(uri: str) -> Any | None:
     """The metaschema of a JSON Schema draft, or a vocabulary of one, by its URI, from
     the jsonschema-specifications package (offline: these are what schemas `$ref` by
     a json-schema.org URI); None for any other URI."""
-    from jsonschema_specifications import REGISTRY
+    from jsonschema_specifications import REGISTRY  # type: ignore[import-untyped]
 
     resource = REGISTRY.get(uri)
     return None if resource is None else resource.contents

@@ -68,7 +68,13 @@ def compile_json_schema(
             raise GrammarError(f"schema is not valid JSON: {e.msg} at line {e.lineno}:{e.colno}") from None
     with bounded_compile(limits.max_compile_seconds):
         try:
-            options = {"strict": strict, "limits": limits, "lenient": lenient, "formats": formats, "one_of": one_of}
+            options: dict[str, Any] = {
+                "strict": strict,
+                "limits": limits,
+                "lenient": lenient,
+                "formats": formats,
+                "one_of": one_of,
+            }
             try:
                 comp, grammar = _compile(schema, options, key_order, whitespace, dynamic_scope=False)
             except NeedsDynamicScope:
@@ -111,7 +117,7 @@ def schema_ordered(schema: Any, value: Any) -> Any:
     """
     if isinstance(schema, (str, bytes, bytearray)):
         schema = json.loads(schema)
-    options = {"strict": False, "limits": DEFAULT_LIMITS, "lenient": True, "one_of": "any_of"}
+    options: dict[str, Any] = {"strict": False, "limits": DEFAULT_LIMITS, "lenient": True, "one_of": "any_of"}
     try:
         comp = _Compiler(schema, **options)
         return comp.reorder(comp.root(), value, 0)

@@ -502,7 +502,7 @@ def decimal_multiple_regex(mult: Decimal, max_states: int = DEFAULT_LIMITS.max_m
             return None
         conj.append("-?(?:" + body + ")")
     if t > 1:
-        spellings = []
+        spellings: list[str] = []
         for j in range(c + 1):
             rest = t // math.gcd(t, 10 ** (c - j))
             _, dj = _split_off_ten(rest)
