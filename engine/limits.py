@@ -95,8 +95,8 @@ class Limits:
     # JSON Schema: steps checking enum/const values against subschemas.
     max_validation_steps: int = 200_000
     # Wall-clock seconds one grammar compilation may take where the caller runs it under
-    # a CompileBudget (the completion engine's compile executor does); a JSON Schema
-    # compiled outside any budget gets one of this length.
+    # a CompileBudget (the completion engine's compile executor does); a JSON Schema's
+    # compiler keeps this bound on its own clock as well.
     max_compile_seconds: float = 10.0
 
 
@@ -169,21 +169,6 @@ def check_compile_budget() -> None:
     budget = _budget.get()
     if budget is not None:
         budget.check()
-
-
-@contextmanager
-def bounded_compile(seconds: float) -> Iterator[None]:
-    """Runs the block under a budget of `seconds` unless one is active on this thread
-    already (the caller's, with its own deadline and cancel switch, stays in charge);
-    a budget that tripped inside code that swallowed the error is raised at the end."""
-    if _budget.get() is not None:
-        yield
-        return
-    budget = CompileBudget(seconds)
-    with compile_budget(budget):
-        yield
-    if budget.tripped is not None:
-        raise budget.tripped
 
 
 @contextmanager

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import math
+import time
 import urllib.parse
 from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from ..limits import BUDGET_ERRORS, GrammarError, GrammarLimitExceeded, LimitExceeded, Limits, check_compile_budget
+from ..limits import (
+    BUDGET_ERRORS,
+    CompileTimeExceeded,
+    GrammarError,
+    GrammarLimitExceeded,
+    LimitExceeded,
+    Limits,
+    check_compile_budget,
+)
 from ..regex import MAX_REPEAT_COUNT, ExprSet, LazyDFA
 from ..regex.term import Term
 from .ir import (
@@ -81,6 +90,9 @@ def _numbered_draft(schema_uri: Any) -> int | None:
                 return n
     return None
 
+
+# Calls of `_Compiler._tick` between two looks at the clock.
+_TICKS = 256
 
 # Meets `_Compiler.intersect` keeps per compilation before it starts over.
 _MAX_MEETS_KEPT = 100_000
@@ -172,6 +184,8 @@ class _Compiler:
         # name). A reference compiled under a scope carries it in its name, so one target
         # has a body per scope it is met in.
         self.dynamic_scope = dynamic_scope
+        self._ticks = _TICKS
+        self._deadline = time.monotonic() + limits.max_compile_seconds
         self.dyn: tuple[tuple[str, str], ...] = ()
         self.ref_scopes: dict[str, tuple[tuple[str, str], ...]] = {}
         self.dynamic_names: set[str] = set()
@@ -516,8 +530,22 @@ class _Compiler:
             self.targets.setdefault(scoped, self.targets[name])
         return scoped
 
+    def _tick(self) -> None:
+        """Every _TICKS calls, the caller's CompileBudget and the compile's own clock
+        (Limits.max_compile_seconds): a schema compiled outside any budget is bounded
+        too, for the price of a countdown."""
+        self._ticks -= 1
+        if self._ticks > 0:
+            return
+        self._ticks = _TICKS
+        check_compile_budget()
+        if time.monotonic() > self._deadline:
+            seconds = self.limits.max_compile_seconds
+            raise CompileTimeExceeded("max_compile_seconds", seconds, f"compilation took longer than {seconds:g} s")
+
     def _norm(self, s: Any, base: str, path: tuple) -> _Node:
         check_compile_budget()
+        self._tick()
         if s is True:
             return ANY
         if s is False:
@@ -1181,8 +1209,8 @@ class _Compiler:
     # Intersection ----------------------------------------------------------------------
     def intersect(self, a: _Node, b: _Node) -> _Node:
         # Meets multiply where allOf branches share wide objects: a schema can spend
-        # its whole time budget here without a new subschema to normalise.
-        check_compile_budget()
+        # its whole time here without a new subschema to normalise.
+        self._tick()
         self.depth += 1
         try:
             if self.depth > self.limits.max_schema_depth:

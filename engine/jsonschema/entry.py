@@ -13,7 +13,6 @@ from ..limits import (
     GrammarLimitExceeded,
     LimitExceeded,
     Limits,
-    bounded_compile,
 )
 from .compiler import NeedsDynamicScope, _Compiler
 from .generate import _Generator
@@ -66,33 +65,32 @@ def compile_json_schema(
             schema = json.loads(schema)
         except json.JSONDecodeError as e:
             raise GrammarError(f"schema is not valid JSON: {e.msg} at line {e.lineno}:{e.colno}") from None
-    with bounded_compile(limits.max_compile_seconds):
+    try:
+        options: dict[str, Any] = {
+            "strict": strict,
+            "limits": limits,
+            "lenient": lenient,
+            "formats": formats,
+            "one_of": one_of,
+        }
         try:
-            options: dict[str, Any] = {
-                "strict": strict,
-                "limits": limits,
-                "lenient": lenient,
-                "formats": formats,
-                "one_of": one_of,
-            }
-            try:
-                comp, grammar = _compile(schema, options, key_order, whitespace, dynamic_scope=False)
-            except NeedsDynamicScope:
-                comp, grammar = _compile(schema, options, key_order, whitespace, dynamic_scope=True)
-        except RecursionError:
-            # Depth guards cover schema nesting; this catches pathological values (enum/const).
-            raise GrammarLimitExceeded(
-                "max_schema_depth", limits.max_schema_depth, "schema or constant nested too deeply"
-            ) from None
-        except LimitExceeded as e:
-            if isinstance(e, (GrammarError, CompileCancelled)):  # a cancel is no verdict on the schema
-                raise
-            # A refusal of this schema: a GrammarError naming the limit and the subschema.
-            where = getattr(e, "schema_path", None)
-            detail = e.args[0].split(": ", 1)[1] if ": " in e.args[0] else ""
-            if where and where not in detail:
-                detail = f"{detail} (in the schema at {where})" if detail else f"in the schema at {where}"
-            raise GrammarLimitExceeded(e.limit, e.value, detail) from e
+            comp, grammar = _compile(schema, options, key_order, whitespace, dynamic_scope=False)
+        except NeedsDynamicScope:
+            comp, grammar = _compile(schema, options, key_order, whitespace, dynamic_scope=True)
+    except RecursionError:
+        # Depth guards cover schema nesting; this catches pathological values (enum/const).
+        raise GrammarLimitExceeded(
+            "max_schema_depth", limits.max_schema_depth, "schema or constant nested too deeply"
+        ) from None
+    except LimitExceeded as e:
+        if isinstance(e, (GrammarError, CompileCancelled)):  # a cancel is no verdict on the schema
+            raise
+        # A refusal of this schema: a GrammarError naming the limit and the subschema.
+        where = getattr(e, "schema_path", None)
+        detail = e.args[0].split(": ", 1)[1] if ": " in e.args[0] else ""
+        if where and where not in detail:
+            detail = f"{detail} (in the schema at {where})" if detail else f"in the schema at {where}"
+        raise GrammarLimitExceeded(e.limit, e.value, detail) from e
     grammar.warnings = list(comp.warnings)
     return grammar
 

@@ -271,7 +271,9 @@ def _make_num(integer, lo, lox, hi, hix, mult, where, fractional=False, not_mult
         return NOTHING
     if mult is not None and fractional and Fraction(mult).denominator == 1:
         return NOTHING  # a multiple of an integer is an integer
-    if integer:
+    if not not_mult:
+        pass
+    elif integer:
         # An integer is a multiple of p/q (lowest terms) exactly when it is one of p.
         not_mult = tuple(dict.fromkeys(Decimal(Fraction(k).numerator) for k in not_mult))
         if any(k == 1 for k in not_mult):
@@ -314,9 +316,10 @@ def _make_str(lo, hi, patterns, excluded=()) -> _Node:
 def _make_arr(prefix, items, lo, hi, contains=(), *, max_contains: int = DEFAULT_LIMITS.max_contains) -> _Node:
     if NOTHING in contains:
         return NOTHING
-    # The witnesses need elements after the prefix.
-    need = max((witness_bounds(c)[1] for c in contains), default=0)
-    if need:
+    need = 0
+    if contains:
+        # The witnesses need elements after the prefix.
+        need = max(witness_bounds(c)[1] for c in contains)
         lo = max(lo, len(prefix) + need)
     if hi is not None and lo > hi:
         return NOTHING

@@ -54,9 +54,10 @@ def test_huge_max_length_is_no_bound_and_says_so():
     assert any("no bound" in w for w in g.warnings)
 
 
-def test_a_compile_outside_any_budget_gets_one_of_its_own():
+def test_a_compile_outside_any_budget_keeps_to_max_compile_seconds():
     # allOf over anyOf branches of wide objects: 8^4 meets of 160-property objects, each
-    # within every size limit, so only the clock stops it. No caller set a budget.
+    # within every size limit, so only the clock stops it: the compiler's own, where no
+    # caller set a budget.
     import time
 
     from midword.engine.limits import CompileBudget, CompileTimeExceeded, compile_budget
