@@ -324,14 +324,16 @@ class _Compiler:
             anchor = s.get(key)
             if isinstance(anchor, str):
                 self.anchors.setdefault(base + "#" + anchor, (s, base, path))
-        anchor = s.get("$dynamicAnchor")
-        if isinstance(anchor, str):
-            self.dynamic_anchors.setdefault(base, {}).setdefault(anchor, (s, base, path))
-        ref = s.get("$dynamicRef")
-        if isinstance(ref, str):
-            fragment = urllib.parse.unquote(ref.partition("#")[2])
-            if fragment and not fragment.startswith("/"):
-                self.dynamic_names.add(fragment)
+        if self.dynamic_scope:
+            # Only a compile that tracks the dynamic scope reads these.
+            anchor = s.get("$dynamicAnchor")
+            if isinstance(anchor, str):
+                self.dynamic_anchors.setdefault(base, {}).setdefault(anchor, (s, base, path))
+            ref = s.get("$dynamicRef")
+            if isinstance(ref, str):
+                fragment = urllib.parse.unquote(ref.partition("#")[2])
+                if fragment and not fragment.startswith("/"):
+                    self.dynamic_names.add(fragment)
         for key, v in s.items():
             shape = _SUBSCHEMA_SHAPE.get(key)
             if shape is None:
@@ -484,6 +486,9 @@ class _Compiler:
                 raise LimitExceeded(
                     "max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}"
                 )
+            if self.dynamic_names and isinstance(s, dict):
+                known = self.base_of.get(path)
+                self._entered(known if known is not None else self._own_id(s, base))
             return self._norm(s, base, path)
         except RecursionError:
             # Python's stack ran out before max_schema_depth did (each level takes
@@ -531,12 +536,9 @@ class _Compiler:
         return scoped
 
     def _tick(self) -> None:
-        """Every _TICKS calls, the caller's CompileBudget and the compile's own clock
-        (Limits.max_compile_seconds): a schema compiled outside any budget is bounded
-        too, for the price of a countdown."""
-        self._ticks -= 1
-        if self._ticks > 0:
-            return
+        """Every _TICKS meets (`intersect` counts down), the caller's CompileBudget and
+        the compile's own clock (Limits.max_compile_seconds): a schema compiled outside
+        any budget is bounded too, for the price of a countdown."""
         self._ticks = _TICKS
         check_compile_budget()
         if time.monotonic() > self._deadline:
@@ -545,7 +547,6 @@ class _Compiler:
 
     def _norm(self, s: Any, base: str, path: tuple) -> _Node:
         check_compile_budget()
-        self._tick()
         if s is True:
             return ANY
         if s is False:
@@ -554,8 +555,6 @@ class _Compiler:
             raise GrammarError(f"schema at {_ptr(path)} must be an object or a boolean, not {type(s).__name__}")
         known = self.base_of.get(path)
         base = known if known is not None else self._own_id(s, base)
-        if self.dynamic_names:
-            self._entered(base)
         s = self._in_force(s)
         if not UNSUPPORTED_KEYWORDS.isdisjoint(s):
             for key in s:
@@ -601,7 +600,7 @@ class _Compiler:
             if not isinstance(ref, str):
                 raise GrammarError(f"$ref at {_ptr(path)} must be a string")
             name = self._resolve(ref, base, path)
-            node = self.intersect(node, _Ref(frozenset([self._scoped(name)])))
+            node = self.intersect(node, _Ref(frozenset([self._scoped(name) if self.dyn else name])))
         if "$dynamicRef" in s:
             node = self.intersect(
                 node, _Ref(frozenset([self._scoped(self._dynamic_target(s["$dynamicRef"], base, path))]))
@@ -1210,7 +1209,9 @@ class _Compiler:
     def intersect(self, a: _Node, b: _Node) -> _Node:
         # Meets multiply where allOf branches share wide objects: a schema can spend
         # its whole time here without a new subschema to normalise.
-        self._tick()
+        self._ticks -= 1
+        if self._ticks <= 0:
+            self._tick()
         self.depth += 1
         try:
             if self.depth > self.limits.max_schema_depth:
