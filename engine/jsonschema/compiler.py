@@ -7,7 +7,7 @@ import time
 import urllib.parse
 from decimal import Decimal
 from fractions import Fraction
-from typing import Any
+from typing import Any, Mapping
 
 from ..limits import (
     BUDGET_ERRORS,
@@ -132,8 +132,11 @@ class _Compiler:
         formats: str = "assert",
         one_of: str = "exact",
         dynamic_scope: bool = False,
+        documents: Mapping[str, Any] | None = None,
     ):
         self.doc = schema
+        # Other schema documents by URI, for references beyond this one.
+        self.documents = documents or {}
         self.strict = strict
         self.lenient = lenient
         self.one_of = one_of
@@ -179,16 +182,16 @@ class _Compiler:
         self._indexed = False
         # $dynamicRef: a compiler that meets one without tracking the dynamic scope asks
         # for a fresh one that does (`NeedsDynamicScope`), so schemas without pay nothing.
-        # The scope is kept as what a $dynamicRef reads of it: per dynamically referenced
-        # anchor name, the outermost resource in scope that defines it (its target's
-        # name). A reference compiled under a scope carries it in its name, so one target
-        # has a body per scope it is met in.
+        # The scope is kept as what a $dynamicRef reads of it: per $dynamicAnchor name,
+        # the outermost resource in scope that defines it (its target's name); every name,
+        # since a document indexed later (a remote, a metaschema) may refer to it. A
+        # reference compiled under a scope carries it in its name, so one target has a
+        # body per scope it is met in.
         self.dynamic_scope = dynamic_scope
         self._ticks = _TICKS
         self._deadline = time.monotonic() + limits.max_compile_seconds
         self.dyn: tuple[tuple[str, str], ...] = ()
         self.ref_scopes: dict[str, tuple[tuple[str, str], ...]] = {}
-        self.dynamic_names: set[str] = set()
         self.dynamic_anchors: dict[str, dict[str, tuple[Any, str, tuple]]] = {}
         if dynamic_scope:
             self._indexed = True
@@ -329,11 +332,6 @@ class _Compiler:
             anchor = s.get("$dynamicAnchor")
             if isinstance(anchor, str):
                 self.dynamic_anchors.setdefault(base, {}).setdefault(anchor, (s, base, path))
-            ref = s.get("$dynamicRef")
-            if isinstance(ref, str):
-                fragment = urllib.parse.unquote(ref.partition("#")[2])
-                if fragment and not fragment.startswith("/"):
-                    self.dynamic_names.add(fragment)
         for key, v in s.items():
             shape = _SUBSCHEMA_SHAPE.get(key)
             if shape is None:
@@ -375,7 +373,8 @@ class _Compiler:
             if res is None:
                 raise GrammarError(
                     f"$ref {ref!r} at {where}: cannot resolve {uri!r} "
-                    "(only references into this document and to the JSON Schema metaschemas are supported)"
+                    "(only references into this document, the documents given and the JSON Schema metaschemas are "
+                    "supported)"
                 )
         pointer = _decode_pointer(fragment, where)
         found = self._follow(res, pointer)
@@ -390,9 +389,12 @@ class _Compiler:
         return name
 
     def _bundled(self, uri: str) -> tuple[Any, str, tuple] | None:
-        """The resource of a metaschema (or one of its vocabularies) at `uri`, indexed
-        under a path of its own; None for any other URI (nothing is fetched)."""
-        doc = bundled_metaschema(uri)
+        """The resource of a document the caller gave at `uri`, or of a metaschema (or
+        one of its vocabularies), indexed under a path of its own; None for any other
+        URI (nothing is fetched)."""
+        doc = self.documents.get(uri)
+        if doc is None:
+            doc = bundled_metaschema(uri)
         if doc is None:
             return None
         path = (f"<{uri}>",)
@@ -486,7 +488,7 @@ class _Compiler:
                 raise LimitExceeded(
                     "max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}"
                 )
-            if self.dynamic_names and isinstance(s, dict):
+            if self.dynamic_scope and isinstance(s, dict):
                 known = self.base_of.get(path)
                 self._entered(known if known is not None else self._own_id(s, base))
             return self._norm(s, base, path)
@@ -507,14 +509,14 @@ class _Compiler:
 
     def _entered(self, base: str) -> None:
         """The dynamic scope once evaluation is inside the resource `base`: its dynamic
-        anchors for the names no outer resource in scope has defined."""
+        anchors for the names no outer resource in scope defines."""
         anchors = self.dynamic_anchors.get(base)
         if not anchors:
             return
         have = {n for n, _ in self.dyn}
         added = []
         for anchor, target in anchors.items():
-            if anchor in self.dynamic_names and anchor not in have:
+            if anchor not in have:
                 name = _ptr(target[2])
                 self.targets.setdefault(name, target)
                 added.append((anchor, name))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Mapping
 
 from ..grammar import Grammar
 from ..limits import (
@@ -32,6 +32,7 @@ def compile_json_schema(
     lenient: bool = False,
     formats: str = "assert",
     one_of: str = "exact",
+    documents: Mapping[str, Any] | None = None,
     limits: Limits = DEFAULT_LIMITS,
 ) -> Grammar:
     """Compile a JSON Schema (a parsed value, or its JSON text) to a `Grammar`.
@@ -49,8 +50,10 @@ def compile_json_schema(
     "exact" (the default) refuses a oneOf whose branches can be neither proved exclusive
     nor complemented (an object branch with patternProperties, a recursive branch);
     "any_of" compiles it as anyOf, which accepts an instance matching two branches (what
-    an editor wants rather than no constraint at all). The grammar's `warnings`
-    attribute lists every relaxation applied.
+    an editor wants rather than no constraint at all). documents: other schema
+    documents by URI (no fragment), for `$ref`s beyond this one; besides those, only
+    the JSON Schema drafts' metaschemas are known (bundled), and nothing is fetched.
+    The grammar's `warnings` attribute lists every relaxation applied.
     """
     if whitespace not in ("flexible", "compact"):
         raise ValueError(f"whitespace must be 'flexible' or 'compact', not {whitespace!r}")
@@ -72,6 +75,7 @@ def compile_json_schema(
             "lenient": lenient,
             "formats": formats,
             "one_of": one_of,
+            "documents": documents,
         }
         try:
             comp, grammar = _compile(schema, options, key_order, whitespace, dynamic_scope=False)
@@ -105,7 +109,7 @@ def _compile(schema: Any, options: dict, key_order: str, whitespace: str, dynami
     return comp, _Generator(comp, options["limits"], key_order).build(root, whitespace)
 
 
-def schema_ordered(schema: Any, value: Any) -> Any:
+def schema_ordered(schema: Any, value: Any, documents: Mapping[str, Any] | None = None) -> Any:
     """`value` with every object's keys in the order the grammar of `schema` writes them
     (listed properties in schema order, then the rest in their original order).
 
@@ -115,7 +119,13 @@ def schema_ordered(schema: Any, value: Any) -> Any:
     """
     if isinstance(schema, (str, bytes, bytearray)):
         schema = json.loads(schema)
-    options: dict[str, Any] = {"strict": False, "limits": DEFAULT_LIMITS, "lenient": True, "one_of": "any_of"}
+    options: dict[str, Any] = {
+        "strict": False,
+        "limits": DEFAULT_LIMITS,
+        "lenient": True,
+        "one_of": "any_of",
+        "documents": documents,
+    }
     try:
         comp = _Compiler(schema, **options)
         return comp.reorder(comp.root(), value, 0)

@@ -10,7 +10,8 @@ accepted-valid and rejected-valid (higher and lower are better), accepted-invali
 grammar that allows what the schema forbids) and refusals.
 
 midword reads the instance with `Matcher.consume_bytes` and `is_accepting`, as a client
-would; llguidance reads its canonical tokenization with `consume_token`.
+would; llguidance reads its canonical tokenization with `consume_token`. midword is
+given the suite's remote documents (`documents=`); llguidance has no such option.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ from pathlib import Path
 from typing import Any, Callable
 
 SUITE = Path(__file__).resolve().parents[2] / "tests" / "data" / "json-schema-test-suite" / "draft2020-12"
+# The suite's remote documents, which its cases reach at http://localhost:1234/ + their
+# path under remotes/; midword is handed them (never fetched), llguidance is not.
+REMOTES = SUITE.parent / "remotes"
+REMOTES_URL = "http://localhost:1234/"
 # A schema's compile and all its instances, past which the case group is a time-out.
 GROUP_TIMEOUT_S = 30.0
 # Resident memory growth over one group counted as a blow-up.
@@ -32,6 +37,14 @@ BLOWUP_BYTES = 300 << 20
 # Accepted-invalid cases allowed in lenient mode only: uniqueItems, which no grammar can
 # enforce and which lenient compiles without checking (the grammar's warnings say so).
 LENIENT_ALLOWED = frozenset({"uniqueItems.json"})
+
+
+def suite_remotes(remotes: Path = REMOTES) -> dict[str, Any]:
+    """The suite's remote documents by the URI its cases use for them."""
+    return {
+        REMOTES_URL + path.relative_to(remotes).as_posix(): json.loads(path.read_text(encoding="utf-8"))
+        for path in sorted(remotes.rglob("*.json"))
+    }
 
 
 @dataclass
@@ -132,7 +145,9 @@ class MidwordEngine:
         return f"midword (Grammar.from_json_schema{options})"
 
     def compile(self, schema: Any):
-        return self._grammar.from_json_schema(schema, lenient=self.lenient, formats=self.formats)
+        return self._grammar.from_json_schema(
+            schema, lenient=self.lenient, formats=self.formats, documents=suite_remotes()
+        )
 
     def accepts(self, compiled, text: bytes) -> bool:
         m = self._matcher(self._tok, compiled)

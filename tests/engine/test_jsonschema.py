@@ -56,7 +56,7 @@ def check(schema, valid=(), invalid=(), **options):
     g = compile_json_schema(schema, **options)
     for v in valid:
         # The grammar writes listed properties in schema order (validity ignores order).
-        v = schema_ordered(schema, v)
+        v = schema_ordered(schema, v, options.get("documents"))
         for text in dumps_all(v):
             assert accepts(g, text), f"valid instance rejected: {text!r}\n{g}"
     for v in invalid:
@@ -1177,10 +1177,31 @@ def test_a_ref_to_a_metaschema_uses_the_bundled_one(draft):
         compile_json_schema({"$ref": draft})
 
 
+def test_refs_into_documents_the_caller_gives():
+    # The suite's shape: a document at one URI whose own $id differs, and refs relative
+    # to that $id; nothing is fetched, so an unknown URI is still refused by name.
+    documents = {
+        "http://example.com/defs.json": {
+            "$id": "http://example.com/moved/defs.json",
+            "$defs": {"id": {"$ref": "int.json"}, "name": {"type": "string", "minLength": 1}},
+        },
+        "http://example.com/moved/int.json": {"type": "integer"},
+    }
+    schema = {
+        "properties": {
+            "id": {"$ref": "http://example.com/defs.json#/$defs/id"},
+            "name": {"$ref": "http://example.com/defs.json#/$defs/name"},
+        }
+    }
+    check(schema, valid=[{"id": 1, "name": "a"}], invalid=[{"id": "1"}, {"name": ""}], documents=documents)
+    with pytest.raises(GrammarError, match="cannot resolve 'http://example.com/defs.json'"):
+        compile_json_schema(schema)
+
+
 def test_ref_errors_name_the_reference():
     with pytest.raises(GrammarError, match=r"\$ref '#/nope' at #/properties/a"):
         compile_json_schema({"properties": {"a": {"$ref": "#/nope"}}})
-    with pytest.raises(GrammarError, match="only references into this document and to the JSON Schema metaschemas"):
+    with pytest.raises(GrammarError, match="only references into this document, the documents given and the JSON"):
         compile_json_schema({"$ref": "https://example.com/schema.json"})
     with pytest.raises(GrammarError, match="circular"):
         compile_json_schema({"$defs": {"a": {"$ref": "#/$defs/a", "type": "object"}}, "$ref": "#/$defs/a"})
