@@ -142,7 +142,7 @@ class MidwordEngine:
 
     def describe(self) -> str:
         options = (", lenient=True" if self.lenient else "") + (f", formats={self.formats!r}")
-        return f"midword (Grammar.from_json_schema{options})"
+        return f"midword (Grammar.from_json_schema{options}, documents=the suite's remotes)"
 
     def compile(self, schema: Any):
         return self._grammar.from_json_schema(
