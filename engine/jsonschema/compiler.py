@@ -358,6 +358,8 @@ class _Compiler:
         target = None
         if fragment and not fragment.startswith("/"):
             target = self.anchors.get(uri + "#" + fragment)
+            if target is None and uri not in self.resources and self._bundled(uri) is not None:
+                target = self.anchors.get(uri + "#" + fragment)
             if target is None:
                 raise GrammarError(f"$ref {ref!r} at {where}: anchor {fragment!r} not found")
             doc, doc_base, doc_path = target

@@ -1183,7 +1183,11 @@ def test_refs_into_documents_the_caller_gives():
     documents = {
         "http://example.com/defs.json": {
             "$id": "http://example.com/moved/defs.json",
-            "$defs": {"id": {"$ref": "int.json"}, "name": {"type": "string", "minLength": 1}},
+            "$defs": {
+                "id": {"$ref": "int.json"},
+                "name": {"type": "string", "minLength": 1},
+                "flag": {"$anchor": "flag", "type": "boolean"},
+            },
         },
         "http://example.com/moved/int.json": {"type": "integer"},
     }
@@ -1191,11 +1195,20 @@ def test_refs_into_documents_the_caller_gives():
         "properties": {
             "id": {"$ref": "http://example.com/defs.json#/$defs/id"},
             "name": {"$ref": "http://example.com/defs.json#/$defs/name"},
+            "flag": {"$ref": "http://example.com/moved/defs.json#flag"},
         }
     }
-    check(schema, valid=[{"id": 1, "name": "a"}], invalid=[{"id": "1"}, {"name": ""}], documents=documents)
+    check(
+        schema,
+        valid=[{"id": 1, "name": "a", "flag": True}],
+        invalid=[{"id": "1"}, {"name": ""}, {"flag": 1}],
+        documents=documents,
+    )
     with pytest.raises(GrammarError, match="cannot resolve 'http://example.com/defs.json'"):
         compile_json_schema(schema)
+    # An anchor of a document nothing has reached yet.
+    anchored = {"http://example.com/other.json": {"$defs": {"f": {"$anchor": "flag", "type": "boolean"}}}}
+    check({"$ref": "http://example.com/other.json#flag"}, valid=[True], invalid=[1], documents=anchored)
 
 
 def test_ref_errors_name_the_reference():
