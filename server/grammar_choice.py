@@ -37,8 +37,10 @@ import re
 import stat
 from dataclasses import dataclass
 from importlib import resources
-from typing import Literal, Sequence
-from urllib.parse import unquote, urlparse
+from pathlib import Path
+from typing import Any, Iterator, Literal, Sequence
+from urllib.parse import unquote, urljoin, urlparse
+from urllib.request import url2pathname
 
 from midword.completion.types import GrammarSpec
 from midword.engine.jsonschema import bundled_metaschema
@@ -67,6 +69,10 @@ _BUNDLED_BY_URL = {
 }
 
 MAX_GRAMMAR_FILE_BYTES = 4 * 1024 * 1024
+# Files a workspace schema's `$ref`s may bring in (transitively), embedded in it.
+MAX_SCHEMA_FILES = 32
+# The `$defs` key prefix under which those files are embedded.
+_EMBEDDED_KEY = "midword:file"
 
 
 @dataclass(frozen=True)
@@ -324,6 +330,8 @@ class GrammarResolver:
             source = source.strip()
         if kind == "json_schema":
             _check_schema_text(source, path)
+            if os.path.lexists(path):
+                source, _ = self._with_referenced_files(source, path, allowed)
         return GrammarSpec(kind=kind, source=source)
 
     @staticmethod
@@ -348,7 +356,7 @@ class GrammarResolver:
         if ref is not None:
             spec, origin, note = self._schema_from_reference(ref, path, allowed)
             if spec is not None:
-                return Choice(spec, origin)
+                return Choice(spec, origin, note)
             return Choice(plain_json(), "plain JSON", note)
         bundled = _bundled_for_name(path)
         if bundled is not None:
@@ -388,7 +396,81 @@ class GrammarResolver:
             _check_schema_text(source, path)
         except (OSError, ValueError) as e:
             return None, "", f"$schema {ref}: {e}; using plain JSON"
-        return GrammarSpec(kind="json_schema", source=source), f"$schema {ref}", None
+        source, unread = self._with_referenced_files(source, path, allowed)
+        note = f"$schema {ref} refers to files midword cannot read: {'; '.join(unread)}" if unread else None
+        return GrammarSpec(kind="json_schema", source=source), f"$schema {ref}", note
+
+    def _with_referenced_files(self, source: str, path: str, allowed: Sequence[str]) -> tuple[str, list[str]]:
+        """The schema text with the files its `$ref`s name (relative paths or `file:`
+        URIs, and theirs in turn) embedded as resources of their own, `$id` their file
+        URI, the way JSON Schema bundles a compound document: the engine reads no files.
+        Each is read as a schema file is (inside the workspace, a regular file, bounded),
+        at most MAX_SCHEMA_FILES of them; returns the text and why any was not read. A
+        schema whose `$id` is not a file URI is left alone (its references name URLs)."""
+        root = json.loads(source)
+        if not isinstance(root, dict) or not _refers_beyond(root):
+            return source, []
+        own = root.get("$id")
+        if own is None:
+            own = Path(os.path.abspath(path)).as_uri()
+        elif not isinstance(own, str) or not own.startswith("file:"):
+            return source, []
+        embedded: dict[str, Any] = {}
+        unread: list[str] = []
+        pending = [(own, root)]
+        seen = {own.partition("#")[0]}
+        while pending:
+            base, doc = pending.pop()
+            for ref in _refs_in(doc):
+                target = urljoin(base, ref).partition("#")[0]
+                if not target.startswith("file:") or target in seen:
+                    continue
+                seen.add(target)
+                if len(embedded) >= MAX_SCHEMA_FILES:
+                    unread.append(f"{target}: more than {MAX_SCHEMA_FILES} files")
+                    continue
+                try:
+                    text = self.read(url2pathname(urlparse(target).path), allowed)
+                    value = json.loads(text)
+                except (OSError, ValueError, RecursionError) as e:
+                    unread.append(str(e) if not isinstance(e, json.JSONDecodeError) else f"{target} is not valid JSON")
+                    continue
+                if isinstance(value, dict):
+                    # Its own relative references are to files beside it, whatever its $id says.
+                    value = {**value, "$id": target}
+                    embedded[target] = value
+                    pending.append((target, value))
+        if not embedded:
+            return source, unread
+        own_defs = root.get("$defs")
+        defs: dict[str, Any] = dict(own_defs) if isinstance(own_defs, dict) else {}
+        defs.update((f"{_EMBEDDED_KEY} {i}", doc) for i, doc in enumerate(embedded.values()))
+        return json.dumps({**root, "$id": own, "$defs": defs}), unread
+
+
+# Keywords whose values are JSON data, not schemas: a "$ref" inside one is no reference.
+_VALUE_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
+
+
+def _refers_beyond(schema: Any) -> bool:
+    """Whether some `$ref` in `schema` names another document (not only a fragment)."""
+    return any(not ref.startswith("#") for ref in _refs_in(schema))
+
+
+def _refs_in(value: Any) -> Iterator[str]:
+    """Every `$ref` and `$dynamicRef` string in a schema document, depth first, bounded
+    by the document's own size (it was parsed, so it is finite)."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, item in node.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(item, str):
+                    yield item
+                elif isinstance(item, (dict, list)) and key not in _VALUE_KEYWORDS:
+                    stack.append(item)
+        elif isinstance(node, list):
+            stack.extend(item for item in node if isinstance(item, (dict, list)))
 
 
 def _inside(real: str, folders: Sequence[str]) -> bool:

@@ -24,15 +24,20 @@ The compiler works in two stages, like llguidance's JSON front end.
    bound `(?:char){m,n}` and each `pattern`/`format`, read by the regex layer's ECMA
    dialect and written over the *JSON-encoded* text (`patterns`). Numbers and
    integers are lexemes too, with `minimum`/`maximum` compiled into exact digit-range
-   regexes (`numeric`). Structure (objects, arrays, alternatives) becomes CFG rules;
-   object members come in schema order with commas threaded through a small state
-   machine that also counts members for minProperties/maxProperties (and array
-   elements for `contains`), or, with key_order "any", in any order: a linear
+   regexes and `multipleOf` of any decimal k/10^c into a residue automaton for k's
+   factor prime to 10 met (`&`) with the endings its other factor allows (`numeric`).
+   Structure (objects, arrays, alternatives) becomes CFG rules; object members come
+   in schema order with commas threaded through a small state machine that also
+   counts members for minProperties/maxProperties (and array elements and each
+   `contains` witness's matches, for minContains/maxContains), or, with key_order
+   "any", in any order: a linear
    `{ member (, member)* }` whose key and close lexemes carry roles, and the parser
    refuses a key the object has written and a close before its required keys
    (`_Generator.object_any_order`, `parser.KeySets`). Grammar and rows stay linear in
    the keys; only a maxProperties/minProperties count past
-   `Limits.max_object_states` is refused.
+   `Limits.max_object_states` is refused. Keys outside the listed ones fall in one
+   class per set of pairwise overlapping patternProperties they may match, each its
+   own key lexeme (patterns told apart by a literal prefix make one class each).
 
 Output is valid JSON by construction. Strings whose content is constrained
 (`pattern`, `format`, `enum`, exclusions, object keys) are produced in the

@@ -149,6 +149,43 @@ def test_json_schema_choice(tmp_path):
     assert c.spec.kind == "lark" and "no path" in c.note
 
 
+def test_a_workspace_schema_brings_the_files_it_refers_to(tmp_path):
+    # A schema split over files, as projects write them: the engine reads no files, so
+    # the referenced ones travel inside the schema, each a resource with its file URI.
+    from midword.engine import Grammar
+    from midword.engine.recognizer import grammar_accepts
+
+    ws = tmp_path / "ws"
+    (ws / "schemas" / "types").mkdir(parents=True)
+    (ws / "schemas" / "main.json").write_text(
+        json.dumps(
+            {
+                "type": "object",
+                "properties": {
+                    "port": {"$ref": "common.json#/$defs/port"},
+                    "name": {"$ref": "#/$defs/name"},
+                    "tags": {"enum": [{"$ref": "../../outside.json"}]},
+                },
+                "$defs": {"name": {"type": "string"}},
+            }
+        )
+    )
+    (ws / "schemas" / "common.json").write_text(json.dumps({"$defs": {"port": {"$ref": "types/int.json"}}}))
+    (ws / "schemas" / "types" / "int.json").write_text(json.dumps({"type": "integer", "minimum": 1}))
+    r = GrammarResolver()
+    c = _choose(r, ws / "conf.json", '{"$schema": "./schemas/main.json", ', root=ws)
+    assert c.spec.kind == "json_schema" and c.note is None  # the enum's "$ref" is data, not read
+    g = Grammar.from_json_schema(c.spec.source)
+    assert grammar_accepts(g, b'{"port": 80, "name": "x"}')
+    assert not grammar_accepts(g, b'{"port": 0}') and not grammar_accepts(g, b'{"port": "80"}')
+    # A file outside the workspace is not read: the note says so, and nothing is embedded.
+    (tmp_path / "outside.json").write_text(json.dumps({"type": "string"}))
+    (ws / "schemas" / "leak.json").write_text(json.dumps({"$ref": "../../outside.json"}))
+    c = _choose(r, ws / "conf.json", '{"$schema": "./schemas/leak.json"}', root=ws)
+    assert c.spec.kind == "json_schema" and "outside the workspace" in c.note
+    assert json.loads(c.spec.source) == {"$ref": "../../outside.json"}
+
+
 def test_bundled_and_plain_choices(tmp_path):
     r = GrammarResolver()
     assert _choose(r, tmp_path / "package.json", "{").spec.source == bundled_schema("package.json")
