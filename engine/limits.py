@@ -81,6 +81,9 @@ class Limits:
     max_key_classes: int = 64
     # JSON Schema: `contains` constraints combined on one array.
     max_contains: int = 3
+    # JSON Schema: values an array's elements may take where uniqueItems is enforced
+    # (its grammar has a state per set of values used so far).
+    max_unique_values: int = 10
     # JSON Schema: states explored deciding at compile time whether a lexeme with & or ~
     # (a length bound beside patterns, say) matches anything.
     max_emptiness_states: int = 10_000

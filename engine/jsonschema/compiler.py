@@ -277,8 +277,40 @@ class _Compiler:
             )
         return r
 
-    def make_arr(self, prefix, items, lo, hi, contains=()) -> _Node:
-        return _make_arr(prefix, items, lo, hi, contains, max_contains=self.limits.max_contains)
+    def make_arr(self, prefix, items, lo, hi, contains=(), unique: bool = False) -> _Node:
+        return _make_arr(prefix, items, lo, hi, contains, max_contains=self.limits.max_contains, unique=unique)
+
+    def finite_values(self, node: _Node, depth: int = 0) -> list[Any] | None:
+        """The JSON values `node` admits when they are few (at most
+        Limits.max_unique_values), else None: constants, booleans, null."""
+        if depth > 16:
+            return None
+        if isinstance(node, _Ref):
+            try:
+                node = self.unfold(node)
+            except BUDGET_ERRORS:
+                raise
+            except GrammarError:
+                return None  # a reference still being unfolded: not known here
+            return self.finite_values(node, depth + 1)
+        if isinstance(node, _Const):
+            return [node.value]
+        if isinstance(node, _BoolT):
+            return [False, True]
+        if isinstance(node, _NullT):
+            return [None]
+        if isinstance(node, _Union):
+            found: dict = {}
+            for part in node.parts:
+                values = self.finite_values(part, depth + 1)
+                if values is None:
+                    return None
+                for v in values:
+                    found.setdefault(_value_key(v), v)
+                if len(found) > self.limits.max_unique_values:
+                    return None
+            return list(found.values())
+        return None
 
     def note(self, msg: str) -> None:
         """A warning about a stricter-than-asked choice (it never accepts more), so one
@@ -826,6 +858,8 @@ class _Compiler:
                 parts.append(_Const(int(x) if x == x.to_integral_value() else float(x)))
             return self.union(parts)
         if isinstance(node, _Arr):
+            if node.unique:
+                raise unsupported("uniqueItems")
             p = len(node.prefix)
             parts = []
             if node.min_items > 0:
@@ -1105,19 +1139,25 @@ class _Compiler:
             # The grammar spells a bounded repetition out, one rule per element.
             if v is not None and v > cap:
                 raise GrammarLimitExceeded("max_counted_items", cap, f"{key} {v} at {_ptr(path)}")
+        unique = False
         if "uniqueItems" in s:
             u = s["uniqueItems"]
             if not isinstance(u, bool):
                 raise GrammarError(f"uniqueItems at {_ptr(path)} must be a boolean")
             if u and (hi is None or hi > 1):
-                if not self.lenient:
+                if "contains" not in s and all(
+                    self.finite_values(x) is not None for x in prefix + ([items] if items is not NOTHING else [])
+                ):
+                    unique = True  # few values: a grammar can tell the elements apart
+                elif not self.lenient:
                     raise GrammarError(
                         f"uniqueItems at {_ptr(path + ('uniqueItems',))}: a grammar cannot check that array items "
-                        "differ, so the schema is refused (lenient=True compiles it without the check, and says so "
-                        "in the warnings)"
+                        f"differ where they take more than {self.limits.max_unique_values} values, so the schema is "
+                        "refused (lenient=True compiles it without the check, and says so in the warnings)"
                     )
-                self.relax("uniqueItems", path)
-        arr = self.make_arr(tuple(prefix), items, lo, hi)
+                else:
+                    self.relax("uniqueItems", path)
+        arr = self.make_arr(tuple(prefix), items, lo, hi, unique=unique)
         if "contains" in s:
             min_c = self._count(s, "minContains", path)
             max_c = self._count(s, "maxContains", path)
@@ -1155,7 +1195,7 @@ class _Compiler:
         if p >= n:
             return a
         prefix = a.prefix + (a.items,) * (n - p)
-        options: list[_Node] = [self.make_arr(prefix, a.items, a.min_items, a.max_items)]
+        options: list[_Node] = [self.make_arr(prefix, a.items, a.min_items, a.max_items, unique=a.unique)]
         for c in a.contains:
             if isinstance(c, _Counted):
                 raise GrammarError("allOf: cannot combine minContains/maxContains with prefixItems")
@@ -1293,7 +1333,15 @@ class _Compiler:
             prefix = tuple(self.intersect(_elem(a, i), _elem(b, i)) for i in range(n))
             hi = _min_opt(a.max_items, b.max_items)
             contains = a.contains + tuple(c for c in b.contains if c not in a.contains)
-            return self.make_arr(prefix, self.intersect(a.items, b.items), max(a.min_items, b.min_items), hi, contains)
+            # Meeting an array of few values keeps them few: the uniqueness stays exact.
+            return self.make_arr(
+                prefix,
+                self.intersect(a.items, b.items),
+                max(a.min_items, b.min_items),
+                hi,
+                contains,
+                unique=a.unique or b.unique,
+            )
         assert isinstance(a, _Obj) and isinstance(b, _Obj)
         return self._meet_obj(a, b)
 
@@ -1419,6 +1467,8 @@ class _Compiler:
                 return False
             tail = v[len(node.prefix) :]
             if not all(self._accepts(_elem(node, i), x, d1) for i, x in enumerate(v)):
+                return False
+            if node.unique and len({_value_key(x) for x in v}) < len(v):
                 return False
             for c in node.contains:
                 w, lo, hi = witness_bounds(c)

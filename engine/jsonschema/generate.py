@@ -35,7 +35,7 @@ from .keywords import (
 )
 from .numeric import _literal_term, _num_regex
 from .patterns import _json_set, pattern_to_regex
-from .pointers import _SPELLING_ENCODER, _json_str
+from .pointers import _SPELLING_ENCODER, _json_str, _value_key
 
 # --------------------------------------------------------------------------------------
 # Generator: IR -> grammar
@@ -310,6 +310,8 @@ class _Generator:
         return self.string_lexeme(body[0], name)
 
     def array(self, node: _Arr) -> int:
+        if node.unique:
+            return self.unique_array(node)
         b = self.b
         prefix = [self.sym(p) for p in node.prefix]
         p = len(prefix)
@@ -359,6 +361,69 @@ class _Generator:
             if tail is not None or lo <= 1:
                 b.rule(nt, [self.LBRACK, first] + ([tail] if tail is not None else []) + [self.RBRACK])
         return nt
+
+    def unique_array(self, node: _Arr) -> int:
+        """An array whose elements differ, each position admitting few values: a state
+        per set of values used so far. The set's size is the count of elements, so it
+        also says which prefix position comes next and how many more may."""
+        b = self.b
+        c = self.c
+        p = len(node.prefix)
+        keys: dict[Any, int] = {}
+        symbols: list[int] = []
+
+        def indices(sch: _Node) -> int:
+            """The bit set of the values `sch` admits, numbering new ones."""
+            values = c.finite_values(sch)
+            assert values is not None  # the compiler enforces uniqueness only where so
+            bits = 0
+            for v in values:
+                key = _value_key(v)
+                if key not in keys:
+                    if len(keys) >= self.limits.max_unique_values:
+                        raise GrammarLimitExceeded(
+                            "max_unique_values", self.limits.max_unique_values, "uniqueItems: too many element values"
+                        )
+                    keys[key] = len(symbols)
+                    symbols.append(self.sym(_Const(v)))
+                bits |= 1 << keys[key]
+            return bits
+
+        at = [indices(x) for x in node.prefix]
+        rest = 0 if node.items is NOTHING else indices(node.items)
+        lo, hi = node.min_items, node.max_items
+        names: dict[int, int] = {}
+        todo: list[int] = []
+
+        def state(used: int) -> int:
+            nt = names.get(used)
+            if nt is None:
+                nt = names[used] = self.nt("unique")
+                todo.append(used)
+                if len(names) > self.limits.max_object_states:
+                    raise GrammarLimitExceeded(
+                        "max_object_states", self.limits.max_object_states, "uniqueItems: too many sets of values"
+                    )
+            return nt
+
+        first = state(0)
+        while todo:
+            used = todo.pop()
+            nt = names[used]
+            count = used.bit_count()
+            if count >= lo:
+                b.rule(nt, [])
+            if hi is not None and count >= hi:
+                continue
+            allowed = (at[count] if count < p else rest) & ~used
+            sep = [self.COMMA] if count else []
+            while allowed:
+                bit = allowed & -allowed
+                allowed ^= bit
+                b.rule(nt, sep + [symbols[bit.bit_length() - 1], state(used | bit)])
+        arr = self.nt("array")
+        b.rule(arr, [self.LBRACK, first, self.RBRACK])
+        return arr
 
     def witness_tail(self, node: _Arr, item: int | None, comma_item: int | None) -> int:
         """The elements after the prefix when some must satisfy `contains` schemas: a

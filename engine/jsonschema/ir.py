@@ -114,15 +114,17 @@ def witness_bounds(entry: _Node) -> tuple[_Node, int, int | None]:
 class _Arr(_Node):
     """Arrays: element i satisfies prefix[i], later ones `items`; a length range; and for
     each entry in `contains`, some element after the prefix satisfies its schema (or,
-    for a `_Counted` entry, between its bounds of them do)."""
+    for a `_Counted` entry, between its bounds of them do); `unique`: no two elements
+    equal (uniqueItems, kept only where every position admits finitely many values)."""
 
-    __slots__ = ("prefix", "items", "min_items", "max_items", "contains")
+    __slots__ = ("prefix", "items", "min_items", "max_items", "contains", "unique")
 
-    def __init__(self, prefix=(), items=None, min_items=0, max_items=None, contains=()):
+    def __init__(self, prefix=(), items=None, min_items=0, max_items=None, contains=(), unique=False):
         items = ANY if items is None else items
-        super().__init__(("arr", prefix, items, min_items, max_items, contains))
+        super().__init__(("arr", prefix, items, min_items, max_items, contains, unique))
         self.prefix, self.items, self.min_items, self.max_items = prefix, items, min_items, max_items
         self.contains = contains
+        self.unique = unique
 
 
 class _Obj(_Node):
@@ -313,7 +315,9 @@ def _make_str(lo, hi, patterns, excluded=()) -> _Node:
     return _Str(lo, hi, patterns, excluded)
 
 
-def _make_arr(prefix, items, lo, hi, contains=(), *, max_contains: int = DEFAULT_LIMITS.max_contains) -> _Node:
+def _make_arr(
+    prefix, items, lo, hi, contains=(), *, max_contains: int = DEFAULT_LIMITS.max_contains, unique: bool = False
+) -> _Node:
     if NOTHING in contains:
         return NOTHING
     need = 0
@@ -345,6 +349,10 @@ def _make_arr(prefix, items, lo, hi, contains=(), *, max_contains: int = DEFAULT
         return NOTHING
     if len(contains) > max_contains:
         raise GrammarError(f"an array may combine at most {max_contains} 'contains' constraints (Limits.max_contains)")
+    if unique and (hi is None or hi > 1):
+        if contains:
+            raise GrammarError("uniqueItems beside contains is not supported")
+        return _Arr(prefix, items, lo, hi, (), True)
     return _Arr(prefix, items, lo, hi, tuple(contains))
 
 

@@ -14,6 +14,7 @@ import random
 import re
 from decimal import Decimal
 
+import jsonschema
 import pytest
 
 from midword.engine.grammar import Grammar
@@ -740,6 +741,42 @@ def test_an_overlapping_one_of_is_refused_by_default_and_anyof_when_asked():
         compile_json_schema(_OVERLAPPING_ONE_OF, strict=True, one_of="any_of")
     with pytest.raises(ValueError, match="one_of must be 'exact' or 'any_of'"):
         compile_json_schema({}, one_of="anyOf")
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"items": {"enum": ["a", "b", 1]}, "uniqueItems": True},
+        {"items": {"enum": ["a", "b", 1]}, "uniqueItems": True, "minItems": 2, "maxItems": 2},
+        {"prefixItems": [{"type": "boolean"}, {"const": "a"}], "items": {"enum": ["b", 1]}, "uniqueItems": True},
+        {"allOf": [{"uniqueItems": True, "items": {"enum": ["a", "b", 1, 2]}}, {"items": {"not": {"const": 2}}}]},
+    ],
+)
+def test_unique_items_enforced_where_the_elements_take_few_values(schema):
+    import itertools
+
+    g = compile_json_schema({"type": "array", **schema})
+    assert g.warnings == []
+    pool = ["a", "b", 1, 1.0, True, False]
+    for n in range(5):
+        for arr in itertools.product(pool, repeat=n):
+            values = list(arr)
+            fits = jsonschema.Draft202012Validator({"type": "array", **schema}).is_valid(values)
+            assert grammar_accepts(g, json.dumps(values).encode()) == fits, (schema, values)
+
+
+def test_unique_items_of_few_values_is_checked_in_constants_and_refused_negated():
+    few = {"items": {"enum": ["a", "b"]}, "uniqueItems": True}
+    with pytest.raises(GrammarError, match="accepts no JSON value"):
+        compile_json_schema({**few, "const": ["a", "a"]})
+    check({**few, "enum": [["a", "a"], ["a", "b"]]}, valid=[["a", "b"]], invalid=[["a", "a"]])
+    with pytest.raises(GrammarError, match="uniqueItems"):
+        compile_json_schema({"type": "array", "not": few})
+    # Beside contains, or with more values than Limits.max_unique_values: refused by name.
+    with pytest.raises(GrammarError, match="uniqueItems at #/uniqueItems"):
+        compile_json_schema({**few, "contains": {"const": "a"}})
+    with pytest.raises(GrammarError, match="more than 10 values"):
+        compile_json_schema({"items": {"enum": list(range(11))}, "uniqueItems": True})
 
 
 def test_contains():
