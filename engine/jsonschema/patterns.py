@@ -141,6 +141,16 @@ def _branches(node: tuple, where: "str | _Where", pattern: str) -> list[tuple[bo
                     raise GrammarError(f"lookahead in pattern {pattern!r} at {where} can match the empty string")
                 conds.append(("avoid", parts[0][2]))
                 items = [("rep", parts[1], lo, hi)]
+        if all(c[0] == "look" for c in conds) and any(sub == _EOL for it in items for sub in _walk(it)):
+            # A `$` inside (`(/|$)`): the matches through it are a branch that ends the
+            # text, the others a branch without it; the lookaheads lifted off this
+            # branch hold for both.
+            free, ended = _split_at_end(("seq", tuple(items)))
+            if ended is not None:
+                work.insert(0, (start, True, list(conds) + _as_items(ended)))
+            if free is None:
+                continue
+            items = _as_items(free)
         for it in items:
             for sub in _walk(it):
                 if sub == _BOL or sub == _EOL:
@@ -158,6 +168,55 @@ def _branches(node: tuple, where: "str | _Where", pattern: str) -> list[tuple[bo
                     raise GrammarError(f"anchor or lookahead inside a lookahead of pattern {pattern!r} at {where}")
         out.append((start, end, conds, ("seq", tuple(items))))
     return out
+
+
+def _split_at_end(node: tuple) -> tuple[tuple | None, tuple | None]:
+    """(matches of `node` through no `$`, matches through one), None for none: after a
+    `$` the text ends, so what follows it in the match must match the empty string (and
+    is dropped), and a repetition passes it on its last non-empty turn."""
+    kind = node[0]
+    if node == _EOL:
+        return None, ("seq", ())
+    if kind in ("set", "bol", "look"):
+        return node, None
+    if kind == "alt":
+        parts = [_split_at_end(x) for x in node[1]]
+        free = [f for f, _ in parts if f is not None]
+        ended = [e for _, e in parts if e is not None]
+        return (_EcmaAst.alt(*free) if free else None), (_EcmaAst.alt(*ended) if ended else None)
+    if kind == "seq":
+        items = list(node[1])
+        split = [_split_at_end(x) for x in items]
+        ended_alts = []
+        for i, (_, ended) in enumerate(split):
+            rest = items[i + 1 :]
+            if ended is None or not all(_nullable_ast(x) and _BOL not in _walk(x) for x in rest):
+                continue
+            before = [f for f, _ in split[:i]]
+            if any(f is None for f in before):
+                continue
+            ended_alts.append(_EcmaAst.concat(*before, ended) if before else ended)
+        frees = [f for f, _ in split]
+        free = None if any(f is None for f in frees) else ("seq", tuple(frees))
+        return free, (_EcmaAst.alt(*ended_alts) if ended_alts else None)
+    assert kind == "rep"
+    _, inner, lo, hi = node
+    free_inner, ended_inner = _split_at_end(inner)
+    if free_inner is None:
+        free = ("seq", ()) if lo == 0 else None
+    else:
+        free = ("rep", free_inner, lo, hi)
+    if ended_inner is None or hi == 0:
+        return free, None
+    # Turns before the one through `$`; later turns must match the empty string, so
+    # where the body cannot, the count is met by then.
+    fewest = 0 if _nullable_ast(inner) else max(0, lo - 1)
+    most = None if hi is None else hi - 1
+    if free_inner is None:
+        if fewest > 0:
+            return free, None
+        return free, ended_inner
+    return free, _EcmaAst.concat(("rep", free_inner, fewest, most), ended_inner)
 
 
 # Characters a JSON string must escape.

@@ -286,13 +286,37 @@ def test_pattern_translation_agrees_with_python_search_on_plain_patterns():
 
 
 @pytest.mark.parametrize(
+    "pattern",
+    [
+        r"^(\/?((\.{2})|([a-z0-9\-]*))($|\/))*$",  # a path pattern of real schemas
+        r"a($|b)c?",
+        r"(a$)*b",
+        r"(?:a|b$){2,3}",
+        r"^(a(b|$))+$",
+        r"^(ab|$)+",
+    ],
+)
+def test_an_end_anchor_inside_a_pattern(pattern):
+    # A `$` inside a group ends the text: the matches through it are a branch of their own.
+    import random
+
+    g = compile_json_schema({"type": "string", "pattern": pattern})
+    rnd = random.Random(pattern)
+    for _ in range(300):
+        text = "".join(rnd.choice("ab/c.-") for _ in range(rnd.randint(0, 7)))
+        assert grammar_accepts(g, json.dumps(text).encode()) == (re.search(pattern, text) is not None), text
+    # Text after a `$` that cannot match the empty string: no string matches at all.
+    with pytest.raises(GrammarError, match="accepts no JSON value"):
+        compile_json_schema({"type": "string", "pattern": "^(a)*$(b)"})
+
+
+@pytest.mark.parametrize(
     "pattern,msg",
     [
         (r"(a)\1", "backreference"),
         (r"(?<=a)b", "lookbehind"),
         (r"\bfoo", "word boundary"),
         ("a(^b)", "anchor"),
-        ("^(a)*$(b)", "anchor"),
         ("a(?!b)c", "lookahead"),
         ("[a", "unterminated"),
         ("a**", "nothing to repeat"),
