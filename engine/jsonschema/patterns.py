@@ -181,27 +181,27 @@ def _split_at_end(node: tuple) -> tuple[tuple | None, tuple | None]:
         return node, None
     if kind == "alt":
         parts = [_split_at_end(x) for x in node[1]]
-        free = [f for f, _ in parts if f is not None]
-        ended = [e for _, e in parts if e is not None]
-        return (_EcmaAst.alt(*free) if free else None), (_EcmaAst.alt(*ended) if ended else None)
+        free_alts = [f for f, _ in parts if f is not None]
+        ended_alts = [e for _, e in parts if e is not None]
+        return (_EcmaAst.alt(*free_alts) if free_alts else None), (_EcmaAst.alt(*ended_alts) if ended_alts else None)
     if kind == "seq":
         items = list(node[1])
         split = [_split_at_end(x) for x in items]
-        ended_alts = []
+        through: list[tuple] = []
         for i, (_, ended) in enumerate(split):
             rest = items[i + 1 :]
             if ended is None or not all(_nullable_ast(x) and _BOL not in _walk(x) for x in rest):
                 continue
             before = [f for f, _ in split[:i]]
-            if any(f is None for f in before):
-                continue
-            ended_alts.append(_EcmaAst.concat(*before, ended) if before else ended)
+            if all(f is not None for f in before):
+                through.append(_EcmaAst.concat(*[f for f in before if f is not None], ended))
         frees = [f for f, _ in split]
-        free = None if any(f is None for f in frees) else ("seq", tuple(frees))
-        return free, (_EcmaAst.alt(*ended_alts) if ended_alts else None)
+        whole = ("seq", tuple(f for f in frees if f is not None)) if all(f is not None for f in frees) else None
+        return whole, (_EcmaAst.alt(*through) if through else None)
     assert kind == "rep"
     _, inner, lo, hi = node
     free_inner, ended_inner = _split_at_end(inner)
+    free: tuple | None
     if free_inner is None:
         free = ("seq", ()) if lo == 0 else None
     else:
@@ -213,9 +213,7 @@ def _split_at_end(node: tuple) -> tuple[tuple | None, tuple | None]:
     fewest = 0 if _nullable_ast(inner) else max(0, lo - 1)
     most = None if hi is None else hi - 1
     if free_inner is None:
-        if fewest > 0:
-            return free, None
-        return free, ended_inner
+        return free, (ended_inner if fewest == 0 else None)
     return free, _EcmaAst.concat(("rep", free_inner, fewest, most), ended_inner)
 
 
