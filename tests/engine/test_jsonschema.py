@@ -1187,33 +1187,25 @@ def test_dynamic_ref_follows_the_dynamic_scope():
         },
     }
     check(leaving, valid=[None], invalid=["a string", 42])
-    # The outermost resource in scope that defines the name wins over the list's own.
-    outermost = {
-        "$id": "https://example.com/outermost",
-        "$ref": "list",
-        "$defs": {
-            "foo": {"$dynamicAnchor": "items", "type": "string"},
-            "list": {
-                "$id": "list",
-                "items": {"$dynamicRef": "#items"},
-                "$defs": {"items": {"$dynamicAnchor": "items"}},
+
+    # The outermost resource in scope that defines the name wins over the list's own;
+    # an $anchor of the same name is no dynamic anchor, so the static target stays.
+    def list_beside(anchor_keyword: str) -> dict:
+        return {
+            "$id": f"https://example.com/{anchor_keyword[1:]}",
+            "$ref": "list",
+            "$defs": {
+                "foo": {anchor_keyword: "items", "type": "string"},
+                "list": {
+                    "$id": "list",
+                    "items": {"$dynamicRef": "#items"},
+                    "$defs": {"items": {"$dynamicAnchor": "items"}},
+                },
             },
-        },
-    }
-    check(outermost, valid=[["a", "b"]], invalid=[["a", 1]])
-    # An $anchor of the same name is no dynamic anchor: the static target stays.
-    plain = {
-        "$id": "https://example.com/plain",
-        "$ref": "list",
-        "$defs": {
-            "foo": {"$anchor": "items", "type": "string"},
-            "list": {
-                "$id": "list",
-                "items": {"$dynamicRef": "#items"},
-                "$defs": {"items": {"$dynamicAnchor": "items"}},
-            },
-        },
-    }
+        }
+
+    check(list_beside("$dynamicAnchor"), valid=[["a", "b"]], invalid=[["a", 1]])
+    plain = list_beside("$anchor")
     check(plain, valid=[["a", 1]])
 
 
