@@ -572,7 +572,7 @@ class _Compiler:
         return scoped
 
     def _tick(self) -> None:
-        """Every _TICKS meets (`intersect` counts down), the caller's CompileBudget and
+        """Every _TICKS new meets (`intersect` counts down), the caller's CompileBudget and
         the compile's own clock (Limits.max_compile_seconds): a schema compiled outside
         any budget is bounded too, for the price of a countdown."""
         self._ticks = _TICKS
@@ -1251,11 +1251,6 @@ class _Compiler:
 
     # Intersection ----------------------------------------------------------------------
     def intersect(self, a: _Node, b: _Node) -> _Node:
-        # Meets multiply where allOf branches share wide objects: a schema can spend
-        # its whole time here without a new subschema to normalise.
-        self._ticks -= 1
-        if self._ticks <= 0:
-            self._tick()
         self.depth += 1
         try:
             if self.depth > self.limits.max_schema_depth:
@@ -1268,6 +1263,11 @@ class _Compiler:
             key = (a, b)
             met = self._meets.get(key)
             if met is None:
+                # Meets multiply where allOf branches share wide objects: a schema can
+                # spend its whole time on new ones without a new subschema to normalise.
+                self._ticks -= 1
+                if self._ticks <= 0:
+                    self._tick()
                 met = self._intersect(a, b)
                 if len(self._meets) >= _MAX_MEETS_KEPT:
                     self._meets.clear()

@@ -752,8 +752,14 @@ class _Generator:
                 charset.normalize([r for c in known for r in c]) if known and len(known) == len(sets) else None
             )
         members = []
-        disjoint = self.disjoint_patterns(group_langs)
-        for mask in self.key_classes(disjoint, group_langs):
+        if len(groups) > 1:
+            disjoint = self.disjoint_patterns(group_langs)
+            classes = self.key_classes(disjoint, group_langs)
+        else:
+            # Most objects: no pattern, or one (its keys, and the others).
+            disjoint = [0] * len(groups)
+            classes = [0] + [1 for lang in group_langs if lang is not None]
+        for mask in classes:
             inside = [i for i in range(len(groups)) if mask >> i & 1]
             if mask == 0:
                 value = node.additional
