@@ -91,6 +91,10 @@ def _numbered_draft(schema_uri: Any) -> int | None:
     return None
 
 
+# Keywords a subschema rarely holds, looked for in one set test: refused ones and
+# $dynamicRef.
+_RARE_KEYWORDS = UNSUPPORTED_KEYWORDS | {"$dynamicRef"}
+
 # Calls of `_Compiler._tick` between two looks at the clock.
 _TICKS = 256
 
@@ -196,6 +200,9 @@ class _Compiler:
         if dynamic_scope:
             self._indexed = True
             self._index(self.doc, self.root_base, ())
+            # Every subschema enters its resource: schemas without $dynamicRef keep the
+            # plain `norm`, untouched by the scope.
+            self.norm = self._norm_in_scope  # type: ignore[method-assign]
 
     def exprs(self):
         """The process-wide expression set the lexer will use (regex.ExprSet.shared)."""
@@ -516,15 +523,11 @@ class _Compiler:
     # Normalisation -------------------------------------------------------------------
     def norm(self, s: Any, base: str, path: tuple) -> _Node:
         self.depth += 1
-        outer = self.dyn
         try:
             if self.depth > self.limits.max_schema_depth:
                 raise LimitExceeded(
                     "max_schema_depth", self.limits.max_schema_depth, f"schema nested too deeply at {_ptr(path)}"
                 )
-            if self.dynamic_scope and isinstance(s, dict):
-                known = self.base_of.get(path)
-                self._entered(known if known is not None else self._own_id(s, base))
             return self._norm(s, base, path)
         except RecursionError:
             # Python's stack ran out before max_schema_depth did (each level takes
@@ -538,8 +541,19 @@ class _Compiler:
                 e.schema_path = _ptr(path)
             raise
         finally:
-            self.dyn = outer
             self.depth -= 1
+
+    def _norm_in_scope(self, s: Any, base: str, path: tuple) -> _Node:
+        """`norm` where the dynamic scope is tracked: inside `s`'s resource, and back
+        out of it after."""
+        outer = self.dyn
+        try:
+            if isinstance(s, dict):
+                known = self.base_of.get(path)
+                self._entered(known if known is not None else self._own_id(s, base))
+            return _Compiler.norm(self, s, base, path)
+        finally:
+            self.dyn = outer
 
     def _entered(self, base: str) -> None:
         """The dynamic scope once evaluation is inside the resource `base`: its dynamic
@@ -592,10 +606,12 @@ class _Compiler:
         known = self.base_of.get(path)
         base = known if known is not None else self._own_id(s, base)
         s = self._in_force(s)
-        if not UNSUPPORTED_KEYWORDS.isdisjoint(s):
+        dynamic_ref = False
+        if not _RARE_KEYWORDS.isdisjoint(s):
             for key in s:
                 if key in UNSUPPORTED_KEYWORDS:
                     raise GrammarError(f"unsupported keyword {key!r} at {_ptr(path)}")
+            dynamic_ref = "$dynamicRef" in s
         closed: _Node | None = None
         for key in ("unevaluatedProperties", "unevaluatedItems"):
             if key not in s or s[key] is True:
@@ -637,7 +653,7 @@ class _Compiler:
                 raise GrammarError(f"$ref at {_ptr(path)} must be a string")
             name = self._resolve(ref, base, path)
             node = self.intersect(node, _Ref(frozenset([self._scoped(name) if self.dyn else name])))
-        if "$dynamicRef" in s:
+        if dynamic_ref:
             node = self.intersect(
                 node, _Ref(frozenset([self._scoped(self._dynamic_target(s["$dynamicRef"], base, path))]))
             )
