@@ -407,8 +407,10 @@ class GrammarResolver:
         Each is read as a schema file is (inside the workspace, a regular file, bounded),
         at most MAX_SCHEMA_FILES of them; returns the text and why any was not read. A
         schema whose `$id` is not a file URI is left alone (its references name URLs)."""
-        root = json.loads(source)
-        if not isinstance(root, dict) or not _refers_beyond(root):
+        if not _refers_beyond(source):
+            return source, []  # nearly every schema: answered from a cache per text
+        root = _parsed(source)
+        if not isinstance(root, dict):
             return source, []
         own = root.get("$id")
         if own is None:
@@ -431,7 +433,7 @@ class GrammarResolver:
                     continue
                 try:
                     text = self.read(url2pathname(urlparse(target).path), allowed)
-                    value = json.loads(text)
+                    value = _parsed(text)
                 except (OSError, ValueError, RecursionError) as e:
                     unread.append(str(e) if not isinstance(e, json.JSONDecodeError) else f"{target} is not valid JSON")
                     continue
@@ -452,9 +454,18 @@ class GrammarResolver:
 _VALUE_KEYWORDS = frozenset({"const", "enum", "default", "examples"})
 
 
-def _refers_beyond(schema: Any) -> bool:
-    """Whether some `$ref` in `schema` names another document (not only a fragment)."""
-    return any(not ref.startswith("#") for ref in _refs_in(schema))
+@functools.lru_cache(maxsize=32)
+def _refers_beyond(source: str) -> bool:
+    """Whether some `$ref` in the schema text names another document (not only a
+    fragment). Cached, as `_schema_problem` is: the same text comes back on every
+    keystroke."""
+    return any(not ref.startswith("#") for ref in _refs_in(json.loads(source)))
+
+
+@functools.lru_cache(maxsize=64)
+def _parsed(text: str) -> Any:
+    """A schema file's JSON, parsed once per text (callers copy before changing it)."""
+    return json.loads(text)
 
 
 def _refs_in(value: Any) -> Iterator[str]:
