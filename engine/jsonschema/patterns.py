@@ -102,9 +102,10 @@ def _as_items(node: tuple) -> list:
 def _branches(node: tuple, where: "str | _Where", pattern: str) -> list[tuple[bool, bool, list, tuple]]:
     """Top-level alternatives as (anchored at start, anchored at end, conditions, body).
 
-    Anchors are supported where they can be moved to the ends of a top-level
-    alternative: directly there, or inside a leading/trailing group alternation
-    (`^(a|$)` is `^a|^$`). Conditions are lookaheads right after a leading `^`
+    Anchors are moved to the ends of a top-level alternative: directly there, inside
+    a leading/trailing group alternation (`^(a|$)` is `^a|^$`), or, anywhere else, by
+    splitting the alternative into its matches through the anchor (`_split_at_end`,
+    `_split_at_start`) and the others. Conditions are lookaheads right after a leading `^`
     (("look", negative, X): the text does / does not start with X) and the idiom
     `^((?!X).)*$` (("avoid", X): X occurs nowhere).
     """
@@ -148,6 +149,15 @@ def _branches(node: tuple, where: "str | _Where", pattern: str) -> list[tuple[bo
             free, ended = _split_at_end(("seq", tuple(items)))
             if ended is not None:
                 work.insert(0, (start, True, list(conds) + _as_items(ended)))
+            if free is None:
+                continue
+            items = _as_items(free)
+        if all(c[0] == "look" for c in conds) and any(sub == _BOL for it in items for sub in _walk(it)):
+            # A `^` inside (`(?:^x|y)z` past a leading group): the matches through it
+            # are a branch that starts the text, the others a branch without it.
+            free, started = _split_at_start(("seq", tuple(items)))
+            if started is not None:
+                work.insert(0, (True, end, list(conds) + _as_items(started)))
             if free is None:
                 continue
             items = _as_items(free)
@@ -215,6 +225,55 @@ def _split_at_end(node: tuple) -> tuple[tuple | None, tuple | None]:
     if free_inner is None:
         return free, (ended_inner if fewest == 0 else None)
     return free, _EcmaAst.concat(("rep", free_inner, fewest, most), ended_inner)
+
+
+def _split_at_start(node: tuple) -> tuple[tuple | None, tuple | None]:
+    """(matches of `node` through no `^`, matches through one), None for none: before a
+    `^` the text starts, so what precedes it in the match must match the empty string
+    (and is dropped), and a repetition passes it on its first non-empty turn."""
+    kind = node[0]
+    if node == _BOL:
+        return None, ("seq", ())
+    if kind in ("set", "eol", "look"):
+        return node, None
+    if kind == "alt":
+        parts = [_split_at_start(x) for x in node[1]]
+        free_alts = [f for f, _ in parts if f is not None]
+        started_alts = [b for _, b in parts if b is not None]
+        return (_EcmaAst.alt(*free_alts) if free_alts else None), (
+            _EcmaAst.alt(*started_alts) if started_alts else None
+        )
+    if kind == "seq":
+        items = list(node[1])
+        split = [_split_at_start(x) for x in items]
+        through: list[tuple] = []
+        for i, (_, started) in enumerate(split):
+            before = items[:i]
+            if started is None or not all(_nullable_ast(x) and _EOL not in _walk(x) for x in before):
+                continue
+            after = [f for f, _ in split[i + 1 :]]
+            if all(f is not None for f in after):
+                through.append(_EcmaAst.concat(started, *[f for f in after if f is not None]))
+        frees = [f for f, _ in split]
+        whole = ("seq", tuple(f for f in frees if f is not None)) if all(f is not None for f in frees) else None
+        return whole, (_EcmaAst.alt(*through) if through else None)
+    assert kind == "rep"
+    _, inner, lo, hi = node
+    free_inner, started_inner = _split_at_start(inner)
+    free: tuple | None
+    if free_inner is None:
+        free = ("seq", ()) if lo == 0 else None
+    else:
+        free = ("rep", free_inner, lo, hi)
+    if started_inner is None or hi == 0:
+        return free, None
+    # Turns after the one through `^`; earlier turns must match the empty string, so
+    # where the body cannot, the later ones make up the count.
+    fewest = 0 if _nullable_ast(inner) else max(0, lo - 1)
+    most = None if hi is None else hi - 1
+    if free_inner is None:
+        return free, (started_inner if fewest == 0 else None)
+    return free, _EcmaAst.concat(started_inner, ("rep", free_inner, fewest, most))
 
 
 # Characters a JSON string must escape.

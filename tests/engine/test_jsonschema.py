@@ -294,20 +294,28 @@ def test_pattern_translation_agrees_with_python_search_on_plain_patterns():
         r"(?:a|b$){2,3}",
         r"^(a(b|$))+$",
         r"^(ab|$)+",
+        r"(?:^[\*]|[a-z0-9])\.[a-z]",  # a host pattern of JSON Schema Store
+        r"(^a|b)+c",
+        r"(?:b|^a){1,3}$",
+        r"(^|/)ab",
+        r"c(^|$)",
     ],
 )
-def test_an_end_anchor_inside_a_pattern(pattern):
-    # A `$` inside a group ends the text: the matches through it are a branch of their own.
+def test_anchors_inside_a_pattern(pattern):
+    # A `$` inside a group ends the text, a `^` starts it: the matches through one are
+    # a branch of their own, anchored there.
     import random
 
     g = compile_json_schema({"type": "string", "pattern": pattern})
     rnd = random.Random(pattern)
     for _ in range(300):
-        text = "".join(rnd.choice("ab/c.-") for _ in range(rnd.randint(0, 7)))
+        text = "".join(rnd.choice("ab/c.-*") for _ in range(rnd.randint(0, 7)))
         assert grammar_accepts(g, json.dumps(text).encode()) == (re.search(pattern, text) is not None), text
-    # Text after a `$` that cannot match the empty string: no string matches at all.
-    with pytest.raises(GrammarError, match="accepts no JSON value"):
-        compile_json_schema({"type": "string", "pattern": "^(a)*$(b)"})
+    # Text after a `$` (before a `^`) that cannot match the empty string: no string
+    # matches at all.
+    for never in ("^(a)*$(b)", "a(^b)"):
+        with pytest.raises(GrammarError, match="accepts no JSON value"):
+            compile_json_schema({"type": "string", "pattern": never})
 
 
 @pytest.mark.parametrize(
@@ -316,7 +324,6 @@ def test_an_end_anchor_inside_a_pattern(pattern):
         (r"(a)\1", "backreference"),
         (r"(?<=a)b", "lookbehind"),
         (r"\bfoo", "word boundary"),
-        ("a(^b)", "anchor"),
         ("a(?!b)c", "lookahead"),
         ("[a", "unterminated"),
         ("a**", "nothing to repeat"),
