@@ -104,8 +104,8 @@ def _branches(node: tuple, where: "str | _Where", pattern: str) -> list[tuple[bo
 
     Anchors are moved to the ends of a top-level alternative: directly there, inside
     a leading/trailing group alternation (`^(a|$)` is `^a|^$`), or, anywhere else, by
-    splitting the alternative into its matches through the anchor (`_split_at_end`,
-    `_split_at_start`) and the others. Conditions are lookaheads right after a leading `^`
+    splitting the alternative into its matches through the anchor (`_split_at_anchor`)
+    and the others. Conditions are lookaheads right after a leading `^`
     (("look", negative, X): the text does / does not start with X) and the idiom
     `^((?!X).)*$` (("avoid", X): X occurs nowhere).
     """
@@ -142,25 +142,22 @@ def _branches(node: tuple, where: "str | _Where", pattern: str) -> list[tuple[bo
                     raise GrammarError(f"lookahead in pattern {pattern!r} at {where} can match the empty string")
                 conds.append(("avoid", parts[0][2]))
                 items = [("rep", parts[1], lo, hi)]
-        if all(c[0] == "look" for c in conds) and any(sub == _EOL for it in items for sub in _walk(it)):
-            # A `$` inside (`(/|$)`): the matches through it are a branch that ends the
-            # text, the others a branch without it; the lookaheads lifted off this
-            # branch hold for both.
-            free, ended = _split_at_end(("seq", tuple(items)))
-            if ended is not None:
-                work.insert(0, (start, True, list(conds) + _as_items(ended)))
-            if free is None:
-                continue
-            items = _as_items(free)
-        if all(c[0] == "look" for c in conds) and any(sub == _BOL for it in items for sub in _walk(it)):
-            # A `^` inside (`(?:^x|y)z` past a leading group): the matches through it
-            # are a branch that starts the text, the others a branch without it.
-            free, started = _split_at_start(("seq", tuple(items)))
-            if started is not None:
-                work.insert(0, (True, end, list(conds) + _as_items(started)))
-            if free is None:
-                continue
-            items = _as_items(free)
+        # An anchor inside (`(/|$)`, `(?:^x|y)z`): the matches through it are a branch
+        # anchored there, the others a branch without it; the lookaheads lifted off this
+        # branch hold for both.
+        through_only = False  # every match passes an anchor: nothing is left of it
+        for anchor in (_EOL, _BOL) if all(c[0] == "look" for c in conds) else ():
+            if not through_only and any(sub == anchor for it in items for sub in _walk(it)):
+                free, through = _split_at_anchor(("seq", tuple(items)), anchor)
+                if through is not None:
+                    anchored = (start, True) if anchor == _EOL else (True, end)
+                    work.insert(0, (*anchored, list(conds) + _as_items(through)))
+                if free is None:
+                    through_only = True
+                else:
+                    items = _as_items(free)
+        if through_only:
+            continue
         for it in items:
             for sub in _walk(it):
                 if sub == _BOL or sub == _EOL:
@@ -180,100 +177,58 @@ def _branches(node: tuple, where: "str | _Where", pattern: str) -> list[tuple[bo
     return out
 
 
-def _split_at_end(node: tuple) -> tuple[tuple | None, tuple | None]:
-    """(matches of `node` through no `$`, matches through one), None for none: after a
-    `$` the text ends, so what follows it in the match must match the empty string (and
-    is dropped), and a repetition passes it on its last non-empty turn."""
+def _split_at_anchor(node: tuple, anchor: tuple) -> tuple[tuple | None, tuple | None]:
+    """(matches of `node` through no `anchor`, matches through one), None for none.
+    After a `$` the text ends, so what follows it in the match must match the empty
+    string (and is dropped), and a repetition passes it on its last non-empty turn;
+    before a `^` the text starts, the mirror image."""
+    at_end = anchor == _EOL
+    other = _BOL if at_end else _EOL
     kind = node[0]
-    if node == _EOL:
+    if node == anchor:
         return None, ("seq", ())
-    if kind in ("set", "bol", "look"):
+    if kind != "seq" and kind != "alt" and kind != "rep":
         return node, None
     if kind == "alt":
-        parts = [_split_at_end(x) for x in node[1]]
+        parts = [_split_at_anchor(x, anchor) for x in node[1]]
         free_alts = [f for f, _ in parts if f is not None]
-        ended_alts = [e for _, e in parts if e is not None]
-        return (_EcmaAst.alt(*free_alts) if free_alts else None), (_EcmaAst.alt(*ended_alts) if ended_alts else None)
-    if kind == "seq":
-        items = list(node[1])
-        split = [_split_at_end(x) for x in items]
-        through: list[tuple] = []
-        for i, (_, ended) in enumerate(split):
-            rest = items[i + 1 :]
-            if ended is None or not all(_nullable_ast(x) and _BOL not in _walk(x) for x in rest):
-                continue
-            before = [f for f, _ in split[:i]]
-            if all(f is not None for f in before):
-                through.append(_EcmaAst.concat(*[f for f in before if f is not None], ended))
-        frees = [f for f, _ in split]
-        whole = ("seq", tuple(f for f in frees if f is not None)) if all(f is not None for f in frees) else None
-        return whole, (_EcmaAst.alt(*through) if through else None)
-    assert kind == "rep"
-    _, inner, lo, hi = node
-    free_inner, ended_inner = _split_at_end(inner)
-    free: tuple | None
-    if free_inner is None:
-        free = ("seq", ()) if lo == 0 else None
-    else:
-        free = ("rep", free_inner, lo, hi)
-    if ended_inner is None or hi == 0:
-        return free, None
-    # Turns before the one through `$`; later turns must match the empty string, so
-    # where the body cannot, the count is met by then.
-    fewest = 0 if _nullable_ast(inner) else max(0, lo - 1)
-    most = None if hi is None else hi - 1
-    if free_inner is None:
-        return free, (ended_inner if fewest == 0 else None)
-    return free, _EcmaAst.concat(("rep", free_inner, fewest, most), ended_inner)
-
-
-def _split_at_start(node: tuple) -> tuple[tuple | None, tuple | None]:
-    """(matches of `node` through no `^`, matches through one), None for none: before a
-    `^` the text starts, so what precedes it in the match must match the empty string
-    (and is dropped), and a repetition passes it on its first non-empty turn."""
-    kind = node[0]
-    if node == _BOL:
-        return None, ("seq", ())
-    if kind in ("set", "eol", "look"):
-        return node, None
-    if kind == "alt":
-        parts = [_split_at_start(x) for x in node[1]]
-        free_alts = [f for f, _ in parts if f is not None]
-        started_alts = [b for _, b in parts if b is not None]
+        through_alts = [t for _, t in parts if t is not None]
         return (_EcmaAst.alt(*free_alts) if free_alts else None), (
-            _EcmaAst.alt(*started_alts) if started_alts else None
+            _EcmaAst.alt(*through_alts) if through_alts else None
         )
     if kind == "seq":
         items = list(node[1])
-        split = [_split_at_start(x) for x in items]
+        split = [_split_at_anchor(x, anchor) for x in items]
         through: list[tuple] = []
-        for i, (_, started) in enumerate(split):
-            before = items[:i]
-            if started is None or not all(_nullable_ast(x) and _EOL not in _walk(x) for x in before):
+        for i, (_, hit) in enumerate(split):
+            dropped = items[i + 1 :] if at_end else items[:i]
+            if hit is None or not all(_nullable_ast(x) and other not in _walk(x) for x in dropped):
                 continue
-            after = [f for f, _ in split[i + 1 :]]
-            if all(f is not None for f in after):
-                through.append(_EcmaAst.concat(started, *[f for f in after if f is not None]))
-        frees = [f for f, _ in split]
-        whole = ("seq", tuple(f for f in frees if f is not None)) if all(f is not None for f in frees) else None
+            kept = [f for f, _ in (split[:i] if at_end else split[i + 1 :])]
+            if all(f is not None for f in kept):
+                frees = [f for f in kept if f is not None]
+                through.append(_EcmaAst.concat(*frees, hit) if at_end else _EcmaAst.concat(hit, *frees))
+        frees_all = [f for f, _ in split]
+        whole = None if any(f is None for f in frees_all) else ("seq", tuple(f for f in frees_all if f is not None))
         return whole, (_EcmaAst.alt(*through) if through else None)
-    assert kind == "rep"
     _, inner, lo, hi = node
-    free_inner, started_inner = _split_at_start(inner)
+    free_inner, hit_inner = _split_at_anchor(inner, anchor)
     free: tuple | None
     if free_inner is None:
         free = ("seq", ()) if lo == 0 else None
     else:
         free = ("rep", free_inner, lo, hi)
-    if started_inner is None or hi == 0:
+    if hit_inner is None or hi == 0:
         return free, None
-    # Turns after the one through `^`; earlier turns must match the empty string, so
-    # where the body cannot, the later ones make up the count.
+    # The turns on the kept side of the one through the anchor; those on the other side
+    # must match the empty string, so where the body cannot, the kept ones make up the
+    # count.
     fewest = 0 if _nullable_ast(inner) else max(0, lo - 1)
     most = None if hi is None else hi - 1
     if free_inner is None:
-        return free, (started_inner if fewest == 0 else None)
-    return free, _EcmaAst.concat(started_inner, ("rep", free_inner, fewest, most))
+        return free, (hit_inner if fewest == 0 else None)
+    turns = ("rep", free_inner, fewest, most)
+    return free, (_EcmaAst.concat(turns, hit_inner) if at_end else _EcmaAst.concat(hit_inner, turns))
 
 
 # Characters a JSON string must escape.
