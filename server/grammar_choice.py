@@ -459,7 +459,7 @@ def _refers_beyond(source: str) -> bool:
     """Whether some `$ref` in the schema text names another document (not only a
     fragment). Cached, as `_schema_problem` is: the same text comes back on every
     keystroke."""
-    return any(not ref.startswith("#") for ref in _refs_in(json.loads(source)))
+    return any(not ref.startswith("#") for ref in _refs_in(_parsed(source)))
 
 
 @functools.lru_cache(maxsize=64)

@@ -366,11 +366,9 @@ class _Compiler:
             anchor = s.get(key)
             if isinstance(anchor, str):
                 self.anchors.setdefault(base + "#" + anchor, (s, base, path))
-        if self.dynamic_scope:
-            # Only a compile that tracks the dynamic scope reads these.
-            anchor = s.get("$dynamicAnchor")
-            if isinstance(anchor, str):
-                self.dynamic_anchors.setdefault(base, {}).setdefault(anchor, (s, base, path))
+                if key == "$dynamicAnchor" and self.dynamic_scope:
+                    # Only a compile that tracks the dynamic scope reads these.
+                    self.dynamic_anchors.setdefault(base, {}).setdefault(anchor, (s, base, path))
         for key, v in s.items():
             shape = _SUBSCHEMA_SHAPE.get(key)
             if shape is None:
@@ -452,7 +450,7 @@ class _Compiler:
         if not isinstance(ref, str):
             raise GrammarError(f"$dynamicRef at {_ptr(path)} must be a string")
         name = self._resolve(ref, base, path)
-        fragment = urllib.parse.unquote(_join(base, ref).partition("#")[2] if base else ref.partition("#")[2])
+        fragment = urllib.parse.unquote(ref.partition("#")[2])
         if fragment and not fragment.startswith("/"):
             schema = self.targets[name][0]
             if isinstance(schema, dict) and schema.get("$dynamicAnchor") == fragment:
@@ -889,10 +887,9 @@ class _Compiler:
             for c in node.contains:
                 if isinstance(c, _Counted):
                     # Fewer matches than asked, or more.
-                    for lo, hi in ((0, c.lo - 1), (c.hi + 1 if c.hi is not None else None, None)):
-                        entry = None if lo is None or (hi is not None and hi < 0) else contains_entry(c.node, lo, hi)
-                        if entry is not None:
-                            parts.append(self.make_arr((ANY,) * p, ANY, 0, None, (entry,)))
+                    fewer = contains_entry(c.node, 0, c.lo - 1) if c.lo > 0 else None
+                    more = contains_entry(c.node, c.hi + 1, None) if c.hi is not None else None
+                    parts += [self.make_arr((ANY,) * p, ANY, 0, None, (e,)) for e in (fewer, more) if e is not None]
                     continue
                 parts.append(self.make_arr((ANY,) * p, self.negate(c, where, depth + 1), 0, None))
             return self.union(parts)
@@ -1150,11 +1147,7 @@ class _Compiler:
                 items = self.union([items, self.norm(s["contains"], base, path + ("contains",))])
         lo = self._count(s, "minItems", path) or 0
         hi = self._count(s, "maxItems", path)
-        cap = self.limits.max_counted_items
-        for key, v in (("minItems", lo), ("maxItems", hi)):
-            # The grammar spells a bounded repetition out, one rule per element.
-            if v is not None and v > cap:
-                raise GrammarLimitExceeded("max_counted_items", cap, f"{key} {v} at {_ptr(path)}")
+        self._within_counted_items(path, minItems=lo, maxItems=hi)
         unique = False
         if "uniqueItems" in s:
             u = s["uniqueItems"]
@@ -1180,10 +1173,7 @@ class _Compiler:
             witness = self.norm(s["contains"], base, path + ("contains",))
             entry = contains_entry(witness, 1 if min_c is None else min_c, max_c)
             if isinstance(entry, _Counted):
-                cap = self.limits.max_counted_items
-                for key, v in (("minContains", entry.lo), ("maxContains", entry.hi)):
-                    if v is not None and v > cap:
-                        raise GrammarLimitExceeded("max_counted_items", cap, f"{key} {v} at {_ptr(path)}")
+                self._within_counted_items(path, minContains=entry.lo, maxContains=entry.hi)
                 if prefix:
                     # A count over the prefix positions too would need each position's
                     # match and miss apart: a union growing with their subsets.
@@ -1197,6 +1187,14 @@ class _Compiler:
             elif entry is not None:
                 arr = self.intersect(arr, self._contains(entry, len(prefix)))
         return arr
+
+    def _within_counted_items(self, path: tuple, **counts: int | None) -> None:
+        """The grammar spells a bounded repetition or count out, one rule or state per
+        element: each bound past Limits.max_counted_items is refused, by keyword."""
+        cap = self.limits.max_counted_items
+        for key, v in counts.items():
+            if v is not None and v > cap:
+                raise GrammarLimitExceeded("max_counted_items", cap, f"{key} {v} at {_ptr(path)}")
 
     def _contains(self, c: _Node, p: int) -> _Node:
         """Arrays (with p prefix positions) having some element that satisfies c."""

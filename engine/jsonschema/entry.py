@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from ..grammar import Grammar
 from ..limits import (
@@ -17,6 +17,8 @@ from ..limits import (
 from .compiler import NeedsDynamicScope, _Compiler
 from .generate import _Generator
 from .ir import NOTHING
+
+T = TypeVar("T")
 
 # --------------------------------------------------------------------------------------
 # Public entry point
@@ -77,10 +79,7 @@ def compile_json_schema(
             "one_of": one_of,
             "documents": documents,
         }
-        try:
-            comp, grammar = _compile(schema, options, key_order, whitespace, dynamic_scope=False)
-        except NeedsDynamicScope:
-            comp, grammar = _compile(schema, options, key_order, whitespace, dynamic_scope=True)
+        comp, grammar = _tracking_scope_if_needed(schema, options, lambda c: _generated(c, key_order, whitespace))
     except RecursionError:
         # Depth guards cover schema nesting; this catches pathological values (enum/const).
         raise GrammarLimitExceeded(
@@ -99,14 +98,23 @@ def compile_json_schema(
     return grammar
 
 
-def _compile(schema: Any, options: dict, key_order: str, whitespace: str, dynamic_scope: bool):
-    """(compiler, grammar); references unfold as the grammar is built, so a $dynamicRef
-    may first show there."""
-    comp = _Compiler(schema, dynamic_scope=dynamic_scope, **options)
+def _tracking_scope_if_needed(schema: Any, options: dict, use: Callable[[_Compiler], T]) -> tuple[_Compiler, T]:
+    """(compiler, use(compiler)), by a compiler that tracks the dynamic scope only where
+    `use` meets a $dynamicRef without one (references unfold as late as the grammar's
+    build, so it may first show there): schemas without pay nothing for the scope."""
+    try:
+        comp = _Compiler(schema, **options)
+        return comp, use(comp)
+    except NeedsDynamicScope:
+        comp = _Compiler(schema, dynamic_scope=True, **options)
+        return comp, use(comp)
+
+
+def _generated(comp: _Compiler, key_order: str, whitespace: str) -> Grammar:
     root = comp.root()
     if root is NOTHING:
         raise GrammarError("the schema at # accepts no JSON value")
-    return comp, _Generator(comp, options["limits"], key_order).build(root, whitespace)
+    return _Generator(comp, comp.limits, key_order).build(root, whitespace)
 
 
 def schema_ordered(schema: Any, value: Any, documents: Mapping[str, Any] | None = None) -> Any:
@@ -126,9 +134,4 @@ def schema_ordered(schema: Any, value: Any, documents: Mapping[str, Any] | None 
         "one_of": "any_of",
         "documents": documents,
     }
-    try:
-        comp = _Compiler(schema, **options)
-        return comp.reorder(comp.root(), value, 0)
-    except NeedsDynamicScope:
-        comp = _Compiler(schema, dynamic_scope=True, **options)
-        return comp.reorder(comp.root(), value, 0)
+    return _tracking_scope_if_needed(schema, options, lambda comp: comp.reorder(comp.root(), value, 0))[1]

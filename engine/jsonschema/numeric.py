@@ -513,11 +513,12 @@ def decimal_multiple_regex(mult: Decimal, max_states: int = DEFAULT_LIMITS.max_m
                 cut = max(0, dj - j)
                 whole, decimals = digits[:cut], digits[cut:]
                 ints = "[0-9]+" if not whole else "(?:[0-9]*" + whole + "|" + (whole.lstrip("0") or "0") + ")"
-                if j == c:
-                    # c decimals or more (the rest zeros): with none, a zero fraction may follow.
-                    tail = "\\.[0-9]{" + str(j - len(decimals)) + "}" + decimals + "0*" if c else _ZERO_FRACTION
+                if j == 0:
+                    # No decimals: for an integer multiple (c = 0) a zero fraction may follow.
+                    tail = "" if c else _ZERO_FRACTION
                 else:
-                    tail = "\\.[0-9]{" + str(j - len(decimals)) + "}" + decimals if j else ""
+                    # At c decimals, any more are zeros.
+                    tail = "\\.[0-9]{" + str(j - len(decimals)) + "}" + decimals + ("0*" if j == c else "")
                 spellings.append("-?" + ints + tail)
         conj.append(str(_alt(spellings)))
     return conj[0] if len(conj) == 1 else "(?:" + "&".join("(?:" + x + ")" for x in conj) + ")"

@@ -17,6 +17,7 @@ given the suite's remote documents (`documents=`); llguidance has no such option
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import resource
 import signal
@@ -39,8 +40,10 @@ BLOWUP_BYTES = 300 << 20
 LENIENT_ALLOWED = frozenset({"uniqueItems.json"})
 
 
+@functools.lru_cache(maxsize=2)
 def suite_remotes(remotes: Path = REMOTES) -> dict[str, Any]:
-    """The suite's remote documents by the URI its cases use for them."""
+    """The suite's remote documents by the URI its cases use for them (read once; no
+    caller changes them)."""
     return {
         REMOTES_URL + path.relative_to(remotes).as_posix(): json.loads(path.read_text(encoding="utf-8"))
         for path in sorted(remotes.rglob("*.json"))
