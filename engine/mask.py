@@ -538,28 +538,29 @@ def scan_in_walk_py(
         )
         if status != NEED_PREDICTION:
             break
-        # A nonterminal's closure is made once: at most one round per nonterminal.
-        counts[EPOCH] += 1
-        if not predict_closure(
-            used,
-            counts[EPOCH],
-            rule_ptr,
-            rule_first,
-            dot_symbol,
-            nullable,
-            pstamp,
-            ntstamp,
-            closure_stack,
-            closure_todo,
-            counts,
-            pred_start,
-            pred_end,
-            pred_pool,
-            prednt_start,
-            prednt_end,
-            prednt_pool,
-        ):
-            return SCAN_IN_PYTHON  # a pool to grow
+        # The pass named every nonterminal it lacked; a closure is made once each.
+        for i in range(n_allowed):
+            counts[EPOCH] += 1
+            if not predict_closure(
+                allowed_out[i],
+                counts[EPOCH],
+                rule_ptr,
+                rule_first,
+                dot_symbol,
+                nullable,
+                pstamp,
+                ntstamp,
+                closure_stack,
+                closure_todo,
+                counts,
+                pred_start,
+                pred_end,
+                pred_pool,
+                prednt_start,
+                prednt_end,
+                prednt_pool,
+            ):
+                return SCAN_IN_PYTHON  # a pool to grow
     if status == NOTHING_SCANS:
         result = NO_ROW
     elif status != ROW_BUILT:

@@ -44,7 +44,7 @@ from .limits import DEFAULT_LIMITS, LimitExceeded, Limits
 
 # Row building statuses (what `build_row` returns with its value).
 ROW_BUILT = 0  # value: entries appended to the row pool
-NEED_PREDICTION = 1  # value: a nonterminal whose prediction closure is not computed yet
+NEED_PREDICTION = 1  # n: how many nonterminals lack a prediction closure, listed in allowed_out[:n]
 TOO_MANY_ITEMS = 2  # value: items in the row so far
 NOTHING_SCANS = 3  # the parent row expects none of the scanned lexemes
 NEED_SCRATCH = 4  # the scratch arrays are too small for this row: grow them and build again
@@ -135,7 +135,8 @@ def build_row_py(
     dot, already moved past it, sorted by that symbol: exactly what a later completion
     of the symbol or a scan of it (a lexeme, negative) adds. Nothing outside the row's
     own slots and the scratch arrays is written until the row is complete, so a build
-    stopped for a missing prediction closure is simply run again.
+    stopped for missing prediction closures (the pass names them all, in
+    `allowed_out[:n]`) is simply run again once they are made.
 
     `epoch` (unique per call) marks the scratch sets: a slot belongs to this build iff
     its stamp equals `epoch`, so nothing is cleared between builds.
@@ -164,6 +165,10 @@ def build_row_py(
     end_sym = END
     n_items = 0
     n_pred = 0
+    # Nonterminals met without a prediction closure: the pass goes on to find them all,
+    # so that one round of closures serves the row (a row that first meets a thousand
+    # nonterminals would otherwise be built a thousand times).
+    n_missing = 0
     while n_work > 0:
         n_work -= 1
         pos = work_pos[n_work]
@@ -200,25 +205,31 @@ def build_row_py(
             if ntstamp[sym] != epoch:
                 s = pred_start[sym]
                 if s < 0:
-                    return NEED_PREDICTION, sym, 0
-                for q in range(prednt_start[sym], prednt_end[sym]):
-                    ntstamp[prednt_pool[q]] = epoch
-                if n_pred + pred_end[sym] - s > pred_list.shape[0]:
-                    return NEED_SCRATCH, 0, 0
-                for q in range(s, pred_end[sym]):
-                    p = pred_pool[q]
-                    if pstamp[p] != epoch:
-                        pstamp[p] = epoch
-                        pred_list[n_pred] = p
-                        n_pred += 1
-                if n_items + n_pred > max_items:
-                    return TOO_MANY_ITEMS, n_items + n_pred, 0
+                    ntstamp[sym] = epoch
+                    if n_missing < allowed_out.shape[0]:
+                        allowed_out[n_missing] = sym
+                        n_missing += 1
+                else:
+                    for q in range(prednt_start[sym], prednt_end[sym]):
+                        ntstamp[prednt_pool[q]] = epoch
+                    if n_pred + pred_end[sym] - s > pred_list.shape[0]:
+                        return NEED_SCRATCH, 0, 0
+                    for q in range(s, pred_end[sym]):
+                        p = pred_pool[q]
+                        if pstamp[p] != epoch:
+                            pstamp[p] = epoch
+                            pred_list[n_pred] = p
+                            n_pred += 1
+                    if n_items + n_pred > max_items:
+                        return TOO_MANY_ITEMS, n_items + n_pred, 0
             if nullable[sym]:
                 if n_work >= work_pos.shape[0]:
                     return NEED_SCRATCH, 0, 0
                 work_pos[n_work] = pos + 1
                 work_origin[n_work] = origin
                 n_work += 1
+    if n_missing > 0:
+        return NEED_PREDICTION, allowed_out[0], n_missing
     # The object context (KeySets): the parent's, changed by the first brace or key of
     # the scanned set (a scanned set is one text: at most one brace or key).
     has_roles = ks_role.shape[0] > 0
@@ -742,7 +753,8 @@ class EarleyParser:
                 self.last_allowed = (row_id, self._allowed_out[:n_allowed].copy())
                 return row_id
             if status == NEED_PREDICTION:
-                self._add_prediction(int(value))
+                for nt in self._allowed_out[:n_allowed].tolist():
+                    self._add_prediction(nt)
             elif status == NOTHING_SCANS:
                 return -1
             elif status == NEED_POOL:

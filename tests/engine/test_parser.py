@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from midword.engine.analysis import END
 from midword.engine.grammar import GrammarBuilder
 from midword.engine.limits import LimitExceeded, Limits
-from midword.engine.parser import EarleyParser
+from midword.engine.parser import NEED_PREDICTION, ROW_BUILT, EarleyParser
 
 N_LEXEMES = 4
 
@@ -124,6 +124,38 @@ def test_rows_grow_past_their_first_scratch_and_pool_sizes():
     row = p.scan(p.root, 7, frozenset([7]))
     assert p.allowed_lexemes(row) == {7}
     assert p.is_accepting(p.scan(row, 7, frozenset([7])))
+
+
+@pytest.mark.parametrize("use_jit", [True, False])
+def test_a_row_meeting_many_new_nonterminals_is_built_in_two_passes(use_jit):
+    # s -> x a_i b_i: scanning x leaves 400 items before b_0 ... b_399, none predicted
+    # yet. Each pass used to stop at the first such nonterminal, so the row was built
+    # 401 times (seconds for a JSON Schema oneOf of many objects); a pass now names them
+    # all, so one round of closures serves it.
+    b = GrammarBuilder()
+    x = b.lexeme("X", "x", literal=b"x")
+    s = b.nonterminal("s")
+    n = 400
+    for i in range(n):
+        a = b.lexeme(f"A{i}", f"a{i};", literal=f"a{i};".encode())
+        nt = b.nonterminal(f"b{i}")
+        b.rule(nt, [a])
+        b.rule(s, [x, nt])
+    p = EarleyParser(b.build(s), use_jit=use_jit)
+    calls = []
+    build = p._build_fn
+
+    def counted(*args):
+        got = build(*args)
+        calls.append(got[0])
+        return got
+
+    p._build = counted
+    row = p.scan(p.root, 0, frozenset([0]))
+    assert p.allowed_lexemes(row) == set(range(1, n + 1))
+    assert calls.count(NEED_PREDICTION) == 1
+    assert calls[-1] == ROW_BUILT
+    assert p.is_accepting(p.scan(row, n, frozenset([n])))
 
 
 def test_row_item_limit_is_a_limit_error():
