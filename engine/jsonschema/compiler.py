@@ -278,11 +278,61 @@ class _Compiler:
     # Warnings --------------------------------------------------------------------
     def union(self, parts) -> _Node:
         r = _union(parts)
+        if isinstance(r, _Union):
+            merged = self._merge_objects(r.parts)
+            if merged is not None:
+                r = _union(merged)
         if isinstance(r, _Union) and len(r.parts) > self.limits.max_union_parts:
             raise LimitExceeded(
                 "max_union_parts", self.limits.max_union_parts, "anyOf/allOf expansion has too many alternatives"
             )
         return r
+
+    def _merge_objects(self, parts: tuple) -> list[_Node] | None:
+        """`parts` with every two objects that differ only in one listed property's
+        schema made one, that property's schema their union; None where none do.
+        Exact: such objects agree on every other member, so an instance is in either
+        exactly when that property, where present, is in one of the two schemas. The
+        complements a oneOf of objects without required keys needs (an address per
+        country, none required) distribute into thousands of objects that differ one
+        property at a time; merged as they are made, they stay a few."""
+        if sum(1 for p in parts if isinstance(p, _Obj)) < 2:
+            return None
+        work: list[_Node | None] = list(parts)
+        merged = True
+        while merged:
+            # A pass merges what it can; an object merged into is stale for the rest of
+            # the pass (its index keys name its old schemas), so the next pass sees it.
+            merged = False
+            seen: dict[tuple, int] = {}
+            stale: set[int] = set()
+            for at, p in enumerate(work):
+                if not isinstance(p, _Obj) or not p.props or at in stale:
+                    continue
+                names = tuple(k for k, _ in p.props)
+                if len(set(names)) != len(names):
+                    continue
+                shape = (names, p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names)
+                values = [v for _, v in p.props]
+                for i in range(len(values)):
+                    key = (shape, i, tuple(values[:i]), tuple(values[i + 1 :]))
+                    other = seen.get(key)
+                    if other is None or other in stale:
+                        seen[key] = at
+                        continue
+                    q = work[other]
+                    assert isinstance(q, _Obj)
+                    props = list(q.props)
+                    props[i] = (names[i], self.union([q.props[i][1], values[i]]))
+                    work[other] = _make_obj(
+                        tuple(props), p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names
+                    )
+                    work[at] = None
+                    stale.add(other)
+                    merged = True
+                    break
+        kept = [p for p in work if p is not None]
+        return kept if len(kept) != len(work) else None
 
     def make_arr(self, prefix, items, lo, hi, contains=(), unique: bool = False) -> _Node:
         return _make_arr(prefix, items, lo, hi, contains, max_contains=self.limits.max_contains, unique=unique)
