@@ -1291,6 +1291,11 @@ class _Analysis(_Derivatives):
                 return True
             if not self._surely_nonempty(tail):
                 return False
+            if kind[head] == _OR:
+                # (A|B)·T = A·T ∪ B·T, and one of them may hold it: an unanchored pattern
+                # of alternatives (`Normal|Fighting`) is one `C*·w·C*` per word, each
+                # then followed by the key's closing quote.
+                return any(self._prefix_contains_unboundedly(s, self._concat2(x, tail)) for x in args[head])
         else:
             head = lang
         if kind[head] != _REPEAT or args[head][2] is not None:

@@ -890,6 +890,26 @@ def test_pattern_keys_beside_the_other_keys_are_sliced_together_and_masks_equal_
     assert _sliced_masks_at(schema, text, two_keys) >= 1
 
 
+def test_keys_containing_one_of_several_words_are_sliced_and_masks_equal_whole_walks():
+    # Github_medium---o48427: an unanchored pattern of alternatives, every listed key
+    # required, no other keys. Its first mask after `{"` walked the whole trie into a
+    # lexer state per word prefix (17 ms); the slices now apply through the pattern's
+    # alternatives. Masks with and without slices must be equal.
+    words = ["Normal", "Fighting", "Flying", "Fire", "Water"]
+    schema = {
+        "type": "object",
+        "patternProperties": {"|".join(words): {"type": "number"}},
+        "required": words,
+        "additionalProperties": False,
+    }
+    text = '{"Normal": 1, "Fighting": 2, "xFirey": 0, "Flying": 1, "Fire": 2, "Water": 0.5}'
+
+    def in_key(lexer, state):
+        return any(not lexer.exprs.emptiness_is_trivial(e) for _, e in lexer.pairs_of(state))
+
+    assert _sliced_masks_at(schema, text, in_key) >= 1
+
+
 def test_a_pattern_dot_run_is_sliced_and_its_masks_equal_whole_walks():
     # `.` leaves out U+2028 and U+2029 (line terminators), so the string-text slices hold
     # neither: inside `.+` of a value pattern (MaskBench `Github_medium---o90224`) they

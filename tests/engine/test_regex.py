@@ -818,6 +818,47 @@ def test_prefix_contains_beside_excluded_words_is_sound(pieces, excluded, tail, 
         _assert_every_short_word_goes_on(es, s, lang, 4)
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    words=st.lists(st.text(alphabet="abc", min_size=1, max_size=3), min_size=2, max_size=4),
+    around=st.sampled_from(("[abc]*", "[ab]*", "a*", "")),
+    excluded=st.lists(st.text(alphabet="abc", min_size=0, max_size=4), max_size=3),
+    tail=st.sampled_from(['"', 'c"']),
+    slice_=st.sampled_from(("[ab]{1,3}", "a{1,2}", "[ab]+", "[abc]{1,4}", "b")),
+)
+def test_prefix_contains_through_alternatives_is_sound(words, around, excluded, tail, slice_):
+    """An unanchored pattern of alternatives, as a key beside listed ones writes it
+    (`(C*·w1·C* | C*·w2·C*)·"` minus the listed keys): whenever prefix_contains says yes,
+    every word of S up to four bytes leaves the lexeme alive."""
+    es = ExprSet()
+    body = "|".join(f"{around}{w}{around}" for w in words)
+    if excluded:
+        listed = "|".join(w or "()" for w in excluded)
+        pattern = f"(({body}){tail})&~({listed})"
+    else:
+        pattern = f"({body}){tail}"
+    lang = es.parse(pattern, extended=True)
+    s = es.parse(slice_)
+    if es.prefix_contains(s, lang):
+        _assert_every_short_word_goes_on(es, s, lang, 4)
+
+
+def test_prefix_contains_reaches_a_word_inside_any_text_through_alternatives():
+    # Github_medium---o48427: keys that contain one of several words, beside the listed
+    # ones; every string-text slice goes on in them, so the first mask inside such a key
+    # ORs the slices in instead of walking the whole trie into a new lexer state per word
+    # prefix.
+    es = ExprSet()
+    s10 = es.parse(JSON_CHAR + "{1,10}")
+    words = ("Normal", "Fire", "Water")
+    alternatives = "|".join(f"{JSON_CHAR}*{w}{JSON_CHAR}*" for w in words)
+    lang = es.parse(f'(({alternatives})")&~({"|".join(w + chr(34) for w in words)})', extended=True)
+    assert es.prefix_contains(s10, lang)
+    # A bounded text around the words has no room for every slice word.
+    bounded = "|".join(f"{JSON_CHAR}{{0,3}}{w}" for w in words)
+    assert not es.prefix_contains(s10, es.parse(f'({bounded})"'))
+
+
 def test_complement_joins_find_the_union_of_pattern_keys_and_the_other_keys():
     # `patternProperties` beside `additionalProperties`: the keys a pattern matches, and
     # the others. Apart, neither has every slice word among its prefixes (`.` leaves out
