@@ -269,6 +269,8 @@ class _Compiler:
         pr = pattern_to_regex(pattern)
         if pr.expr is None:
             return False
+        if pr.literals is not None:
+            return pr.matches_literally(text)
         dfa = self._dfas.get(pattern)
         if dfa is None:
             exprs = self.exprs()

@@ -297,6 +297,25 @@ def _json_term(node: tuple) -> T.Term | None:
     raise AssertionError(kind)  # anchors and lookaheads are placed by `_branches`
 
 
+def _plain_text(node: tuple) -> str | None:
+    """The text a body matches when it matches exactly one string, spelled character by
+    character (a single code point per set); None otherwise."""
+    if node[0] == "set":
+        ranges = node[1]
+        if len(ranges) == 1 and ranges[0][0] == ranges[0][1]:
+            return chr(ranges[0][0])
+        return None
+    if node[0] == "seq":
+        chars = []
+        for item in node[1]:
+            c = _plain_text(item)
+            if c is None:
+                return None
+            chars.append(c)
+        return "".join(chars)
+    return None
+
+
 def _py_regex(node: tuple) -> str | None:
     """Python `re` text for an AST node over the decoded text, for `_Pattern.py`. None
     when the node matches nothing. Results are atoms or sequences safe to concatenate;
@@ -390,7 +409,7 @@ class _Pattern:
     `expr` on midword's linear-time engine; `py` (backtracking) serves tests and
     debugging."""
 
-    __slots__ = ("expr", "extended", "_py_source", "_py", "char_set", "fewest_chars")
+    __slots__ = ("expr", "extended", "_py_source", "_py", "char_set", "fewest_chars", "literals")
 
     def __init__(
         self,
@@ -399,6 +418,7 @@ class _Pattern:
         py_source: str | Callable[[], str] | None,
         char_set: charset.CharSet | None = None,
         fewest_chars: int | None = None,
+        literals: tuple[tuple[bool, bool, str], ...] | None = None,
     ):
         self.expr = expr
         self.extended = extended
@@ -413,6 +433,28 @@ class _Pattern:
         # branches without lookaheads give (None: every branch has one): a witness that
         # a length limit leaves some string, without a search.
         self.fewest_chars = fewest_chars
+        # (anchored at start, anchored at end, text) per branch where every branch is
+        # plain text (`Normal|Fighting`, `^x-`): then whether a key matches is a substring
+        # test on it, where the linear-time engine would derive a state per character of
+        # each listed key (about a millisecond a pattern). None for any other pattern.
+        self.literals = literals
+
+    def matches_literally(self, text: str) -> bool:
+        """Whether the decoded `text` contains a match (JSON Schema's unanchored search),
+        for a pattern of plain-text branches (`literals` is not None)."""
+        assert self.literals is not None
+        for start, end, lit in self.literals:
+            if start and end:
+                found = text == lit
+            elif start:
+                found = text.startswith(lit)
+            elif end:
+                found = text.endswith(lit)
+            else:
+                found = lit in text
+            if found:
+                return True
+        return False
 
     @property
     def py(self) -> re.Pattern | None:
@@ -473,6 +515,7 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
     char_set: charset.CharSet | None = ()
     fewest: int | None = None
     kept = []
+    literals: list[tuple[bool, bool, str]] | None = []
     for start, end, looks, body in branches:
         # `_py_regex` is None exactly where `_json_term` is: both follow the parse.
         core = _json_term(body)
@@ -503,6 +546,8 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
             continue
         json_alts.append(T.and_(*conj))
         kept.append((start, end, looks, body))
+        text = None if looks or literals is None else _plain_text(body)
+        literals = None if text is None or literals is None else literals + [(start, end, text)]
     size = 0
     if not json_alts:
         result = _Pattern(None, False, None)
@@ -512,7 +557,9 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
         if size > limits.max_regex_chars:
             raise LimitExceeded("max_regex_chars", limits.max_regex_chars, f"pattern {pattern!r} at {where}")
         # The Python regex serves tests and literal checks only: spelled when first asked.
-        result = _Pattern(expr, extended, lambda: _py_source(kept), char_set or None, fewest)
+        result = _Pattern(
+            expr, extended, lambda: _py_source(kept), char_set or None, fewest, tuple(literals) if literals else None
+        )
     if len(_pattern_cache) > 4096:
         _pattern_cache.clear()
     _pattern_cache[pattern] = (result, size)

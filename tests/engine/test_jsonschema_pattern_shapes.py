@@ -5,6 +5,8 @@
   the complement of `C*·c·C*`.
 - A pattern's shortest string, read off its parse, shows that a length limit leaves
   some string without the emptiness search.
+- A pattern of plain-text branches (`Normal|Fighting`, `^x-`) matches a listed key by a
+  substring test instead of a state per character on the linear-time engine.
 
 Each is checked against the definition: Python's search with the pattern's own
 translation (`_Pattern.matches`), and the compiled grammar on keys and strings.
@@ -141,3 +143,52 @@ def test_a_string_found_without_a_search_spares_the_lexer_its_own():
     # And the answer is right: a fitting string is accepted, one past the limit is not.
     assert grammar_accepts(g, json.dumps("two words").encode())
     assert not grammar_accepts(g, json.dumps("w " * 60 + "w").encode())
+
+
+_LITERAL_PIECES = st.lists(st.sampled_from(["a", "b", "x", "é", "\\.", "\\$", "\\n", " "]), max_size=3).map("".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    branches=st.lists(st.tuples(st.booleans(), _LITERAL_PIECES, st.booleans()), min_size=1, max_size=3),
+    text=st.lists(st.sampled_from(["a", "b", "x", "é", ".", "$", "\n", " ", "ab", "\u2028"]), max_size=5).map("".join),
+)
+def test_plain_text_branches_match_as_the_pattern(branches, text):
+    pattern = "|".join(("^" if start else "") + body + ("$" if end else "") for start, body, end in branches)
+    pr = pattern_to_regex(pattern)
+    assert pr.literals is not None, pattern
+    expected = _body_matches(pr.expr, text)
+    assert pr.matches_literally(text) == expected, (pattern, text)
+    assert pr.matches(text) == expected
+
+
+def test_plain_text_is_read_only_where_the_pattern_is_plain_text():
+    assert pattern_to_regex("Normal|Fighting").literals == ((False, False, "Normal"), (False, False, "Fighting"))
+    assert pattern_to_regex("^x-").literals == ((True, False, "x-"),)
+    assert pattern_to_regex("^a$|b").literals == ((True, True, "a"), (False, False, "b"))
+    for other in ("a.c", "a{2}", "^(?!x)a", "[ab]", "a|b+", "\\d"):
+        assert pattern_to_regex(other).literals is None, other
+
+
+def test_listed_keys_matching_plain_text_patterns_take_both_schemas():
+    # "Fire" and "Ember (night)" match the pattern, so their values are numbers at most 4
+    # as well as what their own properties say; "Ice" matches nothing and gets
+    # additionalProperties.
+    schema = {
+        "type": "object",
+        "properties": {"Fire": {"type": "integer"}, "Ice": {"type": "string"}, "Ember (night)": {"minimum": 1}},
+        "patternProperties": {"Fire|Ember": {"type": "number", "maximum": 4}},
+        "additionalProperties": {"type": "boolean"},
+    }
+    g = compile_json_schema(schema)
+
+    def accepts(value) -> bool:
+        return grammar_accepts(g, json.dumps(value).encode())
+
+    assert accepts({"Fire": 3, "Ice": "x", "Ember (night)": 2, "other": True})
+    assert not accepts({"Fire": 5})
+    assert not accepts({"Fire": 2.5})
+    assert not accepts({"Ember (night)": 0})
+    assert not accepts({"Ember (night)": 5})
+    assert not accepts({"other": 1})
+    assert accepts({"Firefly": 4})
