@@ -316,23 +316,29 @@ class _Compiler:
                     continue
                 shape = (names, p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names)
                 values = [v for _, v in p.props]
-                for i in range(len(values)):
-                    key = (shape, i, tuple(values[:i]), tuple(values[i + 1 :]))
-                    other = seen.get(key)
-                    if other is None or other in stale:
-                        seen[key] = at
-                        continue
-                    q = work[other]
-                    assert isinstance(q, _Obj)
-                    props = list(q.props)
-                    props[i] = (names[i], self.union([q.props[i][1], values[i]]))
-                    work[other] = _make_obj(
-                        tuple(props), p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names
-                    )
-                    work[at] = None
-                    stale.add(other)
-                    merged = True
-                    break
+                keys = [(shape, i, tuple(values[:i]), tuple(values[i + 1 :])) for i in range(len(values))]
+                hit = None
+                for i, k in enumerate(keys):
+                    other = seen.get(k)
+                    if other is not None and other not in stale:
+                        hit = i, other
+                        break
+                if hit is None:
+                    # Registered only now: an object merged away leaves no key behind.
+                    for k in keys:
+                        seen[k] = at
+                    continue
+                i, other = hit
+                q = work[other]
+                assert isinstance(q, _Obj)
+                props = list(q.props)
+                props[i] = (names[i], self.union([q.props[i][1], values[i]]))
+                work[other] = _make_obj(
+                    tuple(props), p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names
+                )
+                work[at] = None
+                stale.add(other)
+                merged = True
         kept = [p for p in work if p is not None]
         return kept if len(kept) != len(work) else None
 

@@ -137,12 +137,12 @@ def test_the_complements_of_optional_enum_objects_merge():
 _VALUES = ["x", "y", "z", 1]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     st.lists(
         st.dictionaries(st.sampled_from("abc"), st.lists(st.sampled_from(_VALUES), min_size=1, max_size=3)),
         min_size=2,
-        max_size=5,
+        max_size=7,
     ),
     st.sampled_from(["anyOf", "oneOf"]),
     st.lists(st.sampled_from("abc"), max_size=1),
@@ -167,3 +167,18 @@ def test_unions_of_objects_differing_in_a_property_stay_exact(branches, keyword,
             for vc in choices:
                 value = {k: v for k, v in zip("abc", (va, vb, vc), strict=True) if v is not None}
                 assert (g is not None and _accepts(g, value)) == validator.is_valid(value), (schema, value)
+
+
+def test_an_object_merged_away_leaves_no_key_for_later_ones():
+    # The third object merges into the second through property b; the fourth then
+    # differs from the third in property a only. Github_hard---o33131's anyOf crashed
+    # here when the third had left its key behind.
+    parts = [("x", "y"), ("x2", "y2"), ("x2", "y3"), ("x4", "y3")]
+    schema = {"anyOf": [{"properties": {"a": {"const": a}, "b": {"const": b}}} for a, b in parts], "type": "object"}
+    g = compile_json_schema(schema)
+    validator = jsonschema.Draft7Validator(schema)
+    values = ["x", "x2", "x4", "y", "y2", "y3", None]
+    for a in values:
+        for b in values:
+            value = {k: v for k, v in (("a", a), ("b", b)) if v is not None}
+            assert _accepts(g, value) == validator.is_valid(value), value
