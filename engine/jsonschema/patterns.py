@@ -436,7 +436,7 @@ class _Pattern:
         # (anchored at start, anchored at end, text) per branch where every branch is
         # plain text (`Normal|Fighting`, `^x-`): then whether a key matches is a substring
         # test on it, where the linear-time engine would derive a state per character of
-        # each listed key (about a millisecond a pattern). None for any other pattern.
+        # each listed key. None for any other pattern.
         self.literals = literals
 
     def matches_literally(self, text: str) -> bool:
