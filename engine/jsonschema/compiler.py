@@ -280,7 +280,7 @@ class _Compiler:
     # Warnings --------------------------------------------------------------------
     def union(self, parts) -> _Node:
         r = _union(parts)
-        if isinstance(r, _Union):
+        if isinstance(r, _Union) and len([p for p in r.parts if type(p) is _Obj]) >= 2:
             merged = self._merge_objects(r.parts)
             if merged is not None:
                 r = _union(merged)
@@ -298,7 +298,16 @@ class _Compiler:
         complements a oneOf of objects without required keys needs (an address per
         country, none required) distribute into thousands of objects that differ one
         property at a time; merged as they are made, they stay a few."""
-        if sum(1 for p in parts if isinstance(p, _Obj)) < 2:
+        # Only objects listing the same names can merge, and most unions have none such:
+        # told cheaply by their number and their first and last names.
+        outlines: set[tuple] = set()
+        for p in parts:
+            if isinstance(p, _Obj) and p.props:
+                outline = (len(p.props), p.props[0][0], p.props[-1][0])
+                if outline in outlines:
+                    break
+                outlines.add(outline)
+        else:
             return None
         work: list[_Node | None] = list(parts)
         merged = True
@@ -314,15 +323,28 @@ class _Compiler:
                 names = tuple(k for k, _ in p.props)
                 if len(set(names)) != len(names):
                     continue
-                shape = (names, p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names)
+                shape = hash((names, p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names))
                 values = [v for _, v in p.props]
-                keys = [(shape, i, tuple(values[:i]), tuple(values[i + 1 :])) for i in range(len(values))]
+                # Per property i, a hash of the other properties' schemas, from running
+                # hashes of the prefixes and suffixes (linear in the properties, where
+                # tuples of the others would be quadratic); a hit is checked whole.
+                n = len(values)
+                before = [0] * (n + 1)
+                after = [0] * (n + 1)
+                for j in range(n):
+                    before[j + 1] = hash((before[j], values[j]))
+                    after[n - 1 - j] = hash((values[n - 1 - j], after[n - j]))
+                keys = [(shape, i, before[i], after[i + 1]) for i in range(n)]
                 hit = None
                 for i, k in enumerate(keys):
                     other = seen.get(k)
                     if other is not None and other not in stale:
-                        hit = i, other
-                        break
+                        q = work[other]
+                        assert isinstance(q, _Obj)
+                        same_others = (q.props[:i], q.props[i + 1 :]) == (p.props[:i], p.props[i + 1 :])
+                        if same_others and q.props[i][0] == names[i] and _same_frame(p, q):
+                            hit = i, other
+                            break
                 if hit is None:
                     # Registered only now: an object merged away leaves no key behind.
                     for k in keys:
@@ -1643,3 +1665,15 @@ class _Compiler:
                         return True
             return False
         return False
+
+
+def _same_frame(a: _Obj, b: _Obj) -> bool:
+    """Whether two objects agree on everything but their listed properties' schemas."""
+    return (
+        a.patterns == b.patterns
+        and a.additional == b.additional
+        and a.required == b.required
+        and a.min_props == b.min_props
+        and a.max_props == b.max_props
+        and a.names == b.names
+    )
