@@ -306,13 +306,8 @@ def _plain_text(node: tuple) -> str | None:
             return chr(ranges[0][0])
         return None
     if node[0] == "seq":
-        chars = []
-        for item in node[1]:
-            c = _plain_text(item)
-            if c is None:
-                return None
-            chars.append(c)
-        return "".join(chars)
+        chars = [_plain_text(item) for item in node[1]]
+        return None if None in chars else "".join(c for c in chars if c is not None)
     return None
 
 
