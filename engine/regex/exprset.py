@@ -60,6 +60,9 @@ from .term import build as _build_term
 # The branches of a complement whose sequences `_covers_one_of` reads: the shortcut is
 # only sufficient, so past this the search of states decides, as before it.
 _COVER_BRANCHES = 32
+# Intersections kept by their members (`ExprSet.and_`); past this many the memo starts
+# over, as the store's other memos do.
+_MAX_MEETS = 200_000
 
 
 def _repetitions(words: int, lo: int, hi: int, most: int) -> int:
@@ -388,6 +391,20 @@ class ExprSet(_Analysis):
         nullable = self._nullable
         if 1 in items:
             return 1 if all(nullable[x] for x in items) else 0
+        key_items = frozenset(items)
+        known = self._meets.get(key_items)
+        if known is not None:
+            return known
+        made = self._and_of(items)
+        if len(self._meets) >= _MAX_MEETS:
+            self._meets.clear()
+        self._meets[key_items] = made
+        return made
+
+    def _and_of(self, items: set[int]) -> int:
+        """`and_` of flattened members, none of them ∅, ε or everything."""
+        kind, args = self._kind, self._args
+        nullable = self._nullable
         if len(items) == 2:
             met = self._meet_counts(*items)
             if met is not None:

@@ -67,6 +67,10 @@ class _Store:
         # Parenthesized groups by (text, flags, extended): see _Parser._group_key.
         self._groups: dict[tuple, int] = {}
         self._literals: dict[bytes, int] = {}
+        # Intersections already made, by their members: derivatives of an `&` meet the
+        # same members again from many states (a key between overlapping patterns), and
+        # simplifying them (covered complements, common heads) is most of their cost.
+        self._meets: dict[frozenset[int], int] = {}
         # The words of each finite expression, sorted, or None: see `_finite_words`.
         self._words_of: dict[int, tuple[bytes, ...] | None] = {}
         # The bytes each expression without & or ~ can read, or None: see `_alphabet`.

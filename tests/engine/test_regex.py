@@ -1522,3 +1522,28 @@ def test_a_key_no_pattern_matches_has_the_classes_of_its_members():
     assert len(set(classes)) <= 32
     for b in range(256):
         assert es._derive(key, b) == es._derive(key, classes[b]), b
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    a=random_patterns(("a", "b", "[ab]", "c*", "[abc]*", "(?:ab)?")),
+    b=random_patterns(("a", "b", "[bc]", "a*", "[abc]*", "(?:ba)?")),
+    negate=st.booleans(),
+)
+def test_intersections_kept_by_their_members_match_both(a, b, negate):
+    """`and_` keeps what it made by its members: asked again, in either order, it gives
+    the same node, whose words are those of both sides, as are those of the node met
+    with one side again (every word over "abc" up to four bytes)."""
+    es = ExprSet()
+    x, y = es.parse(a), es.parse(b)
+    y = es.not_(y) if negate else y
+    made = es.and_(x, y)
+    assert es.and_(y, x) == made
+    again = LazyDFA(es, es.and_(made, x))
+    dfa, dx, dy = LazyDFA(es, made), LazyDFA(es, x), LazyDFA(es, y)
+    for n in range(5):
+        for chars in itertools.product("abc", repeat=n):
+            w = "".join(chars).encode()
+            both = dx.matches(w) and dy.matches(w)
+            assert dfa.matches(w) == both, (a, b, negate, w)
+            assert again.matches(w) == both, (a, b, negate, w)
