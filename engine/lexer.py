@@ -160,6 +160,14 @@ class _TableSpace:
         return self.full[:size]
 
 
+# Rows one `make_rows` call makes down a word trie (a large enum), and how many levels
+# of its branch nodes, before leaving the rest to the walk's returns: a walk inside the
+# string goes about as deep as its longest tokens, and a trie made deeper than that is
+# work a walk from the opening quote never uses.
+_TRIE_ROWS = 4096
+_TRIE_LEVELS = 4
+
+
 class DerivativeRows:
     """The lexer's derivatives, as the compiled step reads them: for an expression `e`,
     `pool[base[e] + cmaps[cmap_of[e], byte]]` is its derivative by `byte` (NOTHING when
@@ -216,11 +224,23 @@ class DerivativeRows:
         ones with one pool write for them all: a lexer state's first look makes its
         lexemes' rows here, one per key in an object's key state, hundreds in a large
         object, and the keys' chains in the states after their first bytes."""
-        links, byte_sets, codes, others = self.exprs.byte_chains_codes(exprs, self._rows, most_links)
-        for e in others:
-            self._make_row(e)
-        if links:
-            self._enter_links(links, byte_sets, codes)
+        budget = _TRIE_ROWS
+        levels = _TRIE_LEVELS
+        while exprs and levels >= 0:
+            levels -= 1
+            ends: list[int] = []
+            links, byte_sets, codes, others = self.exprs.byte_chains_codes(exprs, self._rows, most_links, ends)
+            tails: list[int] = []
+            for e in others:
+                tails += self._make_row(e)
+            if links:
+                self._enter_links(links, byte_sets, codes)
+            # A chain may end where a word trie branches: that node is made too.
+            tails += [t for t in ends if t not in self._rows and self.exprs.disjoint_heads(t) is not None]
+            # The tails of a word trie's branches, level by level, until the trie is
+            # made (or the budget spent: the walk makes the rest when it gets there).
+            budget -= len(links) + len(others)
+            exprs = [t for t in dict.fromkeys(tails) if t > 1 and t not in self._rows] if budget > 0 else []
 
     def _enter_links(self, links: list[int], byte_sets: list[int], codes: list[int]) -> None:
         """Rows for `byte_chains_codes`'s links: two entries each, NOTHING for the bytes
@@ -244,8 +264,10 @@ class DerivativeRows:
             rows[e] = (at, info[1])
             at += 2
 
-    def _make_row(self, expr: int) -> tuple[int, bytes]:
-        """The row of `expr`, an expression without a byte head (see `make_rows`)."""
+    def _make_row(self, expr: int) -> list[int]:
+        """Makes the row of `expr`, an expression without a byte head (see
+        `make_rows`); returns the tails of its branches where it is a word trie's node
+        (`disjoint_heads`), whose rows the walk will want next, else nothing."""
         self._hold_expr(expr)
         exprs = self.exprs
         cm = exprs.byte_classes(expr)
@@ -253,7 +275,21 @@ class DerivativeRows:
         first = exprs.first_bytes(expr)
         # A class outside the first bytes is surely NOTHING (encoded 0); others unknown.
         values = [-((first >> rep) & 1) for rep in reps]
-        shadow = exprs.shadow(expr)
+        heads = exprs.disjoint_heads(expr)
+        if heads is not None:
+            # Branches told apart by their first byte (a large enum's trie): a class's
+            # derivative is the tail of the one branch it starts, known without a
+            # derivative, so the walk goes on through the trie without a return.
+            nullable = exprs.nullable
+            for k, rep in enumerate(reps):
+                if values[k]:
+                    for byte_set, tail in heads:
+                        if (byte_set >> rep) & 1:
+                            values[k] = 2 * tail + nullable(tail)
+                            break
+            shadow = None
+        else:
+            shadow = exprs.shadow(expr)
         if shadow is not None and shadow[1] in self._rows:
             # Outside the guard the derivatives are the shadow's: a new key state takes
             # the string state's published entries instead of waiting for its own.
@@ -265,8 +301,8 @@ class DerivativeRows:
         base = self._append_to_pool(values)
         self.cmap_of[expr] = at
         self.base[expr] = base
-        got = self._rows[expr] = (base, classes)
-        return got
+        self._rows[expr] = (base, classes)
+        return [tail for _, tail in heads] if heads is not None else []
 
     def _hold_expr(self, expr: int) -> None:
         """Grows `base` and `cmap_of` (doubling) to index expression `expr`."""

@@ -127,15 +127,44 @@ class _Derivatives(_Store):
         links, byte_sets, codes, _ = self.byte_chains_codes((expr,), stop, most)
         return links, byte_sets, codes
 
+    def disjoint_heads(self, expr: int) -> list[tuple[int, int]] | None:
+        """(byte set, tail) per branch of an alternation whose branches each begin with
+        a byte set, pairwise disjoint, and whose tails have no & or ~ (a trie of words):
+        the derivative by a byte is the tail of the branch whose set holds it. None for
+        any other expression."""
+        kind, args, has_bool = self._kind, self._args, self._has_bool
+        if kind[expr] != _OR:
+            return None
+        heads = []
+        seen = 0
+        for branch in args[expr]:
+            k = kind[branch]
+            if k == _CONCAT:
+                h, tail = args[branch]
+                if kind[h] != _BYTES or has_bool[tail]:
+                    return None
+                byte_set = args[h][0]
+            elif k == _BYTES:
+                byte_set, tail = args[branch][0], 1
+            else:
+                return None
+            if seen & byte_set:
+                return None
+            seen |= byte_set
+            heads.append((byte_set, tail))
+        return heads
+
     def byte_chains_codes(
-        self, exprs, stop, most: int | None = None
+        self, exprs, stop, most: int | None = None, branch_ends: list[int] | None = None
     ) -> tuple[list[int], list[int], list[int], list[int]]:
         """`byte_chain_codes` of each of `exprs` not in `stop`, in one pass and one set of
         lists, each chain also stopping at a link of an earlier one (keys that end alike
         share their tails): (links, byte sets, codes, the expressions of `exprs` without a
         byte head). The rows of a new object's keys are made from these, hundreds of keys
         and thousands of links in its first masks. Each chain's first bytes, its head's
-        byte set, are kept on the way, since the state's live list asks for them next."""
+        byte set, are kept on the way, since the state's live list asks for them next.
+        `branch_ends`, where given, gets the alternations chains end at (a word trie's
+        branch after a shared prefix)."""
         kind, args, has_bool, nullable = self._kind, self._args, self._has_bool, self._nullable
         firsts = self._first_bytes
         links: list[int] = []
@@ -157,6 +186,8 @@ class _Derivatives(_Store):
                 elif k == _BYTES:
                     byte_set, tail = args[e][0], 1
                 else:
+                    if branch_ends is not None and n and k == _OR:
+                        branch_ends.append(e)
                     break
                 if has_bool[tail] and self.is_empty(tail):
                     tail = 0

@@ -1,6 +1,7 @@
 """The lexer's and regex engine's shortcuts must not change an answer: each is checked
 against the plain computation (derivatives one lexeme at a time, emptiness by search)."""
 
+import json
 import random
 
 import numpy as np
@@ -342,6 +343,40 @@ def test_rows_made_together_equal_rows_made_one_by_one(most_links):
     assert set(apart._rows) == made and apart.pool_used == together.pool_used
     if most_links is None:
         assert es.literal(b'eta"') in together and es.literal(b'ta"') in together
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.text(alphabet="abcAB-.0", min_size=1, max_size=7), min_size=2, max_size=60, unique=True))
+def test_a_word_trie_is_made_down_its_levels_with_the_plain_derivatives(words):
+    # A large enum is one trie-shaped alternation. Its first row comes with the rows of
+    # its branches a few levels down (a walk inside the string meets them next), each
+    # entry the plain derivative, none left to compute where the branches' first bytes
+    # tell it (JsonSchemaStore---galaxy's SPDX license enum: a walk inside the string
+    # returned to Python at nearly every node).
+    from midword.engine.jsonschema.numeric import _literal_term
+    from midword.engine.lexer import DerivativeRows
+
+    es = ExprSet()
+    start = es.build(_literal_term(tuple(json.dumps(w) for w in sorted(words))))
+    rows = DerivativeRows(es)
+    rows.row(start)
+    # After the opening quote, the trie's first branch node.
+    trie = es.derivative(start, ord('"'))
+    heads = es.disjoint_heads(trie)
+    for e in list(rows._rows):
+        base, classes = rows.row(e)
+        known = es.disjoint_heads(e) is not None or es.byte_head(e) is not None
+        for byte in range(256):
+            got = int(rows.pool[base + classes[byte]])
+            if got == -1:
+                assert not known, (e, byte)  # a trie node or a link knows every entry
+                continue
+            d = es.derivative(e, byte)
+            assert got == 2 * d + es.nullable(d), (e, byte)
+    if heads is not None:
+        # The trie's node was made at once, with its branches' tails below it.
+        assert trie in rows
+        assert all(t in rows for _, t in heads if t > 1)
 
 
 def test_a_key_state_row_takes_the_entries_of_the_string_it_shadows():
