@@ -225,9 +225,9 @@ class DerivativeRows:
         lexemes' rows here, one per key in an object's key state, hundreds in a large
         object, and the keys' chains in the states after their first bytes."""
         budget = _TRIE_ROWS
-        levels = _TRIE_LEVELS
-        while exprs and levels >= 0:
-            levels -= 1
+        for _ in range(_TRIE_LEVELS + 1):
+            if not exprs:
+                break
             ends: list[int] = []
             links, byte_sets, codes, others = self.exprs.byte_chains_codes(exprs, self._rows, most_links, ends)
             tails: list[int] = []

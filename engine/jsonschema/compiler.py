@@ -343,16 +343,14 @@ class _Compiler:
                         assert isinstance(q, _Obj)
                         same_others = (q.props[:i], q.props[i + 1 :]) == (p.props[:i], p.props[i + 1 :])
                         if same_others and q.props[i][0] == names[i] and _same_frame(p, q):
-                            hit = i, other
+                            hit = i, other, q
                             break
                 if hit is None:
                     # Registered only now: an object merged away leaves no key behind.
                     for k in keys:
                         seen[k] = at
                     continue
-                i, other = hit
-                q = work[other]
-                assert isinstance(q, _Obj)
+                i, other, q = hit
                 props = list(q.props)
                 props[i] = (names[i], self.union([q.props[i][1], values[i]]))
                 work[other] = _make_obj(

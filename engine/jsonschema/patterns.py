@@ -541,8 +541,12 @@ def pattern_to_regex(pattern: str, where: "str | _Where" = "#", limits: Limits =
             continue
         json_alts.append(T.and_(*conj))
         kept.append((start, end, looks, body))
-        text = None if looks or literals is None else _plain_text(body)
-        literals = None if text is None or literals is None else literals + [(start, end, text)]
+        if literals is not None:
+            text = None if looks else _plain_text(body)
+            if text is None:
+                literals = None
+            else:
+                literals.append((start, end, text))
     size = 0
     if not json_alts:
         result = _Pattern(None, False, None)
