@@ -1249,16 +1249,39 @@ class _Analysis(_Derivatives):
         The keys a pattern matches beside the other keys (`additionalProperties` next
         to `patternProperties`): apart, each leaves out some keys; together, none."""
         kind, args = self._kind, self._args
-        present = set(exprs)
-        joins = []
+        # Beside listed keys both lexemes leave those out (`R \ W`, an exclusion): a
+        # lexeme is matched by what it excludes from, and the join leaves out every word
+        # either leaves out, so it still holds only strings of the union.
+        present: dict[int, tuple[bytes, ...]] = {}
         for e in exprs:
+            if kind[e] == _EXCL:
+                present[args[e][0]] = args[e][1]
+            else:
+                present[e] = ()
+        joins = []
+        for e, outer in present.items():
             head, tail = args[e] if kind[e] == _CONCAT else (e, 1)
+            excluded = outer
+            if kind[head] == _EXCL:
+                # ((A & ~B) \ W)·T leaves out W·T, words while T is.
+                head, inner = args[head]
+                tail_words = self._finite_words(tail) if self._few_words(tail, 1) else None
+                if tail_words is None:
+                    continue
+                excluded = excluded + tuple(w + t for w in inner for t in tail_words)
             if kind[head] != _AND:
                 continue
             for m in args[head]:
-                if kind[m] == _NOT and self._concat2(args[m][0], tail) in present:
-                    rest = [x for x in args[head] if x != m]
-                    joins.append(self._concat2(self.and_(*rest), tail))
+                if kind[m] != _NOT:
+                    continue
+                partner = present.get(self._concat2(args[m][0], tail))
+                if partner is None:
+                    continue
+                rest = [x for x in args[head] if x != m]
+                joined = self._concat2(self.and_(*rest), tail)
+                if excluded or partner:
+                    joined = self._exclude(joined, excluded + partner)
+                joins.append(joined)
         return joins
 
     def _finitely_excluded_from(self, lang: int) -> int | None:
