@@ -20,6 +20,7 @@ import numpy as np
 from .lexer import DEAD, NO_ACCEPT, UNKNOWN
 from .mask import MaskWalker
 from .recognizer import NO_ROW, Recognizer
+from .regex import ExprSet
 from .trie import TokenTrie
 
 MAX_FORCED_BYTES = 4096  # bound on one fast-forward, against grammars that force forever
@@ -176,6 +177,26 @@ def _literal_run_of(rec: Recognizer, lexstate: int, budget: int) -> tuple[bytes,
             lexeme, expr = i, e
     if budget <= 0:
         return None
+    literal = lexer.literal_of(lexeme)
+    if literal is not None:
+        # A literal lexeme (a key, a keyword) read part way: its expression is a
+        # derivative of the literal, so it matches the literal's last bytes alone, and
+        # the run is all of them, whatever the part read. The state after it is the
+        # lexeme's own, kept per lexeme: `"ten`, `"tend` and `"tende` end in the same.
+        left = lexer.exprs.min_length(expr)
+        if 0 < left <= min(budget, len(literal)):
+            ends = rec.caches.literal_ends
+            end = ends.get(lexeme)
+            if end is None:
+                end = ends[lexeme] = lexer.intern_state(((lexeme, ExprSet.EPSILON),))
+            return literal[-left:], end
+    return _chain_run(rec, lexeme, expr, budget)
+
+
+def _chain_run(rec: Recognizer, lexeme: int, expr: int, budget: int) -> tuple[bytes, int] | None:
+    """`_literal_run_of` for one lexeme's expression read off its chain: the way for any
+    literal-headed regex, and the definition the literal shortcut is tested against."""
+    lexer = rec.lexer
     out = bytearray()
     # The links of the literal's chain, read off at once; the run stops before a byte
     # set of two or more bytes or an empty tail, and after a tail that may end.

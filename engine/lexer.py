@@ -697,6 +697,10 @@ class Lexer:
             self._lexeme_names = [lx.name for lx in self._lexemes]
         return self._lexeme_names
 
+    def literal_of(self, lexeme: int) -> bytes | None:
+        """The text of a literal lexeme (a key, a keyword), None for the others."""
+        return self._lexemes[lexeme].literal if lexeme < self.num_lexemes else None
+
     @property
     def states(self) -> list[tuple[tuple[int, int], ...]]:
         """Each state's (lexeme, expression) pairs, including those the compiled step added."""

@@ -109,6 +109,8 @@ class RecognizerCaches:
     # fastforward._literal_run: lexer state -> (the bytes a literal-headed lexeme goes on
     # with before it may end or branch, the lexer state after them), or None.
     literal_runs: dict[int, tuple[bytes, int] | None] = field(default_factory=dict)
+    # fastforward._literal_run_of: literal lexeme -> the lexer state once it is read whole.
+    literal_ends: dict[int, int] = field(default_factory=dict)
     # mask.MaskWalker._representative: lexer state -> the state a walk stands it for,
     # which has the same live and dead bytes (fastforward reads that state's filled row).
     walk_twins: dict[int, int] = field(default_factory=dict)

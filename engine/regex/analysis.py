@@ -31,6 +31,10 @@ class _Analysis(_Derivatives):
     def nullable(self, expr: int) -> bool:
         return self._nullable[expr]
 
+    def min_length(self, expr: int) -> int:
+        """The length of the shortest string `expr` matches (NO_LEN past it, for ∅)."""
+        return self._min_len[expr]
+
     def emptiness_is_trivial(self, expr: int) -> bool:
         """Whether is_empty answers at once: without & and ~ only ∅ is empty."""
         return not self._has_bool[expr]

@@ -296,6 +296,40 @@ def test_a_literal_run_is_kept_per_lexer_state(llama3):
     assert m.rec.caches.literal_runs == runs  # nothing new: the run was kept
 
 
+def test_a_literal_lexemes_run_equals_its_chain_at_every_prefix(llama3):
+    # A key read part way is forced to its end whatever the part: the shortcut takes the
+    # literal's last bytes and the lexeme's own end state, which must be what reading
+    # the chain gives, at each prefix of keys with repeated bytes (`aa` is a{2} in the
+    # chain) and of a keyword.
+    keys = ["identifier", "aardvark_aa", "bookkeeper", "x"]
+    schema = {
+        "type": "object",
+        "properties": {k: {"type": "boolean"} for k in keys},
+        "required": keys,
+        "additionalProperties": False,
+    }
+    grammar = Grammar.from_json_schema(schema, key_order="schema")
+    text = json.dumps({k: True for k in keys})
+    shortcuts = 0
+    for cut in range(1, len(text)):
+        m = Matcher(llama3, grammar)
+        m.consume_bytes(text[:cut].encode())
+        lexstate = m._state[0]
+        pairs = [(i, e) for i, e in m.rec.lexer.pairs_of(lexstate) if i != m.rec.lexer.start_marker]
+        if len(pairs) != 1 or m.rec.lexer.literal_of(pairs[0][0]) is None:
+            continue
+        got = ff._literal_run_of(m.rec, lexstate, ff.MAX_FORCED_BYTES)
+        chain = ff._chain_run(m.rec, pairs[0][0], pairs[0][1], ff.MAX_FORCED_BYTES)
+        # The chain stops before a repeat (`aa` is a{2}) and leaves those bytes to be
+        # stepped one at a time: the shortcut reads on, and lands where stepping does.
+        if got != chain:
+            assert chain is None or got[0].startswith(chain[0]), text[:cut]
+            assert m.rec.step_bytes(m._state, got[0])[0] == got[1], text[:cut]
+        shortcuts += got is not None and got[1] == m.rec.caches.literal_ends.get(pairs[0][0])
+        assert m.compute_ff_bytes() == forced_bytes_by_rows(m.rec, m._state), text[:cut]
+    assert shortcuts >= 20, shortcuts
+
+
 @settings(max_examples=200, deadline=None)
 @given(
     spellings=st.lists(st.binary(min_size=0, max_size=6), min_size=1, max_size=40),
