@@ -1253,6 +1253,10 @@ class _Analysis(_Derivatives):
         The keys a pattern matches beside the other keys (`additionalProperties` next
         to `patternProperties`): apart, each leaves out some keys; together, none."""
         kind, args = self._kind, self._args
+        # Only an expression with & or ~ can hold a complement (a key state's literal
+        # keys, most of its lexemes, have none).
+        if not any(self._has_bool[e] for e in exprs):
+            return []
         # Beside listed keys both lexemes leave those out (`R \ W`, an exclusion): a
         # lexeme is matched by what it excludes from, and the join leaves out every word
         # either leaves out, so it still holds only strings of the union.
