@@ -20,6 +20,7 @@ import hashlib
 import marshal
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import repeat as repeated
 from typing import Iterable, NamedTuple, Sequence
 
 from .frontends import front_end
@@ -376,6 +377,38 @@ class GrammarBuilder:
         check_compile_budget()
         if self._size > self.limits.max_grammar_size:
             raise LimitExceeded("max_grammar_size", self.limits.max_grammar_size, "grammar too large after desugaring")
+
+    def optional_chain(self, symbol: int, names: Sequence[str]) -> int:
+        """Nonterminals t_1 .. t_n named `names` (fresh), t_1 → symbol | ε and
+        t_j → symbol t_{j-1} | ε: t_n is at most n symbols. The same rules as `rule`
+        makes one by one, in one pass: a `maxItems` of 1,000 is a thousand of them, and
+        per rule the checks cost more than the rule. Returns t_n."""
+        n = len(names)
+        if n == 0:
+            raise ValueError("an optional chain needs at least one nonterminal")
+        # 1 + len(rhs) per rule: t_1's two rules add 3, every later t_j's two add 4.
+        size = self._size + 4 * n - 1
+        if size > self.limits.max_grammar_size:
+            raise LimitExceeded("max_grammar_size", self.limits.max_grammar_size, "grammar too large after desugaring")
+        check_compile_budget()
+        index, nonterminals = self._nonterminal_index, self.nonterminals
+        if index.keys().isdisjoint(names):
+            first = len(nonterminals)
+            ids = range(first, first + n)
+            nonterminals.extend(names)
+            index.update(zip(names, ids, strict=True))
+        else:  # a name is taken: each is numbered past what it meets, one by one
+            ids = [self.nonterminal(name, fresh=True) for name in names]
+        # Fresh left sides: no rule can be a duplicate. In `rule`'s order, each t_j's
+        # step then its stop.
+        rhss = [(symbol,)] + [(symbol, t) for t in ids[:-1]]
+        made: list = [None] * (2 * n)
+        made[0::2] = map(_new_rule, repeated(Rule, n), zip(ids, rhss, strict=True))
+        made[1::2] = map(_new_rule, repeated(Rule, n), zip(ids, repeated((), n), strict=True))
+        self.rules.extend(made)
+        self._rule_set.update(made)
+        self._size = size
+        return ids[-1]
 
     def add_ignore(self, regex: str) -> None:
         if regex not in self.ignore:

@@ -142,6 +142,12 @@ class _Generator:
         self._name_counts[name] = k
         return self.b.nonterminal(name if k == 1 else f"{name}#{k}", fresh=True)
 
+    def names_of(self, name: str, count: int) -> list[str]:
+        """The names of `count` calls of `nt(name)`, without making the nonterminals."""
+        k = self._name_counts.get(name, 0)
+        self._name_counts[name] = k + count
+        return [name if j == 1 else f"{name}#{j}" for j in range(k + 1, k + count + 1)]
+
     def repeat(self, symbol: int, lo: int, hi: int | None) -> int:
         """symbol{lo,hi} as BNF of size O(lo + hi): like GrammarBuilder.repeat, with names
         numbered here so thousands of them stay cheap."""
@@ -149,15 +155,8 @@ class _Generator:
         parts = [symbol] * lo
         if hi is None:
             parts.append(self.star(symbol))
-        else:
-            tail = None
-            for _ in range(hi - lo):
-                t = self.nt("items")
-                b.rule(t, [symbol] if tail is None else [symbol, tail])
-                b.rule(t, [])
-                tail = t
-            if tail is not None:
-                parts.append(tail)
+        elif hi > lo:
+            parts.append(b.optional_chain(symbol, self.names_of("items", hi - lo)))
         nt = self.nt("items")
         b.rule(nt, parts)
         return nt

@@ -946,3 +946,33 @@ def test_a_pattern_dot_run_is_sliced_and_its_masks_equal_whole_walks():
         return any("km[lz]" in lexer.exprs.to_str(e) for _, e in lexer.pairs_of(state))
 
     assert _sliced_masks_at(schema, text, in_dot_run) >= 5
+
+
+@pytest.mark.parametrize("taken", [False, True])
+def test_an_optional_chain_equals_its_rules_made_one_by_one(taken):
+    # `maxItems` becomes a chain of optional items, made in one pass: the same
+    # nonterminals, names and rules, in the same order, as `rule` one at a time, also
+    # where a name is taken (then numbered past it).
+    def build(chained: bool) -> GrammarBuilder:
+        b = GrammarBuilder()
+        item = b.nonterminal("item")
+        b.rule(item, [b.literal("x")])
+        if taken:
+            b.nonterminal("items#3")
+        names = ["items"] + [f"items#{k}" for k in range(2, 7)]
+        if chained:
+            b.optional_chain(item, names)
+        else:
+            tail = None
+            for name in names:
+                t = b.nonterminal(name, fresh=True)
+                b.rule(t, [item] if tail is None else [item, tail])
+                b.rule(t, [])
+                tail = t
+        b.rule(b.nonterminal("start"), [b.nonterminal("items#6")])
+        return b
+
+    chained, plain = build(True), build(False)
+    assert chained.nonterminals == plain.nonterminals
+    assert chained.rules == plain.rules
+    assert chained._size == plain._size
