@@ -18,3 +18,16 @@ def test_phases_time_every_schema_by_phase(capsys):
     parts = sum(out[name]["p50_us"] for name in PHASES if name != "total")
     # With two samples p50 is their mean, so the phases' medians add up to the total's.
     assert abs(parts - out["total"]["p50_us"]) <= 1e-6 * out["total"]["p50_us"] + 1e-3
+
+
+def test_every_tail_schema_compiles_and_judges_its_instances(capsys):
+    # The tail set holds the shapes behind past slow masks, each written here with valid
+    # and invalid instances: a shape that stops compiling, or a judgement that flips,
+    # would leave the benchmark timing something else.
+    assert main([str(TAIL), "--tokenizer", "llama3", "--compile", "file", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)["midword"]
+    files = len(list(TAIL.glob("*.json")))
+    assert files >= 22
+    assert (out["files"], out["passed"]) == (files, files), out
+    assert out["rejected_valid"] == out["accepted_invalid"] == out["compile_errors"] == 0
+    assert out["invalid_tests"] >= files // 2  # most shapes judge an invalid instance too
