@@ -1276,45 +1276,57 @@ class _Analysis(_Derivatives):
         may: A·T for each pair `(A & ~B)·T`, `B·T` among them, since (A & ~B) ∪ B ⊇ A.
         The keys a pattern matches beside the other keys (`additionalProperties` next
         to `patternProperties`): apart, each leaves out some keys; together, none."""
-        kind, args = self._kind, self._args
+        kind, args, has_bool = self._kind, self._args, self._has_bool
         # Only an expression with & or ~ can hold a complement (a key state's literal
-        # keys, most of its lexemes, have none).
-        if not any(self._has_bool[e] for e in exprs):
+        # keys, most of its lexemes, have none), and a partner is any of them.
+        bools = [e for e in exprs if has_bool[e]]
+        if not bools:
             return []
+        present = set(exprs)
         # Beside listed keys both lexemes leave those out (`R \ W`, an exclusion): a
-        # lexeme is matched by what it excludes from, and the join leaves out every word
-        # either leaves out, so it still holds only strings of the union.
-        present: dict[int, tuple[bytes, ...]] = {}
-        for e in exprs:
-            if kind[e] == _EXCL:
-                present[args[e][0]] = args[e][1]
-            else:
-                present[e] = ()
+        # partner is matched by what it excludes from, and the join leaves out every
+        # word either leaves out, so it still holds only strings of the union.
+        excluding = {args[e][0]: args[e][1] for e in bools if kind[e] == _EXCL}
         joins = []
-        for e, outer in present.items():
-            head, tail = args[e] if kind[e] == _CONCAT else (e, 1)
-            excluded = outer
-            if kind[head] == _EXCL:
-                # ((A & ~B) \ W)·T leaves out W·T, words while T is.
-                head, inner = args[head]
-                tail_words = self._finite_words(tail) if self._few_words(tail, 1) else None
-                if tail_words is None:
-                    continue
-                excluded = excluded + tuple(w + t for w in inner for t in tail_words)
-            if kind[head] != _AND:
-                continue
-            for m in args[head]:
-                if kind[m] != _NOT:
-                    continue
-                partner = present.get(self._concat2(args[m][0], tail))
+        for e in bools:
+            for core, joined, excluded in self._join_parts_of(e):
+                partner = excluding.get(core)
                 if partner is None:
-                    continue
-                rest = [x for x in args[head] if x != m]
-                joined = self._concat2(self.and_(*rest), tail)
-                if excluded or partner:
-                    joined = self._exclude(joined, excluded + partner)
-                joins.append(joined)
+                    if core not in present:
+                        continue
+                    partner = ()
+                joins.append(self._exclude(joined, excluded + partner) if excluded or partner else joined)
         return joins
+
+    def _join_parts_of(self, expr: int) -> tuple[tuple[int, int, tuple[bytes, ...]], ...]:
+        """`complement_joins`' reading of one expression, kept (a lexer state per key
+        prefix asks for the same few): per complemented B of `((A & ~B) \\ W)·T`, the
+        partner's expression `B·T`, the join `A·T` and the words it leaves out, W·T."""
+        got = self._join_parts.get(expr)
+        if got is not None:
+            return got
+        kind, args = self._kind, self._args
+        parts: list[tuple[int, int, tuple[bytes, ...]]] = []
+        excluded: tuple[bytes, ...] = ()
+        e = expr
+        if kind[e] == _EXCL:
+            e, excluded = args[e]
+        head, tail = args[e] if kind[e] == _CONCAT else (e, 1)
+        if kind[head] == _EXCL:
+            # ((A & ~B) \ W)·T leaves out W·T, words while T is (else no join).
+            head, inner = args[head]
+            tail_words = self._finite_words(tail) if self._few_words(tail, 1) else None
+            if tail_words is None:
+                self._join_parts[expr] = ()
+                return ()
+            excluded = excluded + tuple(w + t for w in inner for t in tail_words)
+        if kind[head] == _AND:
+            for m in args[head]:
+                if kind[m] == _NOT:
+                    rest = [x for x in args[head] if x != m]
+                    parts.append((self._concat2(args[m][0], tail), self._concat2(self.and_(*rest), tail), excluded))
+        got = self._join_parts[expr] = tuple(parts)
+        return got
 
     def _finitely_excluded_from(self, lang: int) -> int | None:
         """R where `lang` is R minus a finite set of words (R \\ W, or R & ~E with E of

@@ -104,6 +104,8 @@ class _Store:
         self._class_of: dict[int, tuple] = {}
         self._subset_cache: dict[tuple[int, int], bool] = {}
         self._prefix_cache: dict[tuple[int, int], bool] = {}
+        # complement_joins: expression -> (partner, join, words the join leaves out).
+        self._join_parts: dict[int, tuple[tuple[int, int, tuple[bytes, ...]], ...]] = {}
         # (guard bytes, shadow) per expression with & and ~, or None: see `shadow`.
         self._shadows: dict[int, tuple[int, int] | None] = {}
         # (shadow's class map, guard) -> that map with each guard byte a class of its own:
