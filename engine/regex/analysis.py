@@ -225,8 +225,40 @@ class _Analysis(_Derivatives):
                     continue
             got = (body, hi - tail)
             break
+        if got is None:
+            got = self._complement_window(expr)
         self._windows[expr] = got
         return got
+
+    def _complement_window(self, expr: int) -> tuple[int, int] | None:
+        """(Y* & ~C*, hi) for `Y* & ~C{0,hi}`: the keys other than those a length-limited
+        key pattern matches (`^[/][/.\\w-]{0,254}$` beside `additionalProperties`), every
+        count left a lexer state of its own. Y a prefix code (the characters of a JSON
+        string) holding every word of C and some word y outside it, C not nullable,
+        hi at least _REPEAT_WINDOW_FROM. After w of at most hi bytes both take the empty
+        word alike (w has at most hi words of C), and both are empty alike: where Y*
+        goes on after w, it goes on with the rest of w's last word of Y and then y,
+        which is no sequence of words of C (Y's words split one way only), so neither
+        complement leaves that out. None for other intersections."""
+        members = self._args[expr]
+        if len(members) != 2:
+            return None
+        kind, args, has_bool = self._kind, self._args, self._has_bool
+        for complement, body in (members, members[::-1]):
+            if kind[complement] != _NOT or kind[body] != _REPEAT or has_bool[body]:
+                continue
+            limit = args[complement][0]
+            if kind[limit] != _REPEAT:
+                continue
+            chars, lo, hi = args[limit]
+            letter, body_lo, body_hi = args[body]
+            if lo != 0 or hi is None or hi < self._REPEAT_WINDOW_FROM or body_lo != 0 or body_hi is not None:
+                continue
+            if has_bool[chars] or self._nullable[chars]:
+                continue
+            if self.is_prefix_code(letter) and self._subset(chars, letter) and not self._subset(letter, chars):
+                return self.and_(body, self.not_(self.repeat(chars, 0, None))), hi
+        return None
 
     def _limits_of(self, expr: int) -> list[tuple[int, list[int], int, int, int | None]]:
         """The readings of an intersection of two members without & or ~ as a limit on

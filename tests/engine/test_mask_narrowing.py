@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from midword.engine.grammar import Grammar
-from midword.engine.lexer import NO_NARROWING, Lexer
+from midword.engine.lexer import NARROW_SHIFT, NO_NARROWING, Lexer
 from midword.engine.matcher import Matcher
 from midword.engine.recognizer import Recognizer
 from midword.engine.regex.exprset import ExprSet
@@ -166,3 +166,75 @@ def test_without_windows_keeps_short_walks(pattern, prefix, hi):
                 if da:
                     nxt.append((da, db))
         frontier = list(dict.fromkeys(nxt))[:16]
+
+
+KEY_LIMITS = ["[a-z]", "[-./0-9A-Z_a-z]", "[a-f0-9]", "é|[a-z]"]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    letter=st.sampled_from(KEY_LIMITS),
+    hi=st.integers(16, 40),
+    prefix=st.sampled_from(["", "a", "ab", "a.b", "é", "A b", "\\n"]),
+)
+def test_other_keys_beside_a_limited_key_pattern_keep_short_walks(letter, hi, prefix):
+    """`S* & ~C{0,hi}`, the keys a limited key pattern does not match, and its twin
+    `S* & ~C*` take the same bytes and end alike within `window_reach` bytes."""
+    es = ExprSet()
+    chars = es.parse(CHARS)
+    expr = es.and_(es.repeat(chars, 0, None), es.not_(es.repeat(es.parse(letter), 0, hi)))
+    assert es.window_reach(expr) == hi
+    for b in prefix.encode():
+        expr = es.derivative(expr, b)
+    if expr == 0:
+        return
+    reach = es.window_reach(expr)
+    if reach is None:  # fewer counts left than a window is taken off for
+        return
+    plain = es.without_windows(expr)
+    assert plain != expr
+    frontier = [(expr, plain)]
+    for _ in range(min(reach, 4)):
+        nxt = []
+        for a, b in frontier:
+            assert es.nullable(a) == es.nullable(b)
+            assert es.is_empty(a) == es.is_empty(b)
+            for byte in BYTES:
+                da = es.live_derivative(a, byte)
+                db = es.live_derivative(b, byte)
+                assert (da == 0) == (db == 0), (byte, es.to_str(a, 200))
+                if da:
+                    nxt.append((da, db))
+        frontier = list(dict.fromkeys(nxt))[:16]
+
+
+def test_keys_beside_a_limited_key_pattern_equal_the_reference_and_narrow(llama3):
+    # Github_medium---o65507: `^[/][/.\w-]{0,254}$` keys beside any other key. Each
+    # count left was a lexer state of both key lexemes (81 states, 6 ms for the mask
+    # after `{"/`); the other keys' complement now narrows with the pattern.
+    schema = {
+        "type": "object",
+        "properties": {
+            "costs": {
+                "type": "object",
+                "patternProperties": {"^[/][/.\\w-]{0,40}$": {"type": "integer"}},
+            }
+        },
+    }
+    g = Grammar.from_json_schema(schema)
+    m = Matcher(llama3, g)
+    text = '{"costs": {"/api/v1.items": 3, "/x": 1, "other key": {"a": [1]}, "/": 2, "/' + "a" * 45 + '": null}}'
+    for i, t in enumerate(llama3.encode(text)):
+        assert np.array_equal(m.compute_mask(), m.reference_mask()), (i, llama3.decode(m.tokens))
+        m.consume_token(t)
+    assert m.is_accepting()
+    lexer = m.walker.rec.lexer
+    exprs = lexer.exprs
+    narrowed = [
+        s
+        for s in range(len(lexer.states))
+        if lexer.narrow[s] != NO_NARROWING and any(exprs._has_bool[e] for _, e in lexer.pairs_of(s))
+    ]
+    # One twin for all the counts left, not one per count.
+    twins = {int(lexer.narrow[s]) >> NARROW_SHIFT for s in narrowed}
+    assert narrowed and 4 * len(twins) <= len(narrowed), (len(narrowed), len(twins))
