@@ -392,6 +392,7 @@ class GrammarBuilder:
             raise LimitExceeded("max_grammar_size", self.limits.max_grammar_size, "grammar too large after desugaring")
         check_compile_budget()
         index, nonterminals = self._nonterminal_index, self.nonterminals
+        ids: Sequence[int]
         if index.keys().isdisjoint(names):
             first = len(nonterminals)
             ids = range(first, first + n)
