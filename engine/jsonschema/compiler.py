@@ -280,7 +280,7 @@ class _Compiler:
     # Warnings --------------------------------------------------------------------
     def union(self, parts) -> _Node:
         r = _union(parts)
-        if isinstance(r, _Union) and len([p for p in r.parts if type(p) is _Obj]) >= 2:
+        if isinstance(r, _Union):
             merged = self._merge_objects(r.parts)
             if merged is not None:
                 r = _union(merged)

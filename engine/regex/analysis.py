@@ -248,16 +248,13 @@ class _Analysis(_Derivatives):
             if kind[complement] != _NOT or kind[body] != _REPEAT or has_bool[body]:
                 continue
             limit = args[complement][0]
-            if kind[limit] != _REPEAT:
-                continue
-            chars, lo, hi = args[limit]
+            window = self.repeat_window(limit)  # C{0,hi} as a length limit: (C*, hi)
             letter, body_lo, body_hi = args[body]
-            if lo != 0 or hi is None or hi < self._REPEAT_WINDOW_FROM or body_lo != 0 or body_hi is not None:
+            if window is None or body_lo != 0 or body_hi is not None:
                 continue
-            if has_bool[chars] or self._nullable[chars]:
-                continue
+            chars = args[limit][0]
             if self.is_prefix_code(letter) and self._subset(chars, letter) and not self._subset(letter, chars):
-                return self.and_(body, self.not_(self.repeat(chars, 0, None))), hi
+                return self.and_(body, self.not_(window[0])), window[1]
         return None
 
     def _limits_of(self, expr: int) -> list[tuple[int, list[int], int, int, int | None]]:
