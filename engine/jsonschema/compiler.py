@@ -19,6 +19,7 @@ from ..limits import (
     check_compile_budget,
 )
 from ..regex import MAX_REPEAT_COUNT, ExprSet, LazyDFA
+from ..regex import term as T
 from ..regex.term import Term
 from .ir import (
     _BOOL,
@@ -75,6 +76,12 @@ from .pointers import (
     _Where,
 )
 from .strings import _string_body, quoted
+
+# How many members an object schema may ask for besides its own (`_Obj.some`): the
+# grammar tracks which are met, a chain of member states per set of them (four for
+# two). One is what an object schema's complement asks; two, a oneOf branch beside
+# the complements of two others.
+MAX_OBJECT_WITNESSES = 2
 
 # --------------------------------------------------------------------------------------
 # Compiler: schema documents -> IR
@@ -137,8 +144,12 @@ class _Compiler:
         one_of: str = "exact",
         dynamic_scope: bool = False,
         documents: Mapping[str, Any] | None = None,
+        members_asked: bool = True,
     ):
         self.doc = schema
+        # Whether object schemas may ask for a member (`_Obj.some`, the complement of a
+        # closed object): the grammar writes them with keys in any order only.
+        self.members_asked = members_asked
         # Other schema documents by URI, for references beyond this one.
         self.documents = documents or {}
         self.strict = strict
@@ -323,7 +334,7 @@ class _Compiler:
                 names = tuple(k for k, _ in p.props)
                 if len(set(names)) != len(names):
                     continue
-                shape = hash((names, p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names))
+                shape = hash((names, p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names, p.some))
                 values = [v for _, v in p.props]
                 # Per property i, a hash of the other properties' schemas, from running
                 # hashes of the prefixes and suffixes (linear in the properties, where
@@ -354,7 +365,7 @@ class _Compiler:
                 props = list(q.props)
                 props[i] = (names[i], self.union([q.props[i][1], values[i]]))
                 work[other] = _make_obj(
-                    tuple(props), p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names
+                    tuple(props), p.patterns, p.additional, p.required, p.min_props, p.max_props, p.names, p.some
                 )
                 work[at] = None
                 stale.add(other)
@@ -972,21 +983,54 @@ class _Compiler:
                 parts.append(self.make_arr((ANY,) * p, self.negate(c, where, depth + 1), 0, None))
             return self.union(parts)
         if isinstance(node, _Obj):
-            if node.patterns or node.additional is not ANY or node.names is not ANY:
-                raise unsupported("patternProperties/additionalProperties/propertyNames")
+            if node.some:
+                raise unsupported("an object schema that asks for some member (a complement of a complement)")
             parts = []
             for k in node.required:
                 parts.append(_Obj(props=((k, NOTHING),)))
-            for k, v in node.props:
+            listed = list(dict.fromkeys(k for k, _ in node.props))
+            for k in listed:
+                # The whole schema of a listed member: its own, its patterns', and none at
+                # all where propertyNames rejects the key.
+                v = self.value_schema(node, k) if node.names is ANY or self.accepts(node.names, k) else NOTHING
                 nv = self.negate(v, where, depth + 1)
                 if nv is not NOTHING:
                     parts.append(_make_obj(((k, nv),), (), ANY, (k,), 0, None))
+            parts += self._members_rejected(node, listed, where, depth)
             if node.min_props > 0:
                 parts.append(_Obj(max_props=node.min_props - 1))
             if node.max_props is not None:
                 parts.append(_Obj(min_props=node.max_props + 1))
             return self.union(parts)
         raise AssertionError(node)
+
+    def _members_rejected(self, node: _Obj, listed: list[str], where: str, depth: int) -> list[_Node]:
+        """Objects failing `node` through a member whose key it does not list: a key of a
+        pattern with a value that pattern rejects, another key with a value
+        additionalProperties rejects, or a key propertyNames rejects. Each is an object
+        asking for such a member (`_Obj.some`), the others free."""
+        unlisted = _Str(excluded=tuple(_Const(k) for k in listed)) if listed else _Str()
+        out: list[_Node] = []
+        for pattern, value in node.patterns:
+            rejected = self.negate(value, where, depth + 1)
+            keys = self.intersect(_make_str(0, None, (pattern,)), unlisted)
+            out.append(_make_obj((), (), ANY, (), 0, None, ANY, ((keys, rejected),)))
+        rejected = self.negate(node.additional, where, depth + 1)
+        if rejected is not NOTHING:
+            keys = unlisted
+            for pattern, _ in node.patterns:
+                keys = self.intersect(keys, _Str(excluded=(_make_str(0, None, (pattern,)),)))
+            out.append(_make_obj((), (), ANY, (), 0, None, ANY, ((keys, rejected),)))
+        if node.names is not ANY:
+            keys = self.intersect(self.negate(node.names, where, depth + 1), _Str())
+            out.append(_make_obj((), (), ANY, (), 0, None, ANY, ((keys, ANY),)))
+        out = [o for o in out if o is not NOTHING]
+        if out and not self.members_asked:
+            raise GrammarError(
+                f"not at {where}: cannot express the complement of patternProperties/additionalProperties/"
+                "propertyNames with key_order='schema' (with keys in any order it can)"
+            )
+        return out
 
     def kinds(self, node: _Node, depth: int = 0) -> frozenset:
         """Kinds of values a node may accept (an over-approximation)."""
@@ -1480,7 +1524,13 @@ class _Compiler:
         required = a.required + tuple(r for r in b.required if r not in a.required)
         hi = _min_opt(a.max_props, b.max_props)
         names_schema = self.intersect(a.names, b.names)
-        return _make_obj(props, pats, additional, required, max(a.min_props, b.min_props), hi, names_schema)
+        some = a.some + tuple(w for w in b.some if w not in a.some)
+        if len(some) > MAX_OBJECT_WITNESSES:
+            raise GrammarError(
+                f"allOf: cannot combine the complements of more than {MAX_OBJECT_WITNESSES} object schemas, "
+                "each asking for a member (a key it does not allow, or a value it rejects)"
+            )
+        return _make_obj(props, pats, additional, required, max(a.min_props, b.min_props), hi, names_schema, some)
 
     def value_schema(self, o: _Obj, key: str) -> _Node:
         """The schema a member named `key` must satisfy in object schema `o`."""
@@ -1577,6 +1627,9 @@ class _Compiler:
                 return False
             if node.names is not ANY and not all(self._accepts(node.names, k, d1) for k in v):
                 return False
+            for key, value in node.some:
+                if not any(self._accepts(key, k, d1) and self._accepts(value, x, d1) for k, x in v.items()):
+                    return False
             return all(self._accepts(self.value_schema(node, k), x, d1) for k, x in v.items())
         raise AssertionError(node)
 
@@ -1661,8 +1714,43 @@ class _Compiler:
                     # x requires k, so a common value has k and y constrains it too.
                     if self.disjoint(self.value_schema(x, k), vy, depth + 1):
                         return True
+            if a.required or b.required or a.min_props or b.min_props:
+                # A common value has a member, whose key both must allow (closed objects
+                # told apart by their key patterns: `^[0-9]+x$` keys or `^[a-z]{2}$` ones).
+                keys_a, keys_b = self._key_language(a), self._key_language(b)
+                if keys_a is not None and keys_b is not None and self.regexes_disjoint(keys_a, keys_b):
+                    return True
             return False
         return False
+
+    def _key_language(self, o: _Obj) -> Term | None:
+        """A regex term (quotes included, JSON-escaped) holding every key a member of `o`
+        may have, or None where that is every string or not known: the listed names
+        and the patterns of an object without other keys, within its propertyNames."""
+        names: Term | None = None
+        if o.names is not ANY:
+            alts = []
+            for part in o.names.parts if isinstance(o.names, _Union) else (o.names,):
+                if isinstance(part, _Const) and isinstance(part.value, str):
+                    alts.append(T.lit(_json_str(part.value).encode("utf-8")))
+                    continue
+                body = _string_body(part) if isinstance(part, _Str) else None
+                if body is None:
+                    return None
+                alts.append(quoted(body[0]))
+            names = T.alt(*alts) if alts else T.NOTHING
+        if o.additional is not NOTHING:
+            return names
+        alts = [T.lit(_json_str(k).encode("utf-8")) for k, v in o.props if v is not NOTHING]
+        for pattern, v in o.patterns:
+            if v is NOTHING:
+                continue
+            expr = pattern_to_regex(pattern).expr
+            if expr is None:
+                return names
+            alts.append(quoted(expr))
+        listed = T.alt(*alts) if alts else T.NOTHING
+        return listed if names is None else T.and_(listed, names)
 
 
 def _same_frame(a: _Obj, b: _Obj) -> bool:
@@ -1674,4 +1762,5 @@ def _same_frame(a: _Obj, b: _Obj) -> bool:
         and a.min_props == b.min_props
         and a.max_props == b.max_props
         and a.names == b.names
+        and a.some == b.some
     )

@@ -78,6 +78,7 @@ def compile_json_schema(
             "formats": formats,
             "one_of": one_of,
             "documents": documents,
+            "members_asked": key_order == "any",
         }
         comp, grammar = _tracking_scope_if_needed(schema, options, lambda c: _generated(c, key_order, whitespace))
     except RecursionError:

@@ -533,8 +533,18 @@ class _Generator:
         extra = self.extra_members(node, names)
         lo, hi = node.min_props, node.max_props
         n = len(listed)
+        asked: dict[int, int] | None = None
+        if node.some:
+            if self.key_order != "any":
+                raise GrammarError(
+                    "an object schema that must hold a member it does not list (the complement of a closed "
+                    "object) needs key_order='any'"
+                )
+            asked = self.asked_members(node, listed, names)
+            if asked is None:
+                return self.nothing()
         if self.key_order == "any":
-            obj = self.object_any_order(listed, node.required, extra, lo, hi)
+            obj = self.object_any_order(listed, node.required, extra, lo, hi, asked)
             if obj is not None:
                 return obj
         # Members emitted so far are counted up to `cap`: exactly when maxProperties
@@ -588,7 +598,66 @@ class _Generator:
         b.rule(obj, [self.LBRACE, state[0][0], self.RBRACE])
         return obj
 
-    def object_any_order(self, listed: list, required: tuple, extra: int | None, lo: int, hi: int | None) -> int | None:
+    def asked_members(self, node: _Obj, listed: list, names: list[str]) -> dict[int, int] | None:
+        """For each set of `node.some`'s pairs (a bit mask), a member meeting all of them
+        at once, where one can; None where some pair no member meets."""
+        some = node.some
+        out: dict[int, int] = {}
+        for mask in range(1, 1 << len(some)):
+            key: _Node = ANY
+            value: _Node = ANY
+            for i, (k, v) in enumerate(some):
+                if mask >> i & 1:
+                    key, value = self.c.intersect(key, k), self.c.intersect(value, v)
+            member = self.member_meeting(node, listed, names, key, value)
+            if member is not None:
+                out[mask] = member
+        covered = 0
+        for mask in out:
+            covered |= mask
+        return out if covered == (1 << len(some)) - 1 else None
+
+    def member_meeting(self, node: _Obj, listed: list, names: list[str], key: _Node, value: _Node) -> int | None:
+        """A member of `node` whose key `key` accepts and whose value `value` does: a
+        listed key with both values, or another key of both languages; None where no
+        member can."""
+        if key is NOTHING or value is NOTHING:
+            return None
+        b, c = self.b, self.c
+        alts = []
+        for k, v, _ in listed:
+            if c.accepts(key, k):
+                sym = self.sym(c.intersect(v, value))
+                if sym != self._nothing:
+                    alts.append([b.member_key(k, _json_str(k)), self.COLON, sym])
+        others = _Obj(
+            node.props,
+            tuple((p, c.intersect(v, value)) for p, v in node.patterns),
+            c.intersect(node.additional, value),
+            (),
+            0,
+            None,
+            c.intersect(node.names, key),
+        )
+        extra = self.extra_members(others, names)
+        if extra is not None:
+            alts.append([extra])
+        if not alts:
+            return None
+        nt = self.nt("member")
+        for alt in alts:
+            b.rule(nt, alt)
+        return nt
+
+    def object_any_order(
+        self,
+        listed: list,
+        required: tuple,
+        extra: int | None,
+        lo: int,
+        hi: int | None,
+        asked: dict[int, int] | None = None,
+    ) -> int | None:
         """An object whose members come in any order, each listed key at most once, or
         None where there is nothing to order (no listed key: schema order is the same).
 
@@ -604,7 +673,7 @@ class _Generator:
         tracked: such a key written twice is not caught (a JSON parser keeps one value,
         and each matched the schema)."""
         n = len(listed)
-        if n == 0:
+        if n == 0 and asked is None:
             return None
         b = self.b
         cap = hi if hi is not None else max(lo, 1)
@@ -633,7 +702,7 @@ class _Generator:
         # Without unlisted keys a comma needs a listed key left to follow it.
         comma = self.COMMA if extra is not None else b.object_separator(names)
         obj = self.nt("object")
-        if lo == 0 and not any(req for _, _, req in listed):
+        if lo == 0 and not any(req for _, _, req in listed) and asked is None:
             b.rule(obj, [self.LBRACE, close])
         if hi is not None and hi == 0:
             return obj
@@ -651,7 +720,36 @@ class _Generator:
                 b.rule(nt, [])
             if c < cap:
                 b.rule(nt, [comma, member, after[c + 1]])
-        b.rule(obj, [self.LBRACE, member, after[1], close])
+        if asked is None:
+            b.rule(obj, [self.LBRACE, member, after[1], close])
+            return obj
+        # The members `some` asks for (`asked_members`: one per set of its pairs met at
+        # once), each written first or after others: chain[met][c] counts as after[c]
+        # does, with the pairs of `met` met so far; once all are, it is after[c].
+        full = (1 << max(asked).bit_length()) - 1  # every pair: `asked` covers them all
+        chain: dict[int, list[int]] = {full: after}
+        for met in range(full):
+            chain[met] = [0] + [self.nt("members") for _ in range(cap)]
+        others = None
+        for met in range(full):
+            for c in range(1, cap + 1):
+                nt = chain[met][c]
+                if hi is None and c == cap:
+                    if others is None:
+                        others = self.nt("members")
+                        b.rule(others, [])
+                        b.rule(others, [others, comma, member])
+                    for mask, m in asked.items():
+                        if mask & ~met:
+                            b.rule(nt, [others, comma, m, chain[met | mask][cap]])
+                elif c < cap:
+                    b.rule(nt, [comma, member, chain[met][c + 1]])
+                    for mask, m in asked.items():
+                        if mask & ~met:
+                            b.rule(nt, [comma, m, chain[met | mask][c + 1]])
+        b.rule(obj, [self.LBRACE, member, chain[0][1], close])
+        for mask, m in asked.items():
+            b.rule(obj, [self.LBRACE, m, chain[mask][1], close])
         return obj
 
     def disjoint_patterns(self, langs: list[T.Term | None]) -> list[int]:

@@ -130,17 +130,23 @@ class _Arr(_Node):
 class _Obj(_Node):
     """Objects: `props` in schema order, `patterns` (patternProperties), `additional`
     for other keys, `required` names, a member count range, and `names`: the schema
-    every key must satisfy (propertyNames; ANY when unconstrained)."""
+    every key must satisfy (propertyNames; ANY when unconstrained). `some`: (key
+    schema, value schema) pairs, each of which some member must meet besides the rest
+    (what the complement of a closed object asks: a key it does not allow, or a value
+    it rejects); its keys are never listed in `props`."""
 
-    __slots__ = ("props", "patterns", "additional", "required", "min_props", "max_props", "names", "_by_name")
+    __slots__ = ("props", "patterns", "additional", "required", "min_props", "max_props", "names", "some", "_by_name")
 
-    def __init__(self, props=(), patterns=(), additional=None, required=(), min_props=0, max_props=None, names=None):
+    def __init__(
+        self, props=(), patterns=(), additional=None, required=(), min_props=0, max_props=None, names=None, some=()
+    ):
         additional = ANY if additional is None else additional
         names = ANY if names is None else names
-        super().__init__(("obj", props, patterns, additional, required, min_props, max_props, names))
+        super().__init__(("obj", props, patterns, additional, required, min_props, max_props, names, some))
         self.props, self.patterns, self.additional = props, patterns, additional
         self.required, self.min_props, self.max_props = required, min_props, max_props
         self.names = names
+        self.some = some
         self._by_name: dict[str, _Node] | None = None
 
     def prop(self, name: str):
@@ -356,7 +362,11 @@ def _make_arr(
     return _Arr(prefix, items, lo, hi, tuple(contains))
 
 
-def _make_obj(props, patterns, additional, required, lo, hi, names=ANY) -> _Node:
+def _make_obj(props, patterns, additional, required, lo, hi, names=ANY, some=()) -> _Node:
+    if some:
+        lo = max(lo, 1)  # the member `some` asks for
+        if any(key is NOTHING or value is NOTHING for key, value in some):
+            return NOTHING
     if hi is not None and (lo > hi or len(required) > hi):
         return NOTHING
     if names is NOTHING and (required or lo > 0):
@@ -365,4 +375,4 @@ def _make_obj(props, patterns, additional, required, lo, hi, names=ANY) -> _Node
         for k, v in props:
             if k == r and v is NOTHING:
                 return NOTHING
-    return _Obj(props, patterns, additional, required, lo, hi, names)
+    return _Obj(props, patterns, additional, required, lo, hi, names, some)

@@ -736,27 +736,51 @@ def test_unique_items_is_refused_by_default_and_a_recorded_relaxation_when_lenie
         compile_json_schema({"type": "array", "uniqueItems": True}, strict=True, lenient=True)
 
 
-# Two object branches that overlap, one with patternProperties: neither provably
-# exclusive nor complementable (the shape of 115 of MaskBench's 10,908 schemas).
+# Object branches that overlap, each with patternProperties: neither provably exclusive
+# nor complementable, since each branch beside the complements of the other three must
+# hold three members it does not ask for (`MAX_OBJECT_WITNESSES`).
 _OVERLAPPING_ONE_OF = {
     "properties": {
         "style": {
             "oneOf": [
                 {"type": "object", "properties": {"color": {"type": "string"}}},
                 {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}},
+                {"type": "object", "patternProperties": {"^y-": {"type": "integer"}}},
+                {"type": "object", "patternProperties": {"^z-": {"type": "integer"}}},
             ]
         }
     }
 }
 
 
-def test_an_overlapping_one_of_is_refused_by_default_and_anyof_when_asked():
+def test_a_one_of_beside_the_complement_of_an_open_object_is_exact():
+    # Two branches: each needs the other's complement, an object holding a member the
+    # other rejects (a color that is no string, an x- key that is no integer).
+    schema = {"properties": {"style": {"oneOf": _OVERLAPPING_ONE_OF["properties"]["style"]["oneOf"][:2]}}}
+    g = check(
+        schema,
+        valid=[
+            {"style": {"color": 1}},
+            {"style": {"color": 1, "x-size": 3}},
+            {"style": {"color": "red", "x-size": "a"}},
+            {"style": {"color": "red", "z": None, "x-a": [], "x-b": 1}},
+        ],
+        invalid=[
+            {"style": 3},
+            {"style": {}},
+            {"style": {"color": "red"}},
+            {"style": {"color": "red", "x-size": 3}},
+            {"style": {"color": 1, "x-size": "a"}},
+        ],
+    )
+    assert g.warnings == []
+
     with pytest.raises(GrammarError, match=r"oneOf at #/properties/style: cannot prove.*one_of='any_of'"):
         compile_json_schema(_OVERLAPPING_ONE_OF)
     g = check(
         _OVERLAPPING_ONE_OF,
         valid=[{"style": {"color": "red"}}, {"style": {"x-size": 3}}],
-        invalid=[{"style": 3}, {"style": {"color": 1, "x-size": "a"}}],
+        invalid=[{"style": 3}, {"style": {"color": 1, "x-size": "a", "y-size": "b", "z-size": "c"}}],
         one_of="any_of",
     )
     # The relaxation: an object matching both branches is accepted, and the warning says so.
@@ -866,9 +890,20 @@ def test_min_and_max_contains_negated_and_refused():
     )
     with pytest.raises(GrammarError, match="minContains/maxContains at #: not supported beside prefixItems"):
         compile_json_schema({"prefixItems": [{}], "contains": {"const": 1}, "minContains": 2})
-    # maxContains needs the elements its schema rejects: refused where no complement exists.
+    # maxContains needs the elements its schema rejects: those of an open object's
+    # patterns are objects holding a member it rejects...
+    check(
+        {
+            "type": "array",
+            "contains": {"type": "object", "patternProperties": {"^x": {"type": "integer"}}},
+            "maxContains": 1,
+        },
+        valid=[[{}], [{"xa": 1}, {"xa": "a"}], [{"xa": "a"}, {"b": 1}, {"xa": 2, "xb": "c"}]],
+        invalid=[[], [{}, {"xa": 1}], [{"b": 1}, 3, {"xa": 1}]],
+    )
+    # ... and refused where no complement exists (a complement's complement).
     with pytest.raises(GrammarError, match="maxContains: cannot tell the elements its schema rejects"):
-        compile_json_schema({"contains": {"patternProperties": {"^x": {"type": "integer"}}}, "maxContains": 1})
+        compile_json_schema({"contains": {"not": {"patternProperties": {"^x": {"type": "integer"}}}}, "maxContains": 1})
     with pytest.raises(GrammarError, match="max_counted_items"):
         compile_json_schema({"contains": {"const": 1}, "minContains": 10**9})
 
@@ -941,21 +976,24 @@ def test_oneof_overlapping_arrays():
     )
 
 
-def test_oneof_that_cannot_be_made_exact_is_an_error():
-    # {} satisfies both; "some member is not an integer" has no exact grammar form here.
+def test_oneof_of_open_objects_is_exact_and_a_fourth_branch_is_an_error():
+    # {} satisfies both; "some member is not an integer" is an object asking for a member.
+    two = [{"additionalProperties": {"type": "integer"}}, {"additionalProperties": {"type": "string"}}]
+    check(
+        {"properties": {"p": {"type": "object", "oneOf": two}}},
+        valid=[{"p": {"a": 1}}, {"p": {"a": "s", "b": "t"}}, {}],
+        invalid=[{"p": {}}, {"p": {"a": 1, "b": "s"}}, {"p": {"a": None}}, {"p": 1}],
+    )
+    # A third and a fourth: each branch beside three complements would ask for three.
+    three = [*two, {"additionalProperties": {"type": "boolean"}}]
+    check(
+        {"properties": {"p": {"type": "object", "oneOf": three}}},
+        valid=[{"p": {"a": True}}, {"p": {"a": 1}}, {"p": {"a": "s", "b": "t"}}],
+        invalid=[{"p": {}}, {"p": {"a": 1, "b": "s"}}, {"p": {"a": True, "b": 2}}],
+    )
     with pytest.raises(GrammarError, match=r"oneOf at #/properties/p"):
         compile_json_schema(
-            {
-                "properties": {
-                    "p": {
-                        "type": "object",
-                        "oneOf": [
-                            {"additionalProperties": {"type": "integer"}},
-                            {"additionalProperties": {"type": "string"}},
-                        ],
-                    }
-                }
-            }
+            {"properties": {"p": {"type": "object", "oneOf": [*three, {"additionalProperties": {"type": "null"}}]}}}
         )
 
 
@@ -1018,8 +1056,15 @@ def test_not_if_then_else():
         valid=[["a"], [1, 2]],
         invalid=[[], [1], [1, "a"]],
     )
-    with pytest.raises(GrammarError, match="not at #/not"):
-        compile_json_schema({"not": {"additionalProperties": {"type": "integer"}}})
+    # An open object's complement: a member it rejects somewhere among the others.
+    check(
+        {"not": {"additionalProperties": {"type": "integer"}}},
+        valid=[{"a": "s"}, {"a": 1, "b": None}, {"b": 2, "a": [1]}],
+        invalid=[{}, {"a": 1}, {"a": 1, "b": -2}, 3, "s"],
+    )
+    # Its complement again is refused: "every member of some language" is no pattern.
+    with pytest.raises(GrammarError, match="not at #/not: cannot express the complement of an object schema that asks"):
+        compile_json_schema({"not": {"not": {"additionalProperties": {"type": "integer"}}}})
 
 
 # --------------------------------------------------------------------------------------
