@@ -935,6 +935,16 @@ class _Compiler:
             if isinstance(v, (int, float)) and not (isinstance(v, float) and not math.isfinite(v)):
                 d = Decimal(v) if isinstance(v, int) else Decimal(repr(v))
                 return _Num(excluded=(d.normalize() if d else Decimal(0),))
+            # An array or object constant is the schema of exactly it: so many items, each
+            # equal to its own; these keys and no other, each value equal to its own.
+            if isinstance(v, list):
+                items = tuple(_Const(x) for x in v)
+                exact = self.make_arr(items, NOTHING, len(items), len(items))
+                return self._negate_within(exact, kind, where, depth + 1)
+            if isinstance(v, dict) and all(isinstance(k, str) for k in v):
+                props = tuple((k, _Const(x)) for k, x in v.items())
+                exact = _make_obj(props, (), NOTHING, tuple(v), 0, None)
+                return self._negate_within(exact, kind, where, depth + 1)
             raise unsupported(f"the constant {_canon(v)[:40]}")
         if kind in ("null", "bool"):
             return NOTHING

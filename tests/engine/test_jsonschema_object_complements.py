@@ -198,3 +198,30 @@ def test_keys_in_schema_order_refuse_a_closed_objects_complement_as_before():
     relaxed = compile_json_schema({"type": "object", **one_of}, key_order="schema", one_of="any_of")
     assert len(relaxed.warnings) == 1 and "compiled as anyOf" in relaxed.warnings[0]
     assert compile_json_schema({"type": "object", **one_of}).warnings == []
+
+
+CONSTANTS = [
+    {"not": {"const": {"a": 1, "b": [1, {"c": None}]}}},
+    {"not": {"const": []}},
+    {"not": {"const": [1, "x", [2]]}},
+    {"not": {"enum": [{"a": True}, [False], {"a": {"a": {"a": 1}}}]}},
+    {"type": "object", "not": {"const": {}}},
+    {"not": {"const": {"a": 1.0}}},
+]
+CONSTANT_CASES = [
+    *[0, 1, 1.0, "x", None, True, False, [], {}, [1], [0], [False]],
+    *[[1, "x", [2]], [1, "x", [2.0]], [1, "x", [2], 3], {"a": True}, {"a": {"a": {"a": 1}}}, {"a": {"a": {"a": 2}}}],
+    *[{"a": 1}, {"a": 1.0}, {"a": 1, "b": [1, {"c": None}]}, {"b": [1, {"c": None}], "a": 1}],
+    {"a": 1, "b": [1, {"c": None}], "d": 0},
+]
+
+
+@pytest.mark.parametrize("schema", CONSTANTS)
+def test_the_complement_of_an_array_or_object_constant(schema):
+    # An object constant is its keys and no other, each value equal to its own: its
+    # complement asks for a key it does not have, where that is all that differs.
+    grammar = compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    assert {validator.is_valid(v) for v in CONSTANT_CASES} == {True, False}
+    for value in CONSTANT_CASES:
+        assert _accepts(grammar, value) == validator.is_valid(value), value
