@@ -77,6 +77,12 @@ from .pointers import (
 )
 from .strings import _string_body, quoted
 
+# unevaluatedProperties beside anyOf, oneOf and if: at most this many combinations of
+# branches an instance may match, each its own object schema in a union; anyOf asks for
+# every set of its branches, so at most this many of them.
+MAX_EVALUATIONS = 64
+MAX_ANY_OF_EVALUATED = 5
+
 # How many members an object schema may ask for besides its own (`_Obj.some`): the
 # grammar tracks which are met, a chain of member states per set of them (four for
 # two). One is what an object schema's complement asks; two, a oneOf branch beside
@@ -707,10 +713,16 @@ class _Compiler:
             if applicators:
                 if key == "unevaluatedProperties":
                     closed = self._closed_beside_applicators(s, base, path)
-                if key != "unevaluatedProperties" or closed is None:
+                    if closed is None:
+                        raise GrammarError(
+                            f"unsupported keyword {key!r} at {_ptr(path)} (not beside dependentSchemas or "
+                            f"$dynamicRef, nor where its applicators ({', '.join(applicators)}) combine their "
+                            f"branches in more than {MAX_EVALUATIONS} ways or meet patternProperties twice)"
+                        )
+                else:
                     raise GrammarError(
                         f"unsupported keyword {key!r} at {_ptr(path)} (only without in-place applicators such as "
-                        f"{', '.join(applicators)} beside it, or beside allOf and $ref alone)"
+                        f"{', '.join(applicators)} beside it)"
                     )
                 s = {k: v for k, v in s.items() if k != key}
 
@@ -771,59 +783,140 @@ class _Compiler:
         return node
 
     def _closed_beside_applicators(self, s: dict, base: str, path: tuple) -> _Node | None:
-        """unevaluatedProperties beside allOf and $ref, which always evaluate what they
-        declare: an object's properties outside every name and pattern that `s` and those
-        subschemas list (down any depth of allOf and $ref) must pass it; None where an
-        applicator evaluates by instance (anyOf, oneOf, not, if, dependentSchemas) or a
-        nested unevaluatedProperties decides, which a grammar cannot follow here."""
-        names: dict[str, None] = {}
-        patterns: dict[str, None] = {}
-        seen: set[tuple] = set()
-        todo: list[tuple[Any, str, tuple]] = [(s, base, path)]
-        while todo:
-            sub, sub_base, sub_path = todo.pop()
-            if not isinstance(sub, dict):
-                continue  # true evaluates nothing; false rejects every object anyway
-            if sub_path in seen:
-                continue
-            seen.add(sub_path)
-            if len(seen) > self.limits.max_schema_depth:
-                return None
-            if sub is not s and "unevaluatedProperties" in sub:
-                return None
-            if any(k in sub for k in _APPLICATORS if k not in ("allOf", "$ref")) or "$dynamicRef" in sub:
-                return None
-            if "additionalProperties" in sub:
-                return ANY  # every property is evaluated by it
-            props = sub.get("properties", {})
-            pats = sub.get("patternProperties", {})
-            if not isinstance(props, dict) or not isinstance(pats, dict):
-                return None  # the keyword's own check names the error
-            names.update(dict.fromkeys(props))
-            patterns.update(dict.fromkeys(pats))
-            if "allOf" in sub:
-                for i, branch in enumerate(self._schema_list(sub, "allOf", sub_path)):
-                    branch_path = sub_path + ("allOf", i)
-                    known = self.base_of.get(branch_path)
-                    branch_base = known if known is not None else sub_base
-                    todo.append((branch, branch_base, branch_path))
-            if "$ref" in sub:
-                ref = sub["$ref"]
-                if not isinstance(ref, str):
-                    return None
-                target, target_base, target_path = self.targets[self._resolve(ref, sub_base, sub_path)]
-                todo.append((target, target_base, target_path))
+        """unevaluatedProperties beside in-place applicators: an object's properties
+        outside every name and pattern that `s` and the subschemas it applies in place
+        evaluate must pass it. What anyOf, oneOf and if evaluate depends on the branches
+        an instance matches, so the constraint is a union over those combinations
+        (`_evaluations`), each under the condition that its branches match: exact, as the
+        instance's own combination evaluates the most. None where that is not followed
+        (dependentSchemas, $dynamicRef, past MAX_EVALUATIONS combinations)."""
+        ways = self._evaluations(s, base, path, (), own=True)
+        if ways is None:
+            return None
         rest = self.norm(s["unevaluatedProperties"], base, path + ("unevaluatedProperties",))
-        if rest is NOTHING:
-            # No other key at all (the usual `false`): a key schema, which meets the
-            # subschemas' own patternProperties where a second set of patterns could not.
-            keys = [_Const(name) for name in names] + [_make_str(0, None, (p,)) for p in patterns]
-            obj = _make_obj((), (), ANY, (), 0, None, self.union(keys))
-        else:
-            listed = tuple((name, ANY) for name in names)
-            obj = _make_obj(listed, tuple((p, ANY) for p in patterns), rest, (), 0, None)
+        try:
+            parts = self._unevaluated_parts(ways, rest)
+        except BUDGET_ERRORS:
+            raise
+        except GrammarError:
+            return None  # a condition that cannot meet its closed object (both with patterns)
         others = [p for p in ANY_PARTS_IN_ORDER if not isinstance(p, _Obj)]
-        return self.union(others + [obj])
+        return self.union(others + parts)
+
+    def _unevaluated_parts(self, ways: list[tuple], rest: _Node) -> list[_Node]:
+        """Per way of evaluating, the objects whose other properties pass `rest`."""
+        parts: list[_Node] = []
+        for cond, names, patterns, every in ways:
+            obj: _Node
+            if every:
+                obj = _Obj()
+            elif rest is NOTHING:
+                # No other key at all (the usual `false`): a key schema, which meets the
+                # subschemas' own patternProperties where a second set of patterns could not.
+                keys = [_Const(name) for name in dict.fromkeys(names)]
+                keys += [_make_str(0, None, (p,)) for p in dict.fromkeys(patterns)]
+                obj = _make_obj((), (), ANY, (), 0, None, self.union(keys))
+            else:
+                listed = tuple((name, ANY) for name in dict.fromkeys(names))
+                obj = _make_obj(listed, tuple((p, ANY) for p in dict.fromkeys(patterns)), rest, (), 0, None)
+            parts.append(obj if cond is ANY else self.intersect(cond, obj))
+        return parts
+
+    def _evaluations(self, s: Any, base: str, path: tuple, stack: tuple, own: bool = False) -> list[tuple] | None:
+        """How subschema `s`, applied in place, evaluates an object's properties: one
+        (condition, names, patterns, every property) per combination of the branches of
+        its anyOf, oneOf and if that an instance may match, the condition being that it
+        matches them. `own`: `s` is the schema whose unevaluatedProperties is asked
+        about, which does not count. None where not followed here."""
+        if s is True:
+            return [(ANY, (), (), False)]
+        if s is False or not isinstance(s, dict):
+            return [] if s is False else None
+        if path in stack or len(stack) > self.limits.max_schema_depth:
+            return [(ANY, (), (), False)]  # in place again: it evaluates what it did
+        stack = stack + (path,)
+        known = self.base_of.get(path)
+        base = known if known is not None else self._own_id(s, base)
+        s = self._in_force(s)
+        if "$dynamicRef" in s or "dependentSchemas" in s or "dependencies" in s:
+            return None
+        props = s.get("properties", {})
+        pats = s.get("patternProperties", {})
+        if not isinstance(props, dict) or not isinstance(pats, dict):
+            return None  # the keyword's own check names the error
+        # additionalProperties evaluates every property; so does unevaluatedProperties,
+        # of a subschema, over its own scope.
+        every = "additionalProperties" in s or (not own and "unevaluatedProperties" in s)
+        ways: list[tuple] | None = [(ANY, tuple(props), tuple(pats), every)]
+        subs: list[tuple[Any, str, tuple]] = []
+        if "allOf" in s:
+            subs += [(b, base, path + ("allOf", i)) for i, b in enumerate(self._schema_list(s, "allOf", path))]
+        if "$ref" in s:
+            if not isinstance(s["$ref"], str):
+                return None
+            subs.append(self.targets[self._resolve(s["$ref"], base, path)])
+        for sub, sub_base, sub_path in subs:
+            ways = self._ways_meet(ways, self._evaluations(sub, sub_base, sub_path, stack))
+        if "anyOf" in s:
+            branches = self._branch_ways(s, "anyOf", base, path, stack)
+            if branches is None or len(branches) > MAX_ANY_OF_EVALUATED:
+                return None
+            # Every set of branches matched, each with what it evaluates.
+            options: list[tuple] | None = []
+            for mask in range(1, 1 << len(branches)):
+                chosen: list[tuple] | None = [(ANY, (), (), False)]
+                for i, branch in enumerate(branches):
+                    if mask >> i & 1:
+                        chosen = self._ways_meet(chosen, branch)
+                options = None if chosen is None or options is None else options + chosen
+            ways = self._ways_meet(ways, options)
+        if "oneOf" in s:
+            branches = self._branch_ways(s, "oneOf", base, path, stack)
+            ways = self._ways_meet(ways, None if branches is None else [w for b in branches for w in b])
+        if "if" in s:
+            cond = self.norm(s["if"], base, path + ("if",))
+            try:
+                otherwise = self.negate(cond, _ptr(path + ("if",)))
+            except GrammarError:
+                return None
+            matched = self._ways_meet(
+                self._evaluations(s["if"], base, path + ("if",), stack),
+                self._evaluations(s.get("then", True), base, path + ("then",), stack),
+            )
+            failed = self._evaluations(s.get("else", True), base, path + ("else",), stack)
+            if matched is None or failed is None:
+                return None
+            ways = self._ways_meet(
+                ways,
+                self._ways_meet([(cond, (), (), False)], matched) + self._ways_meet([(otherwise, (), (), False)], failed),
+            )
+        # `not` evaluates nothing: its subschema's annotations are dropped.
+        return ways
+
+    def _branch_ways(self, s: dict, key: str, base: str, path: tuple, stack: tuple) -> list[list[tuple]] | None:
+        """Per branch of s[key], its evaluations, each under the condition that the
+        branch matches."""
+        out = []
+        for i, branch in enumerate(self._schema_list(s, key, path)):
+            sub_path = path + (key, i)
+            ways = self._evaluations(branch, base, sub_path, stack)
+            if ways is None:
+                return None
+            cond = self.norm(branch, base, sub_path)
+            out.append(self._ways_meet([(cond, (), (), False)], ways) or [])
+        return out
+
+    def _ways_meet(self, a: list[tuple] | None, b: list[tuple] | None) -> list[tuple] | None:
+        """Both evaluations at once: each pair of ways, conditions met together."""
+        if a is None or b is None:
+            return None
+        out = []
+        for cond_a, names_a, pats_a, every_a in a:
+            for cond_b, names_b, pats_b, every_b in b:
+                cond = cond_a if cond_b is ANY else cond_b if cond_a is ANY else self.intersect(cond_a, cond_b)
+                if cond is not NOTHING:
+                    out.append((cond, names_a + names_b, pats_a + pats_b, every_a or every_b))
+        return out if len(out) <= MAX_EVALUATIONS else None
 
     def _dependencies(self, s: dict, node: _Node, base: str, path: tuple) -> _Node:
         """dependentRequired / dependentSchemas / draft-04..07 dependencies: for each

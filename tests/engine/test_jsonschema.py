@@ -642,8 +642,8 @@ def test_min_max_properties():
 
 def test_unevaluated_properties_without_applicators():
     check({"properties": {"a": {}}, "unevaluatedProperties": False}, valid=[{"a": 1}, {}], invalid=[{"b": 1}])
-    with pytest.raises(GrammarError, match="unevaluatedProperties"):
-        compile_json_schema({"anyOf": [{"properties": {"a": {}}}], "unevaluatedProperties": False})
+    with pytest.raises(GrammarError, match="unevaluatedProperties.*dependentSchemas"):
+        compile_json_schema({"dependentSchemas": {"a": {"properties": {"b": {}}}}, "unevaluatedProperties": False})
 
 
 def test_unevaluated_properties_beside_all_of_and_ref():
@@ -669,15 +669,64 @@ def test_unevaluated_properties_beside_all_of_and_ref():
     # An additionalProperties in a subschema evaluates every property.
     check({"allOf": [{"additionalProperties": True}], "unevaluatedProperties": False}, valid=[{"z": 1}])
     check({"$ref": "#/$defs/open", "unevaluatedProperties": False, "$defs": {"open": {}}}, invalid=[{"z": 1}])
-    # What an instance decides (anyOf, if) or a nested unevaluatedProperties is still refused.
-    for schema, keyword in (
-        ({"allOf": [{"anyOf": [{"properties": {"a": {}}}]}], "unevaluatedProperties": False}, "unevaluatedProperties"),
-        ({"allOf": [{"unevaluatedProperties": True}], "unevaluatedProperties": False}, "unevaluatedProperties"),
-        # unevaluatedItems beside allOf stays refused, with unevaluatedProperties or not.
-        ({"allOf": [{}], "unevaluatedProperties": False, "unevaluatedItems": False}, "unevaluatedItems"),
-    ):
-        with pytest.raises(GrammarError, match=keyword):
-            compile_json_schema(schema)
+    # A nested unevaluatedProperties evaluates every property of its scope.
+    check(
+        {"allOf": [{"unevaluatedProperties": True}], "unevaluatedProperties": False},
+        valid=[{"z": 1}, {}],
+    )
+    # unevaluatedItems beside allOf stays refused, with unevaluatedProperties or not.
+    with pytest.raises(GrammarError, match="unevaluatedItems"):
+        compile_json_schema({"allOf": [{}], "unevaluatedProperties": False, "unevaluatedItems": False})
+
+
+def test_unevaluated_properties_beside_what_an_instance_decides():
+    # anyOf: what every branch the instance matches evaluates, here two at once.
+    any_of = {
+        "properties": {"a": {}},
+        "anyOf": [{"properties": {"b": {"type": "integer"}}}, {"properties": {"c": {"type": "integer"}}}],
+        "unevaluatedProperties": False,
+    }
+    check(
+        any_of,
+        valid=[{"a": 1}, {"a": 1, "b": 2}, {"b": 1, "c": 2}, "s"],
+        invalid=[{"d": 1}, {"b": "s", "c": "t"}, {"a": 1, "b": 2, "e": 3}],
+    )
+    # oneOf: the one branch matched; the other's names stay unevaluated.
+    one_of = {
+        "oneOf": [
+            {"properties": {"kind": {"const": "a"}, "x": {}}, "required": ["kind"]},
+            {"properties": {"kind": {"const": "b"}, "y": {}}, "required": ["kind"]},
+        ],
+        "unevaluatedProperties": False,
+    }
+    check(
+        one_of,
+        valid=[{"kind": "a", "x": 1}, {"kind": "b", "y": 1}, {"kind": "b"}],
+        invalid=[{"kind": "a", "y": 1}, {"kind": "b", "x": 1}, {"kind": "c"}],
+    )
+    # if without then and else: what `if` evaluates counts where it matches; `not`
+    # evaluates nothing.
+    check(
+        {"if": {"patternProperties": {"foo": {"type": "string"}}}, "unevaluatedProperties": False},
+        valid=[{"foo": "a"}, {"xfoo": "b"}, {}],
+        invalid=[{"foo": 1}, {"bar": "a"}],
+    )
+    check(
+        {"properties": {"a": {}}, "not": {"not": {"properties": {"b": {}}}}, "unevaluatedProperties": False},
+        valid=[{"a": 1}],
+        invalid=[{"b": 1}],
+    )
+    # if/then/else: the if and then branch, or the else branch alone.
+    check(
+        {
+            "if": {"properties": {"t": {"const": 1}}, "required": ["t"]},
+            "then": {"properties": {"x": {}}},
+            "else": {"properties": {"y": {}}},
+            "unevaluatedProperties": False,
+        },
+        valid=[{"t": 1, "x": 0}, {"y": 0}, {}],
+        invalid=[{"t": 1, "y": 0}, {"t": 2}, {"x": 0}],
+    )
 
 
 def test_dependencies():

@@ -1,0 +1,78 @@
+"""unevaluatedProperties beside in-place applicators whose branches an instance
+chooses (anyOf, oneOf, if), against the `jsonschema` validator: one object schema per
+combination of branches an instance may match, each closed over what they evaluate."""
+
+from __future__ import annotations
+
+import json
+
+import jsonschema
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from midword.engine.jsonschema import compile_json_schema
+from midword.engine.recognizer import grammar_accepts
+
+
+def _accepts(grammar, value) -> bool:
+    return grammar_accepts(grammar, json.dumps(value, ensure_ascii=False).encode())
+
+
+UNEVALUATED = [
+    {
+        "properties": {"a": {}},
+        "anyOf": [{"properties": {"b": {"type": "integer"}}}, {"properties": {"c": {"type": "integer"}}}],
+        "unevaluatedProperties": False,
+    },
+    {
+        "oneOf": [
+            {"properties": {"kind": {"const": "a"}, "x": {}}, "required": ["kind"]},
+            {"properties": {"kind": {"const": "b"}, "y": {}}, "required": ["kind"]},
+        ],
+        "unevaluatedProperties": False,
+    },
+    {"if": {"patternProperties": {"foo": {"type": "string"}}}, "unevaluatedProperties": False},
+    {
+        "if": {"properties": {"t": {"const": 1}}, "required": ["t"]},
+        "then": {"properties": {"x": {}}},
+        "else": {"properties": {"y": {}}},
+        "unevaluatedProperties": {"type": "integer"},
+    },
+    {
+        "allOf": [{"anyOf": [{"properties": {"a": {}}}, {"properties": {"xa": {"type": "integer"}}}]}],
+        "oneOf": [{"required": ["a"]}, {"required": ["b"]}],
+        "properties": {"b": {}},
+        "unevaluatedProperties": {"type": "string"},
+    },
+    {
+        "$defs": {
+            "one": {"oneOf": [{"$ref": "#/$defs/two"}, {"required": ["b"], "properties": {"b": True}}]},
+            "two": {"required": ["x"], "properties": {"x": True}},
+        },
+        "allOf": [{"$ref": "#/$defs/one"}],
+        "properties": {"a": True},
+        "unevaluatedProperties": False,
+    },
+]
+UNEVALUATED_KEYS = ["a", "b", "c", "x", "xa", "y", "t", "kind", "foo", "zfoo"]
+
+
+@pytest.mark.parametrize("schema", UNEVALUATED)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    values=st.lists(
+        st.dictionaries(
+            st.sampled_from(UNEVALUATED_KEYS), st.sampled_from([0, 1, 2, "a", "b", None, True]), max_size=3
+        ),
+        min_size=10,
+        max_size=30,
+    )
+)
+def test_unevaluated_properties_beside_branches_an_instance_chooses(schema, values):
+    # One object schema per combination of branches an instance may match, each closed
+    # over what those branches evaluate.
+    grammar = compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in values:
+        assert _accepts(grammar, value) == validator.is_valid(value), value
