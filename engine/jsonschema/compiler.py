@@ -83,6 +83,15 @@ from .strings import _string_body, quoted
 MAX_EVALUATIONS = 64
 MAX_ANY_OF_EVALUATED = 5
 
+# A way of evaluating (`_Compiler._evaluations`) that evaluates nothing, and one that
+# only asks for a condition.
+_NO_EVALUATION = (ANY, (), (), False, 0, False, ())
+
+
+def _condition(cond: _Node) -> tuple:
+    return (cond, (), (), False, 0, False, ())
+
+
 # How many members an object schema may ask for besides its own (`_Obj.some`): the
 # grammar tracks which are met, a chain of member states per set of them (four for
 # two). One is what an object schema's complement asks; two, a oneOf branch beside
@@ -711,19 +720,14 @@ class _Compiler:
                 continue
             applicators = [k for k in _APPLICATORS if k in s]
             if applicators:
-                if key == "unevaluatedProperties":
-                    closed = self._closed_beside_applicators(s, base, path)
-                    if closed is None:
-                        raise GrammarError(
-                            f"unsupported keyword {key!r} at {_ptr(path)} (not beside dependentSchemas or "
-                            f"$dynamicRef, nor where its applicators ({', '.join(applicators)}) combine their "
-                            f"branches in more than {MAX_EVALUATIONS} ways or meet patternProperties twice)"
-                        )
-                else:
+                part = self._closed_beside_applicators(s, base, path, key)
+                if part is None:
                     raise GrammarError(
-                        f"unsupported keyword {key!r} at {_ptr(path)} (only without in-place applicators such as "
-                        f"{', '.join(applicators)} beside it)"
+                        f"unsupported keyword {key!r} at {_ptr(path)} (not beside dependentSchemas or "
+                        f"$dynamicRef, nor where its applicators ({', '.join(applicators)}) combine their "
+                        f"branches in more than {MAX_EVALUATIONS} ways or meet patternProperties twice)"
                     )
+                closed = part if closed is None else self.intersect(closed, part)
                 s = {k: v for k, v in s.items() if k != key}
 
         node = self._typed(s, base, path)
@@ -782,38 +786,45 @@ class _Compiler:
             node = self._one_of(node, raw, path)
         return node
 
-    def _closed_beside_applicators(self, s: dict, base: str, path: tuple) -> _Node | None:
-        """unevaluatedProperties beside in-place applicators: an object's properties
-        outside every name and pattern that `s` and the subschemas it applies in place
-        evaluate must pass it. What anyOf, oneOf and if evaluate depends on the branches
-        an instance matches, so the constraint is a union over those combinations
-        (`_evaluations`), each under the condition that its branches match: exact, as the
-        instance's own combination evaluates the most. None where that is not followed
-        (dependentSchemas, $dynamicRef, past MAX_EVALUATIONS combinations)."""
+    def _closed_beside_applicators(self, s: dict, base: str, path: tuple, key: str) -> _Node | None:
+        """unevaluatedProperties (or unevaluatedItems, `key`) beside in-place
+        applicators: an object's properties outside every name and pattern that `s` and
+        the subschemas it applies in place evaluate must pass it (an array's items past
+        every prefix they evaluate, that no `contains` of theirs matches). What anyOf,
+        oneOf and if evaluate depends on the branches an instance matches, so the
+        constraint is a union over those combinations (`_evaluations`), each under the
+        condition that its branches match: exact, as the instance's own combination
+        evaluates the most. None where that is not followed (dependentSchemas,
+        $dynamicRef, past MAX_EVALUATIONS combinations)."""
         ways = self._evaluations(s, base, path, (), own=True)
         if ways is None:
             return None
-        rest = self.norm(s["unevaluatedProperties"], base, path + ("unevaluatedProperties",))
+        rest = self.norm(s[key], base, path + (key,))
         try:
-            parts = self._unevaluated_parts(ways, rest)
+            parts = (
+                self._unevaluated_parts(ways, rest)
+                if key == "unevaluatedProperties"
+                else self._unevaluated_items(ways, rest)
+            )
         except BUDGET_ERRORS:
             raise
         except GrammarError:
             return None  # a condition that cannot meet its closed object (both with patterns)
-        others = [p for p in ANY_PARTS_IN_ORDER if not isinstance(p, _Obj)]
+        kind = _Obj if key == "unevaluatedProperties" else _Arr
+        others = [p for p in ANY_PARTS_IN_ORDER if not isinstance(p, kind)]
         return self.union(others + parts)
 
     def _unevaluated_parts(self, ways: list[tuple], rest: _Node) -> list[_Node]:
         """Per way of evaluating, the objects whose other properties pass `rest`."""
         parts: list[_Node] = []
-        for cond, names, patterns, every in ways:
+        for cond, names, patterns, every, *_ in ways:
             obj: _Node
             if every:
                 obj = _Obj()
             elif rest is NOTHING:
                 # No other key at all (the usual `false`): a key schema, which meets the
                 # subschemas' own patternProperties where a second set of patterns could not.
-                keys = [_Const(name) for name in dict.fromkeys(names)]
+                keys: list[_Node] = [_Const(name) for name in dict.fromkeys(names)]
                 keys += [_make_str(0, None, (p,)) for p in dict.fromkeys(patterns)]
                 obj = _make_obj((), (), ANY, (), 0, None, self.union(keys))
             else:
@@ -822,18 +833,27 @@ class _Compiler:
             parts.append(obj if cond is ANY else self.intersect(cond, obj))
         return parts
 
+    def _unevaluated_items(self, ways: list[tuple], rest: _Node) -> list[_Node]:
+        """Per way of evaluating, the arrays whose items past the prefix evaluated pass
+        `rest` or a `contains` (which evaluates the items it matches)."""
+        parts: list[_Node] = []
+        for cond, _, _, _, prefix, every, contains in ways:
+            arr = _Arr() if every else self.make_arr((ANY,) * prefix, self.union([rest, *contains]), 0, None)
+            parts.append(arr if cond is ANY else self.intersect(cond, arr))
+        return parts
+
     def _evaluations(self, s: Any, base: str, path: tuple, stack: tuple, own: bool = False) -> list[tuple] | None:
-        """How subschema `s`, applied in place, evaluates an object's properties: one
-        (condition, names, patterns, every property) per combination of the branches of
-        its anyOf, oneOf and if that an instance may match, the condition being that it
-        matches them. `own`: `s` is the schema whose unevaluatedProperties is asked
+        """How subschema `s`, applied in place, evaluates an object's properties and an
+        array's items: one (condition, names, patterns, every property, prefix, every
+        item, contains schemas) per combination of the branches of its anyOf, oneOf and
+        if that an instance may match, the condition being that it matches them. `own`: `s` is the schema whose unevaluatedProperties is asked
         about, which does not count. None where not followed here."""
         if s is True:
-            return [(ANY, (), (), False)]
+            return [_NO_EVALUATION]
         if s is False or not isinstance(s, dict):
             return [] if s is False else None
         if path in stack or len(stack) > self.limits.max_schema_depth:
-            return [(ANY, (), (), False)]  # in place again: it evaluates what it did
+            return [_NO_EVALUATION]  # in place again: it evaluates what it did
         stack = stack + (path,)
         known = self.base_of.get(path)
         base = known if known is not None else self._own_id(s, base)
@@ -847,7 +867,20 @@ class _Compiler:
         # additionalProperties evaluates every property; so does unevaluatedProperties,
         # of a subschema, over its own scope.
         every = "additionalProperties" in s or (not own and "unevaluatedProperties" in s)
-        ways: list[tuple] | None = [(ANY, tuple(props), tuple(pats), every)]
+        # Items: a prefix (prefixItems, or a draft's array of items), all of them (items
+        # beside it, additionalItems, a subschema's unevaluatedItems), those `contains`
+        # matches.
+        items = s.get("items")
+        prefix = s.get("prefixItems", items if isinstance(items, list) else [])
+        if not isinstance(prefix, list):
+            return None
+        every_item = (
+            ("items" in s and not isinstance(items, list))
+            or (isinstance(items, list) and "additionalItems" in s)
+            or (not own and "unevaluatedItems" in s)
+        )
+        contains = (self.norm(s["contains"], base, path + ("contains",)),) if "contains" in s else ()
+        ways: list[tuple] | None = [(ANY, tuple(props), tuple(pats), every, len(prefix), every_item, contains)]
         subs: list[tuple[Any, str, tuple]] = []
         if "allOf" in s:
             subs += [(b, base, path + ("allOf", i)) for i, b in enumerate(self._schema_list(s, "allOf", path))]
@@ -864,7 +897,7 @@ class _Compiler:
             # Every set of branches matched, each with what it evaluates.
             options: list[tuple] | None = []
             for mask in range(1, 1 << len(branches)):
-                chosen: list[tuple] | None = [(ANY, (), (), False)]
+                chosen: list[tuple] | None = [_NO_EVALUATION]
                 for i, branch in enumerate(branches):
                     if mask >> i & 1:
                         chosen = self._ways_meet(chosen, branch)
@@ -886,10 +919,11 @@ class _Compiler:
             failed = self._evaluations(s.get("else", True), base, path + ("else",), stack)
             if matched is None or failed is None:
                 return None
-            ways = self._ways_meet(
-                ways,
-                self._ways_meet([(cond, (), (), False)], matched) + self._ways_meet([(otherwise, (), (), False)], failed),
-            )
+            when_matched = self._ways_meet([_condition(cond)], matched)
+            when_failed = self._ways_meet([_condition(otherwise)], failed)
+            if when_matched is None or when_failed is None:
+                return None
+            ways = self._ways_meet(ways, when_matched + when_failed)
         # `not` evaluates nothing: its subschema's annotations are dropped.
         return ways
 
@@ -903,7 +937,7 @@ class _Compiler:
             if ways is None:
                 return None
             cond = self.norm(branch, base, sub_path)
-            out.append(self._ways_meet([(cond, (), (), False)], ways) or [])
+            out.append(self._ways_meet([_condition(cond)], ways) or [])
         return out
 
     def _ways_meet(self, a: list[tuple] | None, b: list[tuple] | None) -> list[tuple] | None:
@@ -911,11 +945,21 @@ class _Compiler:
         if a is None or b is None:
             return None
         out = []
-        for cond_a, names_a, pats_a, every_a in a:
-            for cond_b, names_b, pats_b, every_b in b:
+        for cond_a, names_a, pats_a, every_a, prefix_a, items_a, contains_a in a:
+            for cond_b, names_b, pats_b, every_b, prefix_b, items_b, contains_b in b:
                 cond = cond_a if cond_b is ANY else cond_b if cond_a is ANY else self.intersect(cond_a, cond_b)
                 if cond is not NOTHING:
-                    out.append((cond, names_a + names_b, pats_a + pats_b, every_a or every_b))
+                    out.append(
+                        (
+                            cond,
+                            names_a + names_b,
+                            pats_a + pats_b,
+                            every_a or every_b,
+                            max(prefix_a, prefix_b),
+                            items_a or items_b,
+                            contains_a + contains_b,
+                        )
+                    )
         return out if len(out) <= MAX_EVALUATIONS else None
 
     def _dependencies(self, s: dict, node: _Node, base: str, path: tuple) -> _Node:

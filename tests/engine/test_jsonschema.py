@@ -674,9 +674,12 @@ def test_unevaluated_properties_beside_all_of_and_ref():
         {"allOf": [{"unevaluatedProperties": True}], "unevaluatedProperties": False},
         valid=[{"z": 1}, {}],
     )
-    # unevaluatedItems beside allOf stays refused, with unevaluatedProperties or not.
-    with pytest.raises(GrammarError, match="unevaluatedItems"):
-        compile_json_schema({"allOf": [{}], "unevaluatedProperties": False, "unevaluatedItems": False})
+    # Both beside allOf: no property, no item.
+    check(
+        {"allOf": [{}], "unevaluatedProperties": False, "unevaluatedItems": False},
+        valid=[{}, [], "s", 1],
+        invalid=[{"a": 1}, [1]],
+    )
 
 
 def test_unevaluated_properties_beside_what_an_instance_decides():

@@ -1,6 +1,7 @@
-"""unevaluatedProperties beside in-place applicators whose branches an instance
-chooses (anyOf, oneOf, if), against the `jsonschema` validator: one object schema per
-combination of branches an instance may match, each closed over what they evaluate."""
+"""unevaluatedProperties and unevaluatedItems beside in-place applicators whose
+branches an instance chooses (anyOf, oneOf, if), against the `jsonschema` validator: one
+object (array) schema per combination of branches an instance may match, each closed
+over what they evaluate."""
 
 from __future__ import annotations
 
@@ -72,6 +73,46 @@ UNEVALUATED_KEYS = ["a", "b", "c", "x", "xa", "y", "t", "kind", "foo", "zfoo"]
 def test_unevaluated_properties_beside_branches_an_instance_chooses(schema, values):
     # One object schema per combination of branches an instance may match, each closed
     # over what those branches evaluate.
+    grammar = compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in values:
+        assert _accepts(grammar, value) == validator.is_valid(value), value
+
+
+UNEVALUATED_ITEMS = [
+    {
+        "prefixItems": [{"type": "string"}],
+        "anyOf": [{"prefixItems": [True, True]}, {"contains": {"const": 1}}],
+        "unevaluatedItems": False,
+    },
+    {
+        "oneOf": [
+            {"prefixItems": [{"const": "a"}], "items": {"type": "integer"}},
+            {"prefixItems": [{"const": "b"}, True]},
+        ],
+        "unevaluatedItems": {"type": "string"},
+    },
+    {"if": {"prefixItems": [{"const": "x"}]}, "then": {"prefixItems": [True, True]}, "unevaluatedItems": False},
+    {
+        "allOf": [{"contains": {"type": "integer"}}],
+        "not": {"prefixItems": [{"const": 0}]},
+        "unevaluatedItems": {"const": "z"},
+    },
+]
+
+
+@pytest.mark.parametrize("schema", UNEVALUATED_ITEMS)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    values=st.lists(
+        st.lists(st.sampled_from([0, 1, 2, "a", "b", "x", "z", None]), max_size=4),
+        min_size=10,
+        max_size=30,
+    )
+)
+def test_unevaluated_items_beside_branches_an_instance_chooses(schema, values):
+    # Items past the prefixes the matched branches evaluate, that no `contains` of theirs
+    # matches, pass unevaluatedItems.
     grammar = compile_json_schema(schema)
     validator = jsonschema.Draft202012Validator(schema)
     for value in values:
