@@ -133,7 +133,7 @@ class _Obj(_Node):
     every key must satisfy (propertyNames; ANY when unconstrained). `some`: (key
     schema, value schema) pairs, each of which some member must meet besides the rest
     (what the complement of a closed object asks: a key it does not allow, or a value
-    it rejects); its keys are never listed in `props`."""
+    it rejects); a listed key may meet one, as may any other key."""
 
     __slots__ = ("props", "patterns", "additional", "required", "min_props", "max_props", "names", "some", "_by_name")
 
