@@ -40,6 +40,7 @@ from .ir import (
     _make_str,
     _min_opt,
     _Node,
+    _NotRef,
     _NullT,
     _Num,
     _Obj,
@@ -91,6 +92,10 @@ _NO_EVALUATION = (ANY, (), (), False, 0, False, ())
 def _condition(cond: _Node) -> tuple:
     return (cond, (), (), False, 0, False, ())
 
+
+# How deep a complement may descend before a reference in it is complemented lazily
+# (`_NotRef`): a recursive schema would otherwise descend until `negate` gives up.
+LAZY_COMPLEMENT_DEPTH = 4
 
 # How many members an object schema may ask for besides its own (`_Obj.some`): the
 # grammar tracks which are met, a chain of member states per set of them (four for
@@ -160,8 +165,14 @@ class _Compiler:
         dynamic_scope: bool = False,
         documents: Mapping[str, Any] | None = None,
         members_asked: bool = True,
+        lazy_complements: bool = True,
     ):
         self.doc = schema
+        # Whether a reference's complement may be worked out when unfolded (`_NotRef`),
+        # which is what recursive schemas need; off for a second try where a schema that
+        # made one is refused (`compile_json_schema`): a oneOf then falls back as before.
+        self.lazy_complements = lazy_complements
+        self.made_lazy_complements = False
         # Whether object schemas may ask for a member (`_Obj.some`, the complement of a
         # closed object): the grammar writes them with keys in any order only.
         self.members_asked = members_asked
@@ -616,7 +627,13 @@ class _Compiler:
         # Named references first, in name order, then nodes in a stable order, so the
         # result does not depend on set order.
         for atom in sorted(r.atoms, key=lambda a: (0, a) if isinstance(a, str) else (1, stable_order(a))):
-            acc = self.intersect(acc, self.body(atom) if isinstance(atom, str) else atom)
+            if isinstance(atom, str):
+                part = self.body(atom)
+            elif isinstance(atom, _NotRef):
+                part = self.negate(self.body(atom.name), f"the complement of {atom.name}")
+            else:
+                part = atom
+            acc = self.intersect(acc, part)
         return acc
 
     def root(self) -> _Node:
@@ -1033,6 +1050,12 @@ class _Compiler:
             self.relax("oneOf", path, f"compiled as anyOf, an instance matching two branches accepted: {reason}")
             return self.union(live)
 
+    def _atom_busy(self, atom: Any) -> bool:
+        """Whether a reference atom stands for a schema still being built."""
+        if isinstance(atom, _NotRef):
+            atom = atom.name
+        return isinstance(atom, str) and atom in self.in_progress
+
     # Complement ---------------------------------------------------------------------------
     def negate(self, node: _Node, where: str, depth: int = 0) -> _Node:
         """The IR of NOT node, where it is expressible; a GrammarError naming `where` otherwise."""
@@ -1043,8 +1066,27 @@ class _Compiler:
         if node is NOTHING:
             return ANY
         if isinstance(node, _Ref):
-            if any(isinstance(x, str) and x in self.in_progress for x in node.atoms):
+            if len(node.atoms) == 1:
+                (atom,) = node.atoms
+                if isinstance(atom, _NotRef):
+                    return _Ref(frozenset([atom.name]))
+            lazy = depth > LAZY_COMPLEMENT_DEPTH or any(self._atom_busy(x) for x in node.atoms)
+            if lazy and not self.lazy_complements:
                 raise GrammarError(f"not at {where}: cannot complement a recursive schema")
+            if lazy:
+                self.made_lazy_complements = True
+                # A reference being built, or one met again this deep (a recursive
+                # schema): its complement is worked out when unfolded, atom by atom
+                # (NOT (a AND b) == NOT a OR NOT b).
+                parts: list[_Node] = []
+                for x in node.atoms:
+                    if isinstance(x, str):
+                        parts.append(_Ref(frozenset([_NotRef(x)])))
+                    elif isinstance(x, _NotRef):
+                        parts.append(_Ref(frozenset([x.name])))
+                    else:
+                        parts.append(self.negate(x, where, depth + 1))
+                return self.union(parts)
             return self.negate(self.unfold(node), where, depth + 1)
         if isinstance(node, _Union):
             acc: _Node = ANY
@@ -1191,6 +1233,8 @@ class _Compiler:
         if isinstance(node, _Ref):
             acc = _ALL_KINDS
             for a in node.atoms:
+                if isinstance(a, _NotRef):
+                    continue  # a complement: any kind, as far as is known here
                 if isinstance(a, str):
                     if a in self.bodies:
                         acc &= self.kinds(self.bodies[a], depth + 1)
@@ -1578,7 +1622,7 @@ class _Compiler:
             if isinstance(b, _Ref) and not isinstance(a, _Ref):
                 a, b = b, a
             assert isinstance(a, _Ref)
-            busy = any(isinstance(x, str) and x in self.in_progress for x in a.atoms)
+            busy = any(self._atom_busy(x) for x in a.atoms)
             if isinstance(b, _Const) and not busy:
                 return b if self.accepts(a, b.value) else NOTHING
             if isinstance(b, _Ref) or busy:
@@ -1809,7 +1853,7 @@ class _Compiler:
             return True
         if isinstance(a, _Ref) or isinstance(b, _Ref):
             refs = [r for r in (a, b) if isinstance(r, _Ref)]
-            if any(isinstance(x, str) and x in self.in_progress for r in refs for x in r.atoms):
+            if any(self._atom_busy(x) for r in refs for x in r.atoms):
                 return False
             a = self.unfold(a) if isinstance(a, _Ref) else a
             b = self.unfold(b) if isinstance(b, _Ref) else b

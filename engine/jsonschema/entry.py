@@ -7,6 +7,7 @@ from typing import Any, Callable, Mapping, TypeVar
 
 from ..grammar import Grammar
 from ..limits import (
+    BUDGET_ERRORS,
     DEFAULT_LIMITS,
     CompileCancelled,
     GrammarError,
@@ -80,7 +81,7 @@ def compile_json_schema(
             "documents": documents,
             "members_asked": key_order == "any",
         }
-        comp, grammar = _tracking_scope_if_needed(schema, options, lambda c: _generated(c, key_order, whitespace))
+        comp, grammar = _compiled_with_fallback(schema, options, key_order, whitespace)
     except RecursionError:
         # Depth guards cover schema nesting; this catches pathological values (enum/const).
         raise GrammarLimitExceeded(
@@ -109,6 +110,26 @@ def _tracking_scope_if_needed(schema: Any, options: dict, use: Callable[[_Compil
     except NeedsDynamicScope:
         comp = _Compiler(schema, dynamic_scope=True, **options)
         return comp, use(comp)
+
+
+def _compiled_with_fallback(schema: Any, options: dict, key_order: str, whitespace: str) -> tuple[_Compiler, Grammar]:
+    """(compiler, grammar); where a refusal follows a complement of a reference worked
+    out late (a recursive schema's), compiled again without those: the refusal, or the
+    relaxation of a oneOf, then comes where it did before they existed."""
+    made: list[_Compiler] = []
+
+    def build(comp: _Compiler) -> Grammar:
+        made.append(comp)
+        return _generated(comp, key_order, whitespace)
+
+    try:
+        return _tracking_scope_if_needed(schema, options, build)
+    except (GrammarError, LimitExceeded, RecursionError) as e:
+        if isinstance(e, BUDGET_ERRORS) or not any(c.made_lazy_complements for c in made):
+            raise
+    return _tracking_scope_if_needed(
+        schema, {**options, "lazy_complements": False}, lambda c: _generated(c, key_order, whitespace)
+    )
 
 
 def _generated(comp: _Compiler, key_order: str, whitespace: str) -> Grammar:

@@ -184,6 +184,20 @@ class _Ref(_Node):
         self.atoms = atoms
 
 
+class _NotRef(_Node):
+    """The complement of the schema a reference name stands for, as an atom of a `_Ref`
+    only: made where that schema is still being built (a recursive one) or recursion is
+    suspected, and worked out when the reference is unfolded, by which time it is whole.
+    Its own references to the name come out as complements again, so the recursion
+    stops there."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str):
+        super().__init__(("notref", name))
+        self.name = name
+
+
 class _Union(_Node):
     __slots__ = ("parts",)
 

@@ -225,3 +225,59 @@ def test_the_complement_of_an_array_or_object_constant(schema):
     assert {validator.is_valid(v) for v in CONSTANT_CASES} == {True, False}
     for value in CONSTANT_CASES:
         assert _accepts(grammar, value) == validator.is_valid(value), value
+
+
+TREE = {
+    "type": "object",
+    "properties": {"v": {"type": "integer"}, "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+    "required": ["v"],
+    "additionalProperties": False,
+}
+RECURSIVE = [
+    {"$defs": {"node": TREE}, "not": {"$ref": "#/$defs/node"}},
+    {
+        "$defs": {"node": TREE},
+        "oneOf": [{"$ref": "#/$defs/node"}, {"type": "object", "properties": {"v": {"type": "string"}}}],
+    },
+    # A color or a selector of colors by key, in a oneOf beside a reference object.
+    {
+        "$defs": {
+            "color": {"oneOf": [{"type": "string"}, {"$ref": "#/$defs/selector"}]},
+            "selector": {
+                "type": "object",
+                "patternProperties": {"^[a-z]+$": {"$ref": "#/$defs/color"}},
+                "additionalProperties": False,
+                "minProperties": 1,
+            },
+        },
+        "oneOf": [
+            {"$ref": "#/$defs/selector"},
+            {
+                "type": "object",
+                "properties": {"ref": {"type": "string"}},
+                "required": ["ref"],
+                "additionalProperties": False,
+            },
+        ],
+    },
+]
+leaves = st.sampled_from([1, "s", None, True])
+values = st.recursive(
+    leaves,
+    lambda inner: (
+        st.lists(inner, max_size=2)
+        | st.dictionaries(st.sampled_from(["v", "kids", "ref", "ab", "X"]), inner, max_size=2)
+    ),
+    max_leaves=8,
+)
+
+
+@pytest.mark.parametrize("schema", RECURSIVE)
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(values, min_size=20, max_size=40))
+def test_the_complement_of_a_recursive_schema(schema, instances):
+    # Complemented where it is unfolded: its own references come out as complements.
+    grammar = compile_json_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema)
+    for value in instances:
+        assert _accepts(grammar, value) == validator.is_valid(value), value
