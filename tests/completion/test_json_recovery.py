@@ -175,8 +175,9 @@ def test_an_editor_schema_with_unique_items_is_relaxed_and_says_so():
 
 
 def test_an_editor_schema_with_an_overlapping_one_of_is_relaxed_and_says_so():
-    # A oneOf the compiler can neither prove exclusive nor complement: refused by the
-    # engine API, but an editor's document keeps its constraint, as anyOf, with a note.
+    # A oneOf the compiler can neither prove exclusive nor complement (each branch beside
+    # the other three's complements would ask for three members): refused by the engine
+    # API, but an editor's document keeps its constraint, as anyOf, with a note.
     from midword.completion.engine import CompletionEngine
     from midword.completion.types import CompletionRequest, GrammarSpec
 
@@ -187,6 +188,8 @@ def test_an_editor_schema_with_an_overlapping_one_of_is_relaxed_and_says_so():
                 "oneOf": [
                     {"type": "object", "properties": {"color": {"type": "string"}}},
                     {"type": "object", "patternProperties": {"^x-": {"type": "integer"}}},
+                    {"type": "object", "patternProperties": {"^y-": {"type": "integer"}}},
+                    {"type": "object", "patternProperties": {"^z-": {"type": "integer"}}},
                 ]
             }
         },
