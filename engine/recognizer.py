@@ -81,17 +81,43 @@ def rehash_steps_py(old_keys, old_vals, keys, vals, bits):
 
 
 rehash_steps_jit = njit(rehash_steps_py)
+
+
+def rehash_starts_py(old_keys, old_val, old_ptr, old_len, keys, val, ptr, length):
+    """Enters every start state of the old start table into the empty one (keys -1),
+    by the hash each entry keeps, so no lexeme set is hashed again: a set holds every
+    key of an object, and a large object's hundreds of sets, hashed again one by one
+    in Python, paused the mask that filled the table. Returns the count."""
+    size_mask = keys.shape[0] - 1
+    count = 0
+    for i in range(old_keys.shape[0]):
+        h = old_keys[i]
+        if h == -1:
+            continue
+        slot = h & size_mask
+        while keys[slot] != -1:
+            slot = (slot + 1) & size_mask
+        keys[slot] = h
+        val[slot] = old_val[i]
+        ptr[slot] = old_ptr[i]
+        length[slot] = old_len[i]
+        count += 1
+    return count
+
+
+rehash_starts_jit = njit(rehash_starts_py)
 _rehash_loaded = False
 
 
 def _load_rehash_steps() -> None:
-    """One call on empty tables: loads the compiled rehash from numba's cache when the
+    """One call on empty tables: loads the compiled rehashes from numba's cache when the
     first recognizer of a process is made, rather than in the mask that first grows a
-    step table (a pause of milliseconds in the middle of a generation)."""
+    table (a pause of milliseconds in the middle of a generation)."""
     global _rehash_loaded
     empty_keys = np.zeros(0, dtype=np.int64)
     empty_vals = np.zeros(0, dtype=np.int32)
     rehash_steps_jit(empty_keys, empty_vals, empty_keys, empty_vals, 0)
+    rehash_starts_jit(empty_keys, empty_keys, empty_keys, empty_keys, empty_keys, empty_keys, empty_keys, empty_keys)
     _rehash_loaded = True
 
 
@@ -304,18 +330,12 @@ class Recognizer:
         if 2 * (fill[START_COUNT] + 1) > self.start_keys.shape[0]:
             self._scan_arrays = None
             size = 2 * self.start_keys.shape[0]
-            old = [
-                (int(self.start_ptr[i]), int(self.start_len[i]), int(self.start_val[i]))
-                for i in np.flatnonzero(self.start_keys != -1)
-            ]
-            pool = self.start_pool
+            old = (self.start_keys, self.start_val, self.start_ptr, self.start_len)
             self.start_keys = filled(size, -1, dtype=np.int64)
             self.start_val = np.zeros(size, dtype=np.int64)
             self.start_ptr = np.zeros(size, dtype=np.int64)
             self.start_len = np.zeros(size, dtype=np.int64)
-            fill[START_COUNT] = 0
-            for ptr, n, val in old:
-                self._insert_start(pool[ptr : ptr + n], ptr, val)
+            fill[START_COUNT] = rehash_starts_jit(*old, self.start_keys, self.start_val, self.start_ptr, self.start_len)
             grew = True
         used = int(fill[START_POOL_USED])
         if used + lexemes > self.start_pool.shape[0]:

@@ -657,6 +657,61 @@ def test_start_states_made_in_the_walk_are_the_ones_initial_state_makes(use_jit)
     assert walk_made >= 1
 
 
+def test_the_start_table_rehash_keeps_every_entry_by_its_hash():
+    from midword.engine.recognizer import rehash_starts_jit, rehash_starts_py
+
+    rng = random.Random(5)
+    size = 64
+    keys = np.full(size, -1, dtype=np.int64)
+    val, ptr, length = (np.zeros(size, dtype=np.int64) for _ in range(3))
+    entries = {}
+    while len(entries) < 31:
+        h = rng.randrange(1 << 40)
+        if h in entries:
+            continue
+        entries[h] = (rng.randrange(9000), rng.randrange(5000), rng.randrange(300))
+        slot = h & (size - 1)
+        while keys[slot] != -1:
+            slot = (slot + 1) & (size - 1)
+        keys[slot] = h
+        val[slot], ptr[slot], length[slot] = entries[h]
+    for fn in (rehash_starts_py, rehash_starts_jit):
+        grown = [np.full(2 * size, -1, dtype=np.int64)] + [np.zeros(2 * size, dtype=np.int64) for _ in range(3)]
+        assert fn(keys, val, ptr, length, *grown) == len(entries)
+        new_keys, new_val, new_ptr, new_len = grown
+        for h, (v, p, n) in entries.items():
+            slot = h & (2 * size - 1)
+            while new_keys[slot] != h:
+                assert new_keys[slot] != -1
+                slot = (slot + 1) & (2 * size - 1)
+            assert (new_val[slot], new_ptr[slot], new_len[slot]) == (v, p, n)
+
+
+@pytest.mark.parametrize("use_jit", [True, False])
+def test_start_states_stay_found_after_the_start_table_grows(use_jit):
+    # Keys in any order: every set of keys still to come is a lexeme set of its own, so
+    # an object of many keys fills the start table past its first size.
+    names = [f"k{i:02d}" for i in range(40)]
+    g = Grammar.from_json_schema({"type": "object", "properties": {k: {"type": "integer"} for k in names}})
+    Recognizer.release(g)  # a fresh recognizer, its start table at its first size
+    m = Matcher(TOY, g, use_jit=use_jit)
+    rec = m.rec
+    first_size = rec.start_keys.shape[0]
+    text = "{" + ", ".join(f'"{k}": {i}' for i, k in enumerate(names)) + "}"
+    for b in text.encode():
+        assert m.compute_mask() is not None
+        m.consume_bytes(bytes([b]))
+    assert m.is_accepting()
+    assert rec.start_keys.shape[0] > first_size, "the test must grow the start table"
+    entries = np.flatnonzero(rec.start_keys != -1)
+    assert len(entries) == rec.start_fill[0] > first_size // 2
+    for slot in entries:
+        ptr, n = int(rec.start_ptr[slot]), int(rec.start_len[slot])
+        allowed = rec.start_pool[ptr : ptr + n]
+        assert rec._find_start(allowed) == int(rec.start_val[slot])
+        assert rec.lexer.initial_state(frozenset(allowed.tolist()), n > 0) == int(rec.start_val[slot])
+
+
 def test_a_key_pattern_beside_listed_keys_is_decided_when_the_lexer_is_made():
     # A short emptiness search settles the keys other than the listed ones up front, so
     # the compiled way makes the start states that hold them.
