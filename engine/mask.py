@@ -666,26 +666,33 @@ def tokens_part_within_py(mask, heads, lengths, depth):
     known = 0
     vocab = heads.shape[0]
     depth = min(depth, heads.shape[1])  # a deeper parting is not known: "not known" is False
-    for w in range(mask.shape[0]):
-        word = mask[w]
-        if word == 0:
-            continue
+    n = mask.shape[0]
+    w = 0
+    while True:
+        # A narrow mask is nearly all zero words: a loop of its own passes them.
+        while w < n and mask[at(w)] == 0:
+            w += 1
+        if w >= n:
+            return False
+        word = mask[at(w)]
         for bit in range(32):
             if (word >> bit) & 1:
                 token = w * 32 + bit
                 if token >= vocab:
                     return False
-                for p in range(min(int(lengths[token]), depth)):
-                    byte = int(heads[token, p])
+                for p in range(min(int(lengths[at(token)]), depth)):
+                    byte = int(heads[at(token), at(p)])
                     if not (known >> p) & 1:
                         known |= 1 << p
                         kept |= byte << (8 * p)
                     elif (kept >> (8 * p)) & 0xFF != byte:
                         return True
-    return False
+        w += 1
 
 
 tokens_part_within_jit = njit(tokens_part_within_py)
+_MAX_PARTINGS_KEPT = 1 << 16  # states whose partings a walk space remembers
+_NEVER_PARTS = 1 << 30  # no depth yet answered True
 
 
 def live_bytes_py(lexstate, lex_table, lex_arrays, live):
@@ -1189,6 +1196,12 @@ class _WalkSpace:
         # Walk variant (compiled or plain, slices, split) -> its number in the mask cache's
         # keys (`MaskWalker._state_key`).
         self.cache_ids: dict[tuple, int] = {}
+        # By state key, (the deepest depth `tokens_part_within` answered False, the
+        # shallowest it answered True): a state's mask never changes and the answer grows
+        # with the depth, while the fast-forward call asks two depths, again on its slow
+        # path, and again when any matcher meets the state, each a scan of thousands of
+        # words for a narrow mask.
+        self.partings: dict[int, tuple[int, int]] = {}
 
     @staticmethod
     def of(rec: Recognizer, trie: TokenTrie) -> "_WalkSpace":
@@ -1532,6 +1545,14 @@ class MaskWalker:
         last = self.last_mask
         if last is None or (last[2] is not state and last[0] != self._state_key(state)):
             return False
+        key = last[0]
+        partings = self.space.partings
+        known = partings.get(key)
+        if known is not None:
+            if depth >= known[1]:
+                return True
+            if depth <= known[0]:
+                return False
         part = self._tokens_part
         if part is None:
             heads, lengths = self.trie.token_heads
@@ -1539,7 +1560,12 @@ class MaskWalker:
             fn = compiled_for(self._tokens_part_fn, (last[1], heads, lengths, depth))
             part = self._tokens_part = (fn, heads, lengths)
         fn, heads, lengths = part
-        return fn(last[1], heads, lengths, depth)
+        parted = bool(fn(last[1], heads, lengths, depth))
+        below, above = known if known is not None else (0, _NEVER_PARTS)
+        if len(partings) >= _MAX_PARTINGS_KEPT:
+            partings.clear()
+        partings[key] = (below, depth) if parted else (depth, above)
+        return parted
 
     def _slices_part(self) -> bool:
         """Whether every slice's tokens start with two different bytes (a string body's

@@ -91,3 +91,40 @@ def test_a_sliced_mask_answers_nothing_forced_as_the_scan_does(llama3):
             assert not walker.last_sliced or not walker._slices_part()
         m.consume_token(t)
     assert parted >= 10
+
+
+def test_tokens_part_within_answers_every_depth_from_one_scan(llama3):
+    # A state's answers are remembered and answer other depths where they settle them
+    # (a parting within 2 bytes is one within 5), again when the state comes back: each
+    # answer must be the definition's, asked in both orders, read off the
+    # allowed tokens' spellings (two differ within d bytes exactly when one token's first
+    # d bytes are not a prefix of the longest such head).
+    from midword.engine.matcher import mask_to_ids
+    from midword.engine.trie import HEAD_BYTES
+
+    g = Grammar.from_json_schema(
+        {
+            "type": "object",
+            "properties": {
+                "name": {"type": "string"},
+                "count": {"type": "integer"},
+                "kind": {"enum": ["alpha", "beta"]},
+            },
+        }
+    )
+    text = '{"name": "x", "kind": "beta", "count": 12}'
+    for _ in range(2):  # the second pass meets every state again
+        m = Matcher(llama3, g)
+        checked = 0
+        for t in llama3.encode(text):
+            mask = m.compute_mask()
+            heads = [llama3.token_bytes(int(i)) for i in mask_to_ids(mask, llama3.vocab_size) if i < m.trie.vocab_size]
+            depths = range(1, HEAD_BYTES + 2)
+            for depth in depths if len(m.tokens) % 2 else reversed(depths):
+                cut = [h[: min(depth, HEAD_BYTES)] for h in heads]
+                longest = max(cut, key=len, default=b"")
+                want = any(not longest.startswith(c) for c in cut)
+                assert m.walker.tokens_part_within(m._state, depth) == want, (llama3.decode(m.tokens), depth)
+            checked += 1
+            m.consume_token(t)
+        assert checked >= 10
