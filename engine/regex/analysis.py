@@ -418,7 +418,16 @@ class _Analysis(_Derivatives):
     def character_rows(self, chars: int) -> list[list[int]] | None:
         """The automaton of `C*` for a prefix code C, as rows of 256 next rows (-1: the
         byte starts no word of C there, or goes on with none) with row 0 its start, where
-        a word of C has just been read. None past _CHARACTER_STATES states."""
+        a word of C has just been read. None past _CHARACTER_STATES states. Kept
+        per code: every grammar with a length limit beside a pattern asks for a JSON
+        string character's. The rows are shared: read them, never change them."""
+        memo = self._character_rows
+        if chars in memo:
+            return memo[chars]
+        rows = memo[chars] = self._character_rows_of(chars)
+        return rows
+
+    def _character_rows_of(self, chars: int) -> list[list[int]] | None:
         loop = self.repeat(chars, 0, None)
         index = {loop: 0}
         order = [loop]
@@ -999,21 +1008,82 @@ class _Analysis(_Derivatives):
         walks thousands of states before it meets `NEW` itself; the pattern's own
         shortest word most often fits, and trying it costs a derivative per byte.
         False means "not known": the search decides."""
+        need = self._min_len[expr]
         for conjunct in self._args[expr]:
             if self._has_bool[conjunct]:
                 continue
             word = self._shortest_word(conjunct, self._WITNESS_BYTES)
             if word is None:
                 continue
-            x = expr
+            if self._word_fits(expr, word):
+                return True
+            if len(word) < need <= self._PADDED_WITNESS_BYTES:
+                # Too short for a length limit beside it (a minLength beside a pattern,
+                # each count left a state of its own, each searched): the same word
+                # lengthened where the conjunct may repeat more often fits as a rule.
+                padded = self._padded_word(conjunct, need - len(word))
+                if padded is not None and self._word_fits(expr, padded):
+                    return True
+        return False
+
+    # The longest lengthened word `_a_conjunct_word_fits` tries.
+    _PADDED_WITNESS_BYTES = 256
+
+    def _word_fits(self, expr: int, word: bytes) -> bool:
+        """Whether intersection `expr` matches `word`: each conjunct on its own, whose
+        derivatives the intersection's other states share (a length limit's counts
+        left, beside one pattern), where the intersection's own are new for each."""
+        for conjunct in self._args[expr]:
+            x = conjunct
             for byte in word:
                 x = self.derivative(x, byte)
                 if x == 0:
-                    break
-            else:
-                if self._nullable[x]:
-                    return True
-        return False
+                    return False
+            if not self._nullable[x]:
+                return False
+        return True
+
+    def _padded_word(self, expr: int, extra: int) -> bytes | None:
+        """A word of `expr` (which has no & or ~) as `_shortest_word` spells it, with at
+        least `extra` more bytes from repeating the body of its leftmost repeats that
+        may repeat more; None where there are too few such repeats."""
+        out = bytearray()
+        left = self._pad_into(expr, extra, out)
+        return bytes(out) if left is not None and left <= 0 else None
+
+    def _pad_into(self, expr: int, extra: int, out: bytearray) -> int | None:
+        """Appends `expr`'s padded word to `out`; returns the bytes still wanted, or None
+        past _PADDED_WITNESS_BYTES."""
+        kind, args = self._kind[expr], self._args[expr]
+        if kind == _CONCAT:
+            x = expr
+            while self._kind[x] == _CONCAT:
+                h, x = self._args[x]
+                extra = self._pad_into(h, extra, out)
+                if extra is None:
+                    return None
+            return self._pad_into(x, extra, out)
+        if kind == _OR:
+            member = min(args, key=lambda m: self._min_len[m])
+            return self._pad_into(member, extra, out)
+        if kind == _REPEAT:
+            body, lo, hi = args
+            word = self._shortest_word(body, self._PADDED_WITNESS_BYTES)
+            if word is None:
+                return None
+            times = lo
+            if extra > 0 and word and (hi is None or hi > lo):
+                more = -(-extra // len(word))
+                times += more if hi is None else min(more, hi - lo)
+            if len(out) + len(word) * times > self._PADDED_WITNESS_BYTES:
+                return None
+            out += word * times
+            return extra - len(word) * (times - lo)
+        word = self._shortest_word(expr, self._PADDED_WITNESS_BYTES - len(out))
+        if word is None:
+            return None
+        out += word
+        return extra
 
     def _shortest_word(self, expr: int, budget: int) -> bytes | None:
         """A shortest word of `expr` (which has no & or ~), or None past `budget` bytes;

@@ -116,3 +116,36 @@ def test_a_window_shorter_than_every_word_is_empty_without_the_search():
     ten = es.and_(body, es.repeat(chars, 10, 10))
     del es._class_reps
     assert not es.is_empty(ten)
+
+
+@settings(max_examples=200, deadline=None)
+@given(patterns(), st.one_of(st.none(), patterns()), st.integers(0, 12), st.booleans())
+def test_a_lengthened_word_decides_as_the_search_does(a, b, least, contains):
+    # A minimum length beside a pattern (minLength beside `pattern`): the shortest word
+    # of the pattern is too short, and the one lengthened where it may repeat is tried.
+    wrap = (lambda p: "[a-z]*" + p + "[a-z]*") if contains else (lambda p: p)
+    regex = f"[a-z]{{{least},}}&" + wrap(a)
+    if b is not None:
+        regex += "&~(" + wrap(b) + ")"
+    assert _with_witness(regex) == _searched_only(regex), regex
+
+
+def test_a_pattern_beside_a_minimum_length_needs_no_search():
+    # MaskBench's Github_hard---o79409 (outside the dev set): `trace_id` has
+    # minLength 35 beside an unanchored pattern whose shortest word has 27 characters.
+    # Each count left was a state whose emptiness was searched, byte class by class, in
+    # the masks of the string; the pattern's word with its leading run lengthened fits.
+    char = CANON_CHAR
+    pattern = f"{char}*[0-9]+-[0-9A-Fa-f]*-[0-9A-Fa-f]{{24}}{char}*"
+    for least in (28, 35, 60):
+        regex = f"{char}{{{least},}}&{pattern}"
+        es = ExprSet()
+        assert es.is_empty(es.parse(regex, "", extended=True), 1) is False
+        es = ExprSet()
+        es._a_conjunct_word_fits = lambda expr: False
+        es._window_fits = lambda expr: None
+        with pytest.raises(LimitExceeded):
+            es.is_empty(es.parse(regex, "", extended=True), 1)
+    # Past the longest word tried, the search decides.
+    es = ExprSet()
+    assert es.is_empty(es.parse(f"{char}{{300,}}&{pattern}", "", extended=True)) is False
