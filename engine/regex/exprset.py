@@ -209,6 +209,10 @@ class ExprSet(_Analysis):
         self._class_cache[key] = r
         if self._kind[r] == _OR:
             self._class_of.setdefault(r, key)
+        if r != self.NOTHING:
+            # UTF-8 is a prefix code: `is_prefix_code` need not walk the derivatives of a
+            # class of letters of every script, hundreds of them, to find that out.
+            self._prefix_codes.setdefault(r, True)
         return r
 
     def concat(self, *exprs: int) -> int:

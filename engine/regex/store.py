@@ -95,6 +95,8 @@ class _Store:
         self._windowless: dict[int, bool] = {}
         # Expression -> whether it is a prefix code: see `is_prefix_code`.
         self._prefix_codes: dict[int, bool] = {}
+        # Prefix code -> the automaton of its repeats, or None: see `character_rows`.
+        self._character_rows: dict[int, list[list[int]] | None] = {}
         # (expression, characters) -> whether it is a sequence of those characters.
         self._made_of_memo: dict[tuple[int, int], bool] = {}
         # The node of each single byte, once made (literal() reads it per byte).

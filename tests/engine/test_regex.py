@@ -1619,3 +1619,18 @@ def test_a_complement_cover_proves_only_empty_intersections(member, branch, othe
         for n in range(8):
             for chars in itertools.product("abc", repeat=n):
                 assert not dfa.matches("".join(chars).encode()), (member, branch, other)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 0x10FFFF), st.integers(0, 3000)), min_size=1, max_size=6), st.booleans())
+def test_a_character_class_is_a_prefix_code_as_its_derivatives_say(ranges, negate):
+    # A class is known a prefix code when made (UTF-8 is one); the walk of its
+    # derivatives, which `is_prefix_code` makes for other expressions, agrees.
+    es = ExprSet()
+    cls = es.char_class([(lo, min(lo + n, 0x10FFFF)) for lo, n in ranges], negate)
+    if cls == ExprSet.NOTHING:
+        return
+    assert es._prefix_codes.get(cls) is True
+    del es._prefix_codes[cls]
+    es._PREFIX_CODE_STATES = 1 << 20  # the walk not cut short
+    assert es.is_prefix_code(cls) is True
