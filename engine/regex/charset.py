@@ -228,6 +228,27 @@ _CATEGORY_NAMES = {
 }
 _CATEGORIES = frozenset(_CATEGORY_NAMES.values()) | {"Lu", "Ll", "Lt", "Lm", "Lo", "Cs"}
 _category_cache: dict[str, CharSet] = {}
+# Every code point's general category, as runs: (first code point, last, the category's two
+# ASCII letters as one little-endian number), made at the first category asked for.
+_category_runs: tuple | None = None
+
+
+def _runs_by_category() -> tuple:
+    """The runs of code points of one general category, over all of them, in one pass
+    of `unicodedata` (a pass per category asked for, a code point at a time in Python,
+    cost as much as this pass for all of them)."""
+    global _category_runs
+    if _category_runs is None:
+        import numpy as np
+
+        check_compile_budget()
+        names = "".join(map(unicodedata.category, map(chr, range(MAX_CODE_POINT + 1))))
+        codes = np.frombuffer(names.encode("ascii"), dtype="<u2")
+        check_compile_budget()
+        starts = np.concatenate(([0], np.flatnonzero(codes[1:] != codes[:-1]) + 1))
+        ends = np.concatenate((starts[1:] - 1, [MAX_CODE_POINT]))
+        _category_runs = (starts, ends, codes[starts])
+    return _category_runs
 
 
 def category_set(name: str) -> CharSet | None:
@@ -242,18 +263,16 @@ def category_set(name: str) -> CharSet | None:
         return normalize([(0, 0x7F)])
     if cat not in _CATEGORIES:
         return None
-    ranges = []
-    start = None
-    for cp in range(MAX_CODE_POINT + 2):
-        if not cp & 0x3FFF:
-            check_compile_budget()
-        c = unicodedata.category(chr(cp)) if cp <= MAX_CODE_POINT else ""
-        hit = c == cat or (len(cat) == 1 and c[:1] == cat) or (cat == "LC" and c in ("Lu", "Ll", "Lt"))
-        if hit and start is None:
-            start = cp
-        elif not hit and start is not None:
-            ranges.append((start, cp - 1))
-            start = None
-    result = normalize(ranges)
+    import numpy as np
+
+    starts, ends, codes = _runs_by_category()
+    if cat == "LC":
+        wanted = [ord("L") | ord(c) << 8 for c in "ult"]
+        hit = np.isin(codes, wanted)
+    elif len(cat) == 1:
+        hit = (codes & 0xFF) == ord(cat)
+    else:
+        hit = codes == (ord(cat[0]) | ord(cat[1]) << 8)
+    result = normalize(zip(starts[hit].tolist(), ends[hit].tolist(), strict=True))
     _category_cache[cat] = result
     return result

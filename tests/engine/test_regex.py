@@ -1634,3 +1634,23 @@ def test_a_character_class_is_a_prefix_code_as_its_derivatives_say(ranges, negat
     del es._prefix_codes[cls]
     es._PREFIX_CODE_STATES = 1 << 20  # the walk not cut short
     assert es.is_prefix_code(cls) is True
+
+
+@pytest.mark.parametrize("name", ["L", "LC", "Nd", "Cn", "Zs"])
+def test_a_general_category_is_the_code_points_unicodedata_names(name):
+    # The categories are read off one pass over every code point, as runs; the
+    # definition is a code point at a time.
+    import unicodedata
+
+    from midword.engine.regex import charset
+
+    ranges, start = [], None
+    for cp in range(charset.MAX_CODE_POINT + 2):
+        c = unicodedata.category(chr(cp)) if cp <= charset.MAX_CODE_POINT else ""
+        hit = c == name or (len(name) == 1 and c[:1] == name) or (name == "LC" and c in ("Lu", "Ll", "Lt"))
+        if hit and start is None:
+            start = cp
+        elif not hit and start is not None:
+            ranges.append((start, cp - 1))
+            start = None
+    assert charset.category_set(name) == charset.normalize(ranges)
