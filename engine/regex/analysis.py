@@ -1059,9 +1059,10 @@ class _Analysis(_Derivatives):
             x = expr
             while self._kind[x] == _CONCAT:
                 h, x = self._args[x]
-                extra = self._pad_into(h, extra, out)
-                if extra is None:
+                left = self._pad_into(h, extra, out)
+                if left is None:
                     return None
+                extra = left
             return self._pad_into(x, extra, out)
         if kind == _OR:
             member = min(args, key=lambda m: self._min_len[m])
