@@ -109,7 +109,7 @@ rehash_starts_jit = njit(rehash_starts_py)
 _rehash_loaded = False
 
 
-def _load_rehash_steps() -> None:
+def _load_rehashes() -> None:
     """One call on empty tables: loads the compiled rehashes from numba's cache when the
     first recognizer of a process is made, rather than in the mask that first grows a
     table (a pause of milliseconds in the middle of a generation)."""
@@ -179,7 +179,7 @@ class Recognizer:
         self.row_lexstate = filled(64, UNKNOWN, dtype=np.int32)
         self.step_bits = 10
         if not _rehash_loaded:
-            _load_rehash_steps()
+            _load_rehashes()
         self.step_keys = filled(1 << self.step_bits, STEP_EMPTY, dtype=np.int64)
         self.step_vals = filled(1 << self.step_bits, NO_ROW, dtype=np.int32)
         self.step_fill = np.zeros(1, dtype=np.int64)  # entries in the step table

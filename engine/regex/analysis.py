@@ -1021,7 +1021,7 @@ class _Analysis(_Derivatives):
                 # Too short for a length limit beside it (a minLength beside a pattern,
                 # each count left a state of its own, each searched): the same word
                 # lengthened where the conjunct may repeat more often fits as a rule.
-                padded = self._padded_word(conjunct, need - len(word))
+                padded = self._lengthened_word(conjunct, need - len(word), self._PADDED_WITNESS_BYTES)
                 if padded is not None and self._word_fits(expr, padded):
                     return True
         return False
@@ -1043,77 +1043,58 @@ class _Analysis(_Derivatives):
                 return False
         return True
 
-    def _padded_word(self, expr: int, extra: int) -> bytes | None:
-        """A word of `expr` (which has no & or ~) as `_shortest_word` spells it, with at
-        least `extra` more bytes from repeating the body of its leftmost repeats that
-        may repeat more; None where there are too few such repeats."""
-        out = bytearray()
-        left = self._pad_into(expr, extra, out)
-        return bytes(out) if left is not None and left <= 0 else None
-
-    def _pad_into(self, expr: int, extra: int, out: bytearray) -> int | None:
-        """Appends `expr`'s padded word to `out`; returns the bytes still wanted, or None
-        past _PADDED_WITNESS_BYTES."""
-        kind, args = self._kind[expr], self._args[expr]
-        if kind == _CONCAT:
-            x = expr
-            while self._kind[x] == _CONCAT:
-                h, x = self._args[x]
-                left = self._pad_into(h, extra, out)
-                if left is None:
-                    return None
-                extra = left
-            return self._pad_into(x, extra, out)
-        if kind == _OR:
-            member = min(args, key=lambda m: self._min_len[m])
-            return self._pad_into(member, extra, out)
-        if kind == _REPEAT:
-            body, lo, hi = args
-            word = self._shortest_word(body, self._PADDED_WITNESS_BYTES)
-            if word is None:
-                return None
-            times = lo
-            if extra > 0 and word and (hi is None or hi > lo):
-                more = -(-extra // len(word))
-                times += more if hi is None else min(more, hi - lo)
-            if len(out) + len(word) * times > self._PADDED_WITNESS_BYTES:
-                return None
-            out += word * times
-            return extra - len(word) * (times - lo)
-        word = self._shortest_word(expr, self._PADDED_WITNESS_BYTES - len(out))
-        if word is None:
-            return None
-        out += word
-        return extra
-
     def _shortest_word(self, expr: int, budget: int) -> bytes | None:
         """A shortest word of `expr` (which has no & or ~), or None past `budget` bytes;
         each byte the smallest of its set."""
+        return self._lengthened_word(expr, 0, budget)
+
+    def _lengthened_word(self, expr: int, extra: int, budget: int) -> bytes | None:
+        """`_shortest_word`, save that its leftmost repeats that may repeat more do so
+        until it is at least `extra` bytes longer; None where they cannot, or past
+        `budget` bytes."""
+        out = bytearray()
+        left = self._spell_into(expr, extra, budget, out)
+        return bytes(out) if left is not None and left <= 0 else None
+
+    def _spell_into(self, expr: int, extra: int, budget: int, out: bytearray) -> int | None:
+        """Appends `_lengthened_word`'s word of `expr` to `out`; returns the bytes still
+        wanted, or None past `budget` bytes in `out` or for an expression with & or ~."""
         kind, args = self._kind[expr], self._args[expr]
         if kind == _EPS:
-            return b""
+            return extra
         if kind == _BYTES:
-            return bytes([(args[0] & -args[0]).bit_length() - 1]) if budget >= 1 else None
+            if len(out) >= budget:
+                return None
+            out.append((args[0] & -args[0]).bit_length() - 1)
+            return extra
         if kind == _CONCAT:
-            out = bytearray()
             x = expr
             while self._kind[x] == _CONCAT:
                 h, x = self._args[x]
-                w = self._shortest_word(h, budget - len(out))
-                if w is None:
+                left = self._spell_into(h, extra, budget, out)
+                if left is None:
                     return None
-                out += w
-            w = self._shortest_word(x, budget - len(out))
-            return None if w is None else bytes(out + w)
+                extra = left
+            return self._spell_into(x, extra, budget, out)
         if kind == _OR:
             member = min(args, key=lambda m: self._min_len[m])
-            return self._shortest_word(member, budget)
+            return self._spell_into(member, extra, budget, out)
         if kind == _REPEAT:
-            body, lo, _ = args
-            if lo == 0:
-                return b""
-            w = self._shortest_word(body, budget)
-            return None if w is None or len(w) * lo > budget else w * lo
+            body, lo, hi = args
+            grows = extra > 0 and (hi is None or hi > lo)
+            if lo == 0 and not grows:
+                return extra
+            word = self._shortest_word(body, budget - len(out))
+            if word is None:
+                return None
+            times = lo
+            if grows and word:
+                more = -(-extra // len(word))
+                times += more if hi is None else min(more, hi - lo)
+            if len(out) + len(word) * times > budget:
+                return None
+            out += word * times
+            return extra - len(word) * (times - lo)
         return None
 
     def _window_fits(self, expr: int) -> bool | None:

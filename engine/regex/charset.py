@@ -12,6 +12,8 @@ from __future__ import annotations
 import unicodedata
 from typing import Iterable
 
+import numpy as np
+
 from ..limits import GrammarError, check_compile_budget
 
 MAX_CODE_POINT = 0x10FFFF
@@ -239,8 +241,6 @@ def _runs_by_category() -> tuple:
     cost as much as this pass for all of them)."""
     global _category_runs
     if _category_runs is None:
-        import numpy as np
-
         check_compile_budget()
         names = "".join(map(unicodedata.category, map(chr, range(MAX_CODE_POINT + 1))))
         codes = np.frombuffer(names.encode("ascii"), dtype="<u2")
@@ -263,8 +263,6 @@ def category_set(name: str) -> CharSet | None:
         return normalize([(0, 0x7F)])
     if cat not in _CATEGORIES:
         return None
-    import numpy as np
-
     starts, ends, codes = _runs_by_category()
     if cat == "LC":
         wanted = [ord("L") | ord(c) << 8 for c in "ult"]
