@@ -207,7 +207,8 @@ class ExprSet(_Analysis):
             branches.append(tail)
         r = self.alt(*branches)
         self._class_cache[key] = r
-        if self._kind[r] == _OR:
+        if self._kind[r] in (_OR, _CONCAT):
+            # Printed as the class (its sequences may share a lead byte: é|É is \xc3[\x89\xa9]).
             self._class_of.setdefault(r, key)
         if r != self.NOTHING:
             # UTF-8 is a prefix code: `is_prefix_code` need not walk the derivatives of a
@@ -323,6 +324,9 @@ class ExprSet(_Analysis):
                 return self.ALL
         if len(items) == 1:
             return items.pop()
+        factored = self._factored_heads(items)
+        if factored is not None:
+            return self.alt(*factored)
         members = tuple(sorted(items))
         key = (_OR, members)
         i = self._ids.get(key)
@@ -336,6 +340,35 @@ class ExprSet(_Analysis):
                 any(self._has_bool[x] for x in members),
             )
         return i
+
+    def _factored_heads(self, items: set[int]) -> list[int] | None:
+        """The members, those that share a head taken together (h·X | h·Y is h·(X|Y)),
+        or None where no two share one. An alternation of words (an enumeration in a
+        pattern) becomes a trie of them, and an unanchored one (`.*w1.* | .*w2.* | …`,
+        as patterns are translated) one `.*` before that trie: a derivative by a byte
+        is then the one member headed by it, not a new alternation of the tails of
+        every word the byte may start or continue. Unanchored, the words start again at
+        every position, so each lexer state a mask walk met was such a rebuild, over
+        hundreds of words."""
+        kind, args = self._kind, self._args
+        by_head: dict[int, list[int]] = {}
+        shared = False
+        for x in items:
+            if kind[x] == _CONCAT:
+                h = args[x][0]
+                same = by_head.get(h)
+                if same is None:
+                    by_head[h] = [x]
+                else:
+                    same.append(x)
+                    shared = True
+        if not shared:
+            return None
+        out = [x for x in items if not (kind[x] == _CONCAT and len(by_head.get(args[x][0], ())) >= 2)]
+        for h, same in by_head.items():
+            if len(same) >= 2:
+                out.append(self._concat2(h, self.alt(*[args[x][1] for x in same])))
+        return out
 
     def _absorbed_runs(self, members: list[int], items: set[int]) -> list[int]:
         """Members of an alternation that another one holds, among runs `X{lo,hi}·T`
