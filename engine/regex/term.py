@@ -89,7 +89,9 @@ def build(es: ExprSet, term: Term) -> int:
     if k == "alt":
         return es.alt(*[build(es, t) for t in term[1]])
     if k == "and":
-        return es.and_(*[build(es, t) for t in term[1]])
+        # A string's pattern (a format's, hundreds of nodes) is a conjunct beside its
+        # length window, which differs from schema to schema: the pattern is built once.
+        return es.and_(*[es.build(t) for t in term[1]])
     if k == "not":
         return es.not_(build(es, term[1]))
     if k == "rep":
