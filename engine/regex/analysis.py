@@ -937,6 +937,9 @@ class _Analysis(_Derivatives):
             if self._window_too_short(expr):
                 empty[expr] = True
                 return True
+            if self._needs_a_byte_another_lacks(expr):
+                empty[expr] = True
+                return True
         if kind == _EXCL:
             inner = self._args[expr][0]
             if not has_bool[inner] and self.max_length(inner) is None:
@@ -1119,6 +1122,59 @@ class _Analysis(_Derivatives):
                 continue
             return fewest <= hi
         return None
+
+    def _needs_a_byte_another_lacks(self, expr: int) -> bool:
+        """Whether a plain member of intersection `expr` has in every word a byte that
+        another plain member never reads: then no word is in both. A URI has the `:`
+        after its scheme, which no hostname has; the search over their pairs of
+        derivatives (`oneOf` of the two formats) walked the length counts of one
+        against the other's states. Only sufficient (False: not known)."""
+        args, has_bool = self._args, self._has_bool
+        plain = [m for m in args[expr] if not has_bool[m]]
+        if len(plain) < 2:
+            return False
+        alphabets = [self._alphabet(m) for m in plain]
+        for i, m in enumerate(plain):
+            needed = self._needed_bytes(m)
+            if needed and any(j != i and a is not None and needed & ~a for j, a in enumerate(alphabets)):
+                return True
+        return False
+
+    def _needed_bytes(self, expr: int) -> int:
+        """The bytes every word of `expr` (no & or ~) holds, as a byte set: a sequence
+        holds those of its factors, an alternation those of all its branches, a repeat
+        those of its body when it repeats at least once. An under-estimate."""
+        memo = self._needed
+        got = memo.get(expr)
+        if got is not None:
+            return got
+        kind, args = self._kind, self._args
+        k = kind[expr]
+        if k == _BYTES:
+            mask = args[expr][0]
+            got = mask if mask & (mask - 1) == 0 else 0
+        elif k == _CONCAT:
+            # Along the chain: sequences are right-nested and a literal's is long.
+            got, x = 0, expr
+            while kind[x] == _CONCAT:
+                h, x = args[x]
+                got |= self._needed_bytes(h)
+            got |= self._needed_bytes(x)
+        elif k == _OR:
+            got = -1
+            for m in args[expr]:
+                got &= self._needed_bytes(m)
+                if not got:
+                    break
+            got = max(got, 0)
+        elif k == _REPEAT:
+            got = self._needed_bytes(args[expr][0]) if args[expr][1] >= 1 else 0
+        elif k == _EXCL:
+            got = self._needed_bytes(args[expr][0])
+        else:
+            got = 0
+        memo[expr] = got
+        return got
 
     def _window_too_short(self, expr: int) -> bool:
         """Whether `B & Q·C{lo,hi}` (B and Q without & or ~) is surely empty because
