@@ -416,6 +416,20 @@ def test_pattern_is_checked_on_decoded_text():
             ["123e4567e89b12d3a456426614174000", "g23e4567-e89b-12d3-a456-426614174000"],
         ),
         ("uri", ["https://example.com/a?b=c#d", "urn:isbn:123"], ["example.com", "http://a b", "1http://x"]),
+        # Shapes the first table missed (the suite's optional format tests have more).
+        ("date", ["2024-02-29", "2000-02-29", "0000-02-29"], ["2023-02-29", "2100-02-29", "1900-02-29"]),
+        ("duration", ["P1Y2M3D", "PT1H2M3S"], ["P1Y2D", "PT1H2S"]),
+        ("ipv6", ["1::d6:192.168.0.1", "1:2:3:4:5:6:1.2.3.4"], ["::ffff:01.2.3.4", "1:2:3:4:5:6:7:8:9"]),
+        ("email", ["a@[127.0.0.1]", "o'brien+tag@b.example"], ["a@[127.0.0.1", "a.@b.c", "a@[256.0.0.1]"]),
+        ("uri", ["http://[v1.fe]/", "http://u:p@[::1]:80/x"], ["http://example.com:abc/", "http:/[::1]"]),
+        ("hostname", ["a" * 63 + "." + "b" * 63], [".".join(["a" * 63] * 4) + "x", "a" * 64]),
+        ("uri-reference", ["//example.com/a", "../b?c#d", ""], ["\\\\host\\x", "#frag#"]),
+        ("iri", ["http://ƒøø.ßår/?∂éœ=πîx#πîüx"], ["/abc", "http://[::ffff:192.168.0.01]"]),
+        ("iri-reference", ["//ƒøø.com/a", "#ƒrägmênt"], ["#ƒräg\\mênt"]),
+        ("uri-template", ["http://example.com/{term:1}/{term}", "{+var}", ""], ["{}", "{v:0}", "{a,}"]),
+        ("json-pointer", ["", "/a~1b/~0", "/"], ["a", "/~2", "#/a"]),
+        ("relative-json-pointer", ["0", "1/a", "2#"], ["01", "-1/a", "/a", "1#/a"]),
+        ("idn-email", ["실례@실례.테스트", "café@example.com"], ["user＠example.com", "2962"]),
     ],
 )
 def test_formats(fmt, good, bad):
