@@ -13,6 +13,7 @@ from .nodes import BYTES as _BYTES
 from .nodes import CONCAT as _CONCAT
 from .nodes import EPS as _EPS
 from .nodes import EXCL as _EXCL
+from .nodes import FULL as _FULL
 from .nodes import NOT as _NOT
 from .nodes import NOTHING as _NOTHING
 from .nodes import OR as _OR
@@ -1124,26 +1125,23 @@ class _Analysis(_Derivatives):
         return None
 
     def _needs_a_byte_another_lacks(self, expr: int) -> bool:
-        """Whether a plain member of intersection `expr` has in every word a byte that
-        another plain member never reads: then no word is in both. A URI has the `:`
-        after its scheme, which no hostname has; the search over their pairs of
-        derivatives (`oneOf` of the two formats) walked the length counts of one
-        against the other's states. Only sufficient (False: not known)."""
-        args, has_bool = self._args, self._has_bool
-        plain = [m for m in args[expr] if not has_bool[m]]
-        if len(plain) < 2:
-            return False
-        alphabets = [self._alphabet(m) for m in plain]
-        for i, m in enumerate(plain):
-            needed = self._needed_bytes(m)
-            if needed and any(j != i and a is not None and needed & ~a for j, a in enumerate(alphabets)):
-                return True
-        return False
+        """Whether a member of intersection `expr` has in every word a byte that another
+        member never reads: then no word is in both. A URI has the `:` after its scheme,
+        which no hostname has; the search over pairs of derivatives (a `oneOf` of the two
+        formats, each beside a `maxLength`) walked the length counts of one against the
+        other's states. Only sufficient (False: not known)."""
+        needed, alphabet = self._byte_bounds(expr)
+        return needed & ~alphabet != 0
 
     def _needed_bytes(self, expr: int) -> int:
-        """The bytes every word of `expr` (no & or ~) holds, as a byte set: a sequence
-        holds those of its factors, an alternation those of all its branches, a repeat
-        those of its body when it repeats at least once. An under-estimate."""
+        """The bytes every word of `expr` holds, as a byte set (an under-estimate)."""
+        return self._byte_bounds(expr)[0]
+
+    def _byte_bounds(self, expr: int) -> tuple[int, int]:
+        """(bytes every word of `expr` holds, bytes some word may read): an under- and an
+        over-estimate. A sequence needs what its factors need, an alternation what all
+        its branches need, an intersection what any of its members needs; it reads what
+        every member reads, a complement anything."""
         memo = self._needed
         got = memo.get(expr)
         if got is not None:
@@ -1152,27 +1150,35 @@ class _Analysis(_Derivatives):
         k = kind[expr]
         if k == _BYTES:
             mask = args[expr][0]
-            got = mask if mask & (mask - 1) == 0 else 0
+            got = (mask if mask & (mask - 1) == 0 else 0, mask)
         elif k == _CONCAT:
             # Along the chain: sequences are right-nested and a literal's is long.
-            got, x = 0, expr
+            needed = reads = 0
+            x = expr
             while kind[x] == _CONCAT:
                 h, x = args[x]
-                got |= self._needed_bytes(h)
-            got |= self._needed_bytes(x)
-        elif k == _OR:
-            got = -1
-            for m in args[expr]:
-                got &= self._needed_bytes(m)
-                if not got:
-                    break
-            got = max(got, 0)
+                n, r = self._byte_bounds(h)
+                needed, reads = needed | n, reads | r
+            n, r = self._byte_bounds(x)
+            got = (needed | n, reads | r)
+        elif k in (_OR, _AND):
+            bounds = [self._byte_bounds(m) for m in args[expr]]
+            needed, reads = bounds[0]
+            for n, r in bounds[1:]:
+                if k == _OR:
+                    needed, reads = needed & n, reads | r
+                else:
+                    needed, reads = needed | n, reads & r
+            got = (needed, reads)
         elif k == _REPEAT:
-            got = self._needed_bytes(args[expr][0]) if args[expr][1] >= 1 else 0
+            n, r = self._byte_bounds(args[expr][0])
+            got = (n if args[expr][1] >= 1 else 0, r)
         elif k == _EXCL:
-            got = self._needed_bytes(args[expr][0])
+            got = self._byte_bounds(args[expr][0])
+        elif k == _NOT:
+            got = (0, _FULL)
         else:
-            got = 0
+            got = (0, 0)
         memo[expr] = got
         return got
 
