@@ -1133,16 +1133,12 @@ class _Analysis(_Derivatives):
         needed, alphabet = self._byte_bounds(expr)
         return needed & ~alphabet != 0
 
-    def _needed_bytes(self, expr: int) -> int:
-        """The bytes every word of `expr` holds, as a byte set (an under-estimate)."""
-        return self._byte_bounds(expr)[0]
-
     def _byte_bounds(self, expr: int) -> tuple[int, int]:
         """(bytes every word of `expr` holds, bytes some word may read): an under- and an
         over-estimate. A sequence needs what its factors need, an alternation what all
         its branches need, an intersection what any of its members needs; it reads what
         every member reads, a complement anything."""
-        memo = self._needed
+        memo = self._byte_bounds_memo
         got = memo.get(expr)
         if got is not None:
             return got

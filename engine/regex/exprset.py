@@ -668,43 +668,7 @@ class ExprSet(_Analysis):
     def _alphabet(self, expr: int) -> int | None:
         """Every byte `expr` can read, as a byte set (an over-estimate: bytes of
         branches that lead nowhere count too); None under & or ~."""
-        memo = self._alphabets
-        if expr in memo:
-            return memo[expr]
-        kind, args = self._kind, self._args
-        # Post-order without recursion: a long literal is a long chain of sequences.
-        stack = [expr]
-        while stack:
-            x = stack[-1]
-            if x in memo:
-                stack.pop()
-                continue
-            k = kind[x]
-            if k == _BYTES:
-                memo[x] = args[x][0]
-            elif k in (_NOTHING, _EPS):
-                memo[x] = 0
-            elif k in (_AND, _NOT, _EXCL):
-                memo[x] = None
-            else:
-                parts = args[x] if k in (_OR, _CONCAT) else (args[x][0],)
-                pending = [c for c in parts if c not in memo]
-                if pending:
-                    stack.extend(pending)
-                    continue
-                m = 0
-                for c in parts:
-                    got = memo[c]
-                    if got is None:
-                        break
-                    m |= got
-                else:
-                    memo[x] = m
-                    stack.pop()
-                    continue
-                memo[x] = None
-            stack.pop()
-        return memo[expr]
+        return None if self._has_bool[expr] else self._byte_bounds(expr)[1]
 
     def _excluded_words(self, items: set[int]) -> tuple[list[int], set[bytes]] | None:
         """The members of an intersection that are not finite exclusions, and the words

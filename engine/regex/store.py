@@ -74,8 +74,7 @@ class _Store:
         # The words of each finite expression, sorted, or None: see `_finite_words`.
         self._words_of: dict[int, tuple[bytes, ...] | None] = {}
         # The bytes each expression without & or ~ can read, or None: see `_alphabet`.
-        self._alphabets: dict[int, int | None] = {}
-        self._needed: dict[int, tuple[int, int]] = {}
+        self._byte_bounds_memo: dict[int, tuple[int, int]] = {}
         # Bounds on the shortest completion inside each expression: see `completion_bound`.
         self._completion: dict[int, int | None] = {}
         # (body, head, characters) -> see `fewest_repeats`.
